@@ -1,0 +1,63 @@
+// Bootstrap: how the processes of a job find each other at start-up. From mpirun (Open MPI),
+// from a torchrun-style environment (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT)
+// through a small TCP rendezvous, or a single process with no launcher. It carries start-up
+// bytes only (host names, the NCCL unique id); training traffic goes through Communicators.
+#pragma once
+#include <chrono>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "triax/dist/comm.h"
+
+namespace triax {
+
+enum class LaunchKind { single, mpi, env };
+
+struct BootstrapOptions {
+  // How long to wait for the rendezvous (TCP: until every rank has connected to the master).
+  std::chrono::milliseconds timeout{60'000};
+  // Force a kind instead of detecting it from the environment.
+  bool force = false;
+  LaunchKind kind = LaunchKind::single;
+};
+
+class Bootstrap {
+ public:
+  virtual ~Bootstrap() = default;
+  virtual LaunchKind kind() const = 0;
+  virtual int rank() const = 0;
+  virtual int world_size() const = 0;
+  // Rank on this host and number of ranks on this host (from the launcher or host names).
+  virtual int local_rank() const = 0;
+  // Every rank contributes bytes; every rank receives all contributions in rank order.
+  virtual std::vector<std::string> all_gather(std::string_view mine) = 0;
+  std::string broadcast(std::string_view data, int root);
+  void barrier() { all_gather({}); }
+  // The host communicator over all ranks (MPI world, or Self for one process). The TCP
+  // rendezvous has none: it throws ConfigError saying to launch with mpirun for the CPU path.
+  virtual std::shared_ptr<Communicator> world() = 0;
+
+  // Detects the launcher: OMPI_COMM_WORLD_SIZE (or PMI/PMIX vars) -> MPI; RANK and WORLD_SIZE
+  // -> TCP rendezvous on MASTER_ADDR:MASTER_PORT; otherwise a single process.
+  static std::unique_ptr<Bootstrap> create(const BootstrapOptions& opts = {});
+};
+
+std::string_view launch_kind_name(LaunchKind k);
+
+// One process, no launcher: world() is a Self communicator.
+std::unique_ptr<Bootstrap> make_single_bootstrap();
+#if defined(TRIAX_HAVE_MPI)
+// Initialises MPI (MPI_THREAD_FUNNELED or better) if needed; finalizes it on destruction if
+// it initialised it.
+std::unique_ptr<Bootstrap> make_mpi_bootstrap();
+#endif
+// torchrun-style: reads RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT; rank 0 listens,
+// the others connect with retries until opts.timeout, then throw CommError naming the address.
+std::unique_ptr<Bootstrap> make_env_bootstrap(const BootstrapOptions& opts);
+
+// This process's host name: TRIAX_HOSTNAME if set (containers, tests), else gethostname().
+std::string host_name();
+
+}  // namespace triax

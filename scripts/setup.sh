@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Idempotent set-up: installs the Debian packages triax needs (when missing), then configures
+# and builds with CMake. Usage: scripts/setup.sh [BUILD_DIR] [extra cmake args...]
+set -euo pipefail
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+build=${1:-$here/build}
+shift || true
+
+pkgs=(build-essential cmake ninja-build pkg-config git
+      openmpi-bin libopenmpi-dev libibverbs-dev rdma-core
+      libfmt-dev catch2 libopenblas-dev libopenblas0-openmp
+      libtomlplusplus-dev nlohmann-json3-dev libcli11-dev python3)
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  sudo=""; [ "$(id -u)" -ne 0 ] && sudo=sudo
+  echo "setup: installing ${missing[*]}"
+  $sudo apt-get update -q
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q --no-install-recommends "${missing[@]}"
+fi
+# OpenBLAS built for OpenMP: one thread pool with triax's own OpenMP loops (see DESIGN.md).
+if update-alternatives --list libblas.so.3-x86_64-linux-gnu >/dev/null 2>&1; then
+  alt=$(update-alternatives --list libblas.so.3-x86_64-linux-gnu | grep openblas-openmp | head -n1 || true)
+  [ -n "$alt" ] && { [ "$(id -u)" -eq 0 ] && update-alternatives --set libblas.so.3-x86_64-linux-gnu "$alt" >/dev/null || true; }
+fi
+
+jobs=${TRIAX_JOBS:-$(nproc)}
+cmake -S "$here" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release "$@"
+cmake --build "$build" -j "$jobs"

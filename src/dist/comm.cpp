@@ -1,0 +1,180 @@
+// Backend-independent half of Communicator: argument checks, call numbering, waits with
+// deadlines and the error messages that name the call, the rank, the group and the peer.
+#include "triax/dist/comm.h"
+
+#include <fmt/ranges.h>
+
+#include <cstdlib>
+#include <numeric>
+#include <thread>
+
+namespace triax {
+
+std::string_view reduce_op_name(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::sum: return "sum";
+    case ReduceOp::avg: return "avg";
+    case ReduceOp::max: return "max";
+    case ReduceOp::min: return "min";
+  }
+  return "?";
+}
+
+std::string_view backend_name(Backend b) {
+  switch (b) {
+    case Backend::self: return "self";
+    case Backend::mpi: return "mpi";
+    case Backend::nccl: return "nccl";
+  }
+  return "?";
+}
+
+std::chrono::milliseconds default_comm_timeout() {
+  if (const char* s = std::getenv("TRIAX_COMM_TIMEOUT_S")) {
+    char* end = nullptr;
+    const double v = std::strtod(s, &end);
+    if (end == s || *end != '\0' || !(v > 0))
+      TRIAX_THROW(ConfigError, "TRIAX_COMM_TIMEOUT_S='{}' is not a positive number of seconds", s);
+    return std::chrono::milliseconds(static_cast<int64_t>(v * 1000.0));
+  }
+  return std::chrono::milliseconds(600'000);
+}
+
+Communicator::Communicator(int rank, int size, std::string name, std::vector<int> world_ranks, CommOptions opts)
+    : rank_(rank), size_(size), name_(std::move(name)), world_ranks_(std::move(world_ranks)),
+      timeout_(opts.timeout.count() > 0 ? opts.timeout : default_comm_timeout()) {
+  if (size_ <= 0 || rank_ < 0 || rank_ >= size_ || static_cast<int>(world_ranks_.size()) != size_)
+    TRIAX_THROW(CommError, "communicator '{}': rank {} of size {} with {} world ranks is inconsistent", name_, rank_,
+                size_, world_ranks_.size());
+}
+
+std::string Communicator::describe() const {
+  return fmt::format("group '{}' (world ranks [{}]) at world rank {} (group rank {})", name_,
+                     fmt::join(world_ranks_, ","), world_rank(), rank_);
+}
+
+CallInfo Communicator::next(const char* op, size_t count, DType dt) {
+  check_alive(op);
+  return CallInfo{seq_++, op, fmt::format("{} x {}", dtype_name(dt), count), -1};
+}
+CallInfo Communicator::next(const char* op, size_t count, DType dt, ReduceOp rop) {
+  check_alive(op);
+  if (!dtype_is_float(dt) && rop == ReduceOp::avg) {
+    // integer average truncates like NCCL's ncclAvg; allowed, but say so in the detail
+  }
+  return CallInfo{seq_++, op, fmt::format("{} x {}, {}", dtype_name(dt), count, reduce_op_name(rop)), -1};
+}
+CallInfo Communicator::next(const char* op, size_t count, DType dt, int peer) {
+  check_alive(op);
+  const bool p2p = std::string_view(op) == "send" || std::string_view(op) == "recv";
+  return CallInfo{seq_++, op,
+                  fmt::format("{} x {}, {} {} (world rank {})", dtype_name(dt), count, p2p ? "peer" : "root", peer,
+                              world_ranks_.at(peer)),
+                  p2p ? peer : -1};
+}
+
+void Communicator::check_alive(const char* op) const {
+  if (poisoned_)
+    TRIAX_THROW(CommError, "{} on {}: the communicator failed or timed out earlier and cannot be used again", op,
+                describe());
+}
+
+void Communicator::check_peer(int peer, const char* what) const {
+  if (peer < 0 || peer >= size_)
+    TRIAX_THROW(CommError, "{} {} is out of range for {} of size {}", what, peer, describe(), size_);
+}
+
+void Communicator::check_multiple(size_t big, size_t small, const char* op) const {
+  if (big != small * static_cast<size_t>(size_))
+    TRIAX_THROW(CommError, "{} on {}: the full buffer has {} elements but must hold {} blocks of {} = {}", op,
+                describe(), big, size_, small, small * size_);
+}
+
+void Communicator::check_equal_blocks(size_t in, size_t out, const char* op) const {
+  if (in != out || in % static_cast<size_t>(size_) != 0)
+    TRIAX_THROW(CommError, "{} on {}: in ({}) and out ({}) must be equal and divisible by the group size {}", op,
+                describe(), in, out, size_);
+}
+
+void Communicator::check_counts(size_t in, std::span<const int64_t> sc, size_t out,
+                                std::span<const int64_t> rc) const {
+  if (sc.size() != static_cast<size_t>(size_) || rc.size() != static_cast<size_t>(size_))
+    TRIAX_THROW(CommError, "all_to_all_v on {}: {} send counts and {} receive counts, expected {} each", describe(),
+                sc.size(), rc.size(), size_);
+  for (size_t i = 0; i < sc.size(); ++i)
+    if (sc[i] < 0 || rc[i] < 0)
+      TRIAX_THROW(CommError, "all_to_all_v on {}: negative count for rank {}", describe(), i);
+  const auto ssum = std::accumulate(sc.begin(), sc.end(), int64_t{0});
+  const auto rsum = std::accumulate(rc.begin(), rc.end(), int64_t{0});
+  if (static_cast<size_t>(ssum) != in || static_cast<size_t>(rsum) != out)
+    TRIAX_THROW(CommError,
+                "all_to_all_v on {}: send counts sum to {} for a buffer of {}, receive counts to {} for a buffer of {}",
+                describe(), ssum, in, rsum, out);
+}
+
+Work Communicator::batch_send_recv(std::span<const P2POp> ops) {
+  check_alive("batch_send_recv");
+  size_t sends = 0, recvs = 0;
+  for (const auto& o : ops) {
+    check_peer(o.peer, o.kind == P2POp::Kind::send ? "batch send peer" : "batch recv peer");
+    (o.kind == P2POp::Kind::send ? sends : recvs) += 1;
+  }
+  CallInfo info{seq_++, "batch_send_recv", fmt::format("{} sends, {} receives", sends, recvs), -1};
+  if (ops.size() == 1) info.peer = ops[0].peer;
+  return batch_impl(ops, std::move(info));
+}
+
+void Communicator::fail(const CallInfo& info, const std::string& why) const {
+  poisoned_ = true;
+  TRIAX_THROW(CommError, "{} #{} ({}) on {} failed: {}", info.op, info.seq, info.detail, describe(), why);
+}
+
+void Communicator::raise_timeout(const CallInfo& info, std::chrono::milliseconds t) {
+  poisoned_ = true;
+  on_timeout(info);
+  std::string who;
+  if (info.peer >= 0)
+    who = fmt::format("; waiting for peer group rank {} (world rank {})", info.peer, world_ranks_.at(info.peer));
+  else
+    who = fmt::format("; waiting for the other members of the group (world ranks [{}])", fmt::join(world_ranks_, ","));
+  TRIAX_THROW(TimeoutError, "{} #{} ({}) on {} timed out after {:.3f} s{}. A rank may have died, be stuck, or "
+              "have issued a different call sequence on this group",
+              info.op, info.seq, info.detail, describe(), t.count() / 1000.0, who);
+}
+
+// ---- Work ----
+Work::Work(std::shared_ptr<WorkImpl> impl, Communicator* comm, CallInfo info)
+    : impl_(std::move(impl)), comm_(comm), info_(std::move(info)) {}
+
+bool Work::test() {
+  if (!impl_ || finished_) return true;
+  if (!impl_->test()) return false;
+  finished_ = true;
+  impl_->finish();
+  return true;
+}
+
+void Work::wait() { wait(comm_ ? comm_->timeout() : default_comm_timeout()); }
+
+void Work::wait(std::chrono::milliseconds timeout) {
+  if (!impl_ || finished_) return;
+  const auto start = std::chrono::steady_clock::now();
+  const auto deadline = start + timeout;
+  // Poll (yielding, as MPI_Wait does when oversubscribed) for the first second, so progress of
+  // long transfers is not slowed; after that back off so a hung peer does not burn a core.
+  const auto busy_until = start + std::chrono::seconds(1);
+  while (!test()) {
+    const auto now = std::chrono::steady_clock::now();
+    if (now >= deadline) comm_->raise_timeout(info_, timeout);
+    if (now < busy_until)
+      std::this_thread::yield();
+    else
+      std::this_thread::sleep_for(std::chrono::microseconds(100));
+  }
+}
+
+void wait_all(std::span<Work> works) {
+  for (auto& w : works) w.wait();
+}
+
+}  // namespace triax

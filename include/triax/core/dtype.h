@@ -1,6 +1,7 @@
 // Element types triax moves and computes on, and the 16-bit storage types (bf16, fp16) with
 // round-to-nearest-even conversions. dtype_of<T>() maps a C++ type to its DType at compile time.
 #pragma once
+#include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <string_view>
@@ -8,7 +9,7 @@
 
 namespace triax {
 
-enum class DType : uint8_t { f32, f64, i32, i64, bf16, f16 };
+enum class DType : uint8_t { f32, f64, i32, i64, bf16, f16, u8 };
 
 // bfloat16 storage: the top 16 bits of an IEEE float, rounded to nearest even.
 struct bf16 {
@@ -101,6 +102,10 @@ template <> struct DTypeOf<int32_t> { static constexpr DType value = DType::i32;
 template <> struct DTypeOf<int64_t> { static constexpr DType value = DType::i64; };
 template <> struct DTypeOf<bf16> { static constexpr DType value = DType::bf16; };
 template <> struct DTypeOf<f16> { static constexpr DType value = DType::f16; };
+// Raw bytes (host names, serialized records): u8 moves but never reduces arithmetically.
+template <> struct DTypeOf<char> { static constexpr DType value = DType::u8; };
+template <> struct DTypeOf<unsigned char> { static constexpr DType value = DType::u8; };
+template <> struct DTypeOf<std::byte> { static constexpr DType value = DType::u8; };
 
 template <class T>
 constexpr DType dtype_of() {
@@ -112,6 +117,7 @@ constexpr size_t dtype_size(DType t) {
     case DType::f32: case DType::i32: return 4;
     case DType::f64: case DType::i64: return 8;
     case DType::bf16: case DType::f16: return 2;
+    case DType::u8: return 1;
   }
   return 0;
 }
@@ -124,10 +130,11 @@ constexpr std::string_view dtype_name(DType t) {
     case DType::i64: return "int64";
     case DType::bf16: return "bfloat16";
     case DType::f16: return "float16";
+    case DType::u8: return "uint8";
   }
   return "?";
 }
 
-constexpr bool dtype_is_float(DType t) { return t != DType::i32 && t != DType::i64; }
+constexpr bool dtype_is_float(DType t) { return t != DType::i32 && t != DType::i64 && t != DType::u8; }
 
 }  // namespace triax

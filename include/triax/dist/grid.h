@@ -8,6 +8,7 @@
 #include <string_view>
 #include <vector>
 
+#include "triax/dist/bootstrap.h"
 #include "triax/dist/comm.h"
 
 namespace triax {

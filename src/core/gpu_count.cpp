@@ -16,7 +16,7 @@ int cuda_device_count(std::string* why) noexcept {
     int n = 0;
     const cudaError_t e = cudaGetDeviceCount(&n);
     if (e != cudaSuccess) {
-      // Clear the sticky-free error so later CUDA calls in this process do not report it.
+      // Clear the (non-sticky) error so that the next CUDA call of this process does not report it.
       (void)cudaGetLastError();
       if (why) *why = fmt::format("cudaGetDeviceCount failed: {}: {}", cudaGetErrorName(e), cudaGetErrorString(e));
       return 0;

@@ -103,6 +103,7 @@ ncclResult_t wait_ready(ncclComm_t comm, std::chrono::milliseconds timeout) {
   }
 }
 
+// name must outlive the NCCL communicator: NCCL keeps the commName pointer, not a copy.
 ncclConfig_t make_config(const NcclOptions& opts, const std::string& name) {
   ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
   cfg.blocking = opts.blocking ? 1 : 0;
@@ -204,7 +205,8 @@ std::unique_ptr<Communicator> make_nccl_communicator(Bootstrap& boot, int cuda_d
                 name, rank, bytes.size(), sizeof(id.internal), bytes.empty() ? " (rank 0 failed to create it)" : "");
   std::memcpy(id.internal, bytes.data(), sizeof(id.internal));
 
-  ncclConfig_t cfg = make_config(opts, name);
+  auto nccl_name = std::make_unique<std::string>(name);
+  ncclConfig_t cfg = make_config(opts, *nccl_name);
   ncclComm_t comm = nullptr;
   const ncclResult_t r = ncclCommInitRankConfig(&comm, size, id, rank, &cfg);
   const ncclResult_t state = (r == ncclSuccess || r == ncclInProgress) && comm ? wait_ready(comm, timeout) : r;
@@ -221,13 +223,14 @@ std::unique_ptr<Communicator> make_nccl_communicator(Bootstrap& boot, int cuda_d
   }
   std::vector<int> world(static_cast<size_t>(size));
   std::iota(world.begin(), world.end(), 0);
-  return std::make_unique<NcclCommunicator>(comm, cuda_device, rank, size, std::move(name), std::move(world), opts);
+  return std::make_unique<NcclCommunicator>(comm, std::move(nccl_name), cuda_device, rank, size, std::move(name),
+                                            std::move(world), opts);
 }
 
-NcclCommunicator::NcclCommunicator(ncclComm* comm, int device, int rank, int size, std::string name,
-                                   std::vector<int> world_ranks, NcclOptions opts)
+NcclCommunicator::NcclCommunicator(ncclComm* comm, std::unique_ptr<std::string> nccl_name, int device, int rank,
+                                   int size, std::string name, std::vector<int> world_ranks, NcclOptions opts)
     : Communicator(rank, size, std::move(name), std::move(world_ranks), CommOptions{opts.timeout}),
-      comm_(comm), device_(device), opts_(opts) {
+      comm_(comm), nccl_name_(std::move(nccl_name)), device_(device), opts_(opts) {
   try {
     DeviceGuard guard(device_);
     // Non-blocking: never implicitly synchronised with the legacy default stream, so ordering is
@@ -304,7 +307,7 @@ void NcclCommunicator::fail_abort(const CallInfo& info, const std::string& why) 
 void NcclCommunicator::settle(int result, const CallInfo& info, const char* what) {
   const auto r = static_cast<ncclResult_t>(result);
   if (r != ncclSuccess && r != ncclInProgress) fail_abort(info, nccl_why(what, r));
-  if (opts_.blocking) return;
+  if (r == ncclSuccess && opts_.blocking) return;
   // Non-blocking: NCCL hands the launch to a helper thread. The stream must not be touched (the
   // completion event recorded) before the state is ncclSuccess again.
   Poller poll(timeout());
@@ -462,9 +465,10 @@ Work NcclCommunicator::batch_impl(std::span<const P2POp> ops, CallInfo info) {
 }
 
 Work NcclCommunicator::barrier_impl(CallInfo info) {
-  // A one-element all-reduce completes on a rank only after every rank has joined it.
+  // A one-element all-reduce completes on a rank only after every rank has joined it (max of
+  // zeros: the scratch value never changes, however many barriers run).
   return enqueue(std::move(info), "ncclAllReduce (barrier)",
-                 [&] { return ncclAllReduce(scratch_, scratch_, 1, ncclInt32, ncclSum, comm_, stream_); });
+                 [&] { return ncclAllReduce(scratch_, scratch_, 1, ncclInt32, ncclMax, comm_, stream_); });
 }
 
 // ---- split ----
@@ -500,17 +504,22 @@ std::unique_ptr<Communicator> NcclCommunicator::split(int color, int key, std::s
     });
   }
 
-  ncclConfig_t cfg = make_config(opts_, name);
-  // Non-blocking split writes the new handle from NCCL's helper thread when it finishes, so the
-  // slot must outlive a timeout: it is freed only once the split has settled.
-  auto* slot = new ncclComm_t(nullptr);
+  // Non-blocking split writes the new handle from NCCL's helper thread when it finishes, and the
+  // child keeps the commName pointer: both must outlive a failed or timed-out split, so they are
+  // released to us only once the split has settled (and leaked, a few bytes, if it never does).
+  auto child_name = std::make_unique<std::string>(name);
+  auto slot = std::make_unique<ncclComm_t>(nullptr);
+  ncclConfig_t cfg = make_config(opts_, *child_name);
   {
     DeviceGuard guard(device_);
-    const ncclResult_t r = ncclCommSplit(comm_, color < 0 ? NCCL_SPLIT_NOCOLOR : color, key, slot, &cfg);
-    settle(static_cast<int>(r), info, "ncclCommSplit");  // on timeout the slot is leaked on purpose
+    const ncclResult_t r = ncclCommSplit(comm_, color < 0 ? NCCL_SPLIT_NOCOLOR : color, key, slot.get(), &cfg);
+    ncclComm_t* leaked_slot = slot.release();
+    std::string* leaked_name = child_name.release();
+    settle(static_cast<int>(r), info, "ncclCommSplit");
+    slot.reset(leaked_slot);
+    child_name.reset(leaked_name);
   }
   ncclComm_t child = *slot;
-  delete slot;
   if (my_color < 0) {
     if (child) (void)ncclCommAbort(child);
     return nullptr;
@@ -534,8 +543,9 @@ std::unique_ptr<Communicator> NcclCommunicator::split(int color, int key, std::s
   for (int p : members) world.push_back(static_cast<int>(all[3 * static_cast<size_t>(p) + 2]));
   NcclOptions child_opts = opts_;
   child_opts.timeout = timeout();
-  auto c = std::make_unique<NcclCommunicator>(child, device_, new_rank, static_cast<int>(members.size()),
-                                              std::move(name), std::move(world), child_opts);
+  auto c = std::make_unique<NcclCommunicator>(child, std::move(child_name), device_, new_rank,
+                                              static_cast<int>(members.size()), std::move(name), std::move(world),
+                                              child_opts);
   c->set_input_stream(input_stream_);
   return c;
 }

@@ -36,10 +36,11 @@ std::unique_ptr<Communicator> make_nccl_communicator(Bootstrap& boot, int cuda_d
 
 class NcclCommunicator final : public Communicator {
  public:
-  // Takes ownership of comm (initialised: ncclCommGetAsyncError says ncclSuccess); creates the
-  // stream, event and scratch buffer on device. Use make_nccl_communicator or split().
-  NcclCommunicator(ncclComm* comm, int device, int rank, int size, std::string name, std::vector<int> world_ranks,
-                   NcclOptions opts);
+  // Takes ownership of comm (initialised: ncclCommGetAsyncError says ncclSuccess) and of the
+  // string its ncclConfig_t.commName points to (NCCL keeps the pointer); creates the stream,
+  // event and scratch buffer on device. Use make_nccl_communicator or split().
+  NcclCommunicator(ncclComm* comm, std::unique_ptr<std::string> nccl_name, int device, int rank, int size,
+                   std::string name, std::vector<int> world_ranks, NcclOptions opts);
   // Finalizes and destroys the NCCL communicator (bounded by the timeout; aborts if that runs out),
   // or nothing more if it was aborted. Never throws.
   ~NcclCommunicator() override;
@@ -90,6 +91,7 @@ class NcclCommunicator final : public Communicator {
   [[noreturn]] void fail_abort(const CallInfo& info, const std::string& why);
 
   ncclComm* comm_ = nullptr;
+  std::unique_ptr<std::string> nccl_name_;  // NCCL holds a pointer to its characters
   int device_ = 0;
   NcclOptions opts_;
   bool aborted_ = false;

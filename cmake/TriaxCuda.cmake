@@ -21,6 +21,11 @@ if(NOT TRIAX_WITH_CUDA STREQUAL "OFF")
     include(${CMAKE_CURRENT_LIST_DIR}/TriaxCudaDeps.cmake)
     if(TRIAX_NCCL_LIBRARY AND TRIAX_NCCL_INCLUDE_DIR)
       set(TRIAX_HAVE_CUDA ON)
+      message(STATUS "triax: NCCL ${TRIAX_NCCL_VERSION}: ${TRIAX_NCCL_LIBRARY} (headers ${TRIAX_NCCL_INCLUDE_DIR})")
+    elseif(TRIAX_WITH_CUDA STREQUAL "ON")
+      message(FATAL_ERROR "triax: TRIAX_WITH_CUDA=ON but NCCL was not found: set NCCL_ROOT to the directory "
+        "holding include/nccl.h and lib/libnccl.so[.2] (for PyTorch's wheel: python3 -c "
+        "'import nvidia.nccl as m; print(list(m.__path__)[0])')")
     else()
       message(WARNING "triax: nvcc found but NCCL not found (set NCCL_ROOT); building without CUDA")
     endif()

@@ -66,6 +66,8 @@ class Work {
   void wait(std::chrono::milliseconds timeout);
   bool valid() const { return impl_ != nullptr; }
   const CallInfo& info() const { return info_; }
+  // The backend state, for backend-specific helpers (e.g. wait_on_stream of the NCCL backend).
+  WorkImpl* impl() const { return impl_.get(); }
 
  private:
   std::shared_ptr<WorkImpl> impl_;
@@ -199,6 +201,9 @@ class Communicator {
   CallInfo next(const char* op, size_t count, DType dt, ReduceOp rop);
   CallInfo next(const char* op, size_t count, DType dt, int peer);
   [[noreturn]] void fail(const CallInfo& info, const std::string& why) const;
+  // Poisons the communicator, calls on_timeout, throws TimeoutError naming the call and the peers.
+  // Work::wait calls it; a backend calls it when a host-side step (e.g. NCCL's enqueue) overruns.
+  [[noreturn]] void raise_timeout(const CallInfo& info, std::chrono::milliseconds t);
 
  private:
   friend class Work;
@@ -207,7 +212,6 @@ class Communicator {
   void check_multiple(size_t big, size_t small, const char* op) const;
   void check_equal_blocks(size_t in, size_t out, const char* op) const;
   void check_counts(size_t in, std::span<const int64_t> sc, size_t out, std::span<const int64_t> rc) const;
-  [[noreturn]] void raise_timeout(const CallInfo& info, std::chrono::milliseconds t);
 
   int rank_;
   int size_;

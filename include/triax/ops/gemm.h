@@ -1,0 +1,25 @@
+// GEMM on the CPU: a thin, checked wrapper over OpenBLAS cblas_{s,d}gemm (row-major), and the one
+// place that knows how BLAS threads meet triax's OpenMP loops.
+#pragma once
+#include <cstdint>
+
+namespace triax::ops {
+
+enum class Trans : uint8_t { no, yes };
+
+// C = alpha * op(A) * op(B) + beta * C, all row-major. C is (M, N) with row stride ldc >= N;
+// op(A) is (M, K): A is (M, K) with lda >= K when ta == no, (K, M) with lda >= M when yes; op(B) is
+// (K, N) likewise. beta == 0 ignores what C held (NaN included). ConfigError for a negative size,
+// a too-small leading dimension or a null pointer where elements are read or written.
+// Instantiated for float and double.
+template <class Real>
+void gemm(Trans ta, Trans tb, int M, int N, int K, Real alpha, const Real* A, int lda, const Real* B, int ldb, Real beta,
+          Real* C, int ldc);
+
+// True when calling gemm from inside an OpenMP parallel region is the efficient choice: BLAS is
+// sequential, OpenMP-built (it runs single-threaded inside a parallel region), or limited to one
+// thread. False for a multi-threaded pthreads OpenBLAS, whose own pool would fight OpenMP's; ops
+// with many small GEMMs (attention) then run their loop serially and let BLAS use the threads.
+bool gemm_nests_in_openmp();
+
+}  // namespace triax::ops

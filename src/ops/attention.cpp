@@ -1,0 +1,165 @@
+// Causal attention by query blocks. Forward, per (batch, head, query block): S = scale Q K^T
+// against the keys the block may see (GEMM), a stable softmax per row (max subtracted, masked
+// entries exactly 0), O = P V (GEMM), and lse kept. Backward, per (batch, head), query blocks in
+// order: P recomputed from lse, dP = dO V^T, dS = P (dP - rowsum(P dP)), dQ = scale dS K,
+// dK += scale dS^T Q, dV += P^T dO. Tasks are independent and each sums in a fixed order, so the
+// bits do not depend on the thread count or the schedule.
+#include "triax/ops/attention.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include <omp.h>
+
+#include "ops_common.h"
+#include "triax/ops/gemm.h"
+#include "triax/ops/vec_math.h"
+
+namespace triax::ops {
+namespace {
+
+void check_attention(const char* op, int B, int T, int C, int NH) {
+  detail::require_positive(op, "B", B);
+  detail::require_positive(op, "T", T);
+  detail::require_positive(op, "C", C);
+  detail::require_positive(op, "NH", NH);
+  if (C % NH != 0) TRIAX_THROW(ConfigError, "{}: {} heads do not divide C={}", op, NH, C);
+}
+
+// Row r of a block holds the scores of query i = i0 + r against keys [0, nk): keys j <= i are
+// valid. Turns valid scores into probabilities exp(s - shift) and zeroes the rest.
+template <class Real>
+void exp_row(Real* s, int valid, int nk, Real shift) {
+#pragma omp simd
+  for (int j = 0; j < valid; ++j) s[j] = vexp(s[j] - shift);
+  std::fill(s + valid, s + nk, Real(0));
+}
+
+}  // namespace
+
+template <class Real>
+void attention_forward(Real* out, Real* lse, const Real* qkv, int B, int T, int C, int NH) {
+  const char* op = "attention_forward";
+  check_attention(op, B, T, C, NH);
+  detail::require_pointer(op, "out", out);
+  detail::require_pointer(op, "lse", lse);
+  detail::require_pointer(op, "qkv", qkv);
+  const int hs = C / NH;
+  const int64_t C3 = int64_t{3} * C;
+  const Real scale = Real(1) / std::sqrt(static_cast<Real>(hs));
+  const int nqb = (T + kAttentionBlock - 1) / kAttentionBlock;
+  const int64_t tasks = int64_t{B} * NH * nqb;
+  const bool parallel = gemm_nests_in_openmp() && tasks > 1;
+  // Scratch per thread, allocated here: nothing may throw inside the parallel region.
+  const size_t block = static_cast<size_t>(kAttentionBlock) * T;
+  std::vector<Real> scratch(block * (parallel ? omp_get_max_threads() : 1));  // (bq, nk) scores, then probabilities
+#pragma omp parallel if (parallel)
+  {
+    Real* S = scratch.data() + block * omp_get_thread_num();
+#pragma omp for schedule(dynamic)
+    for (int64_t task = 0; task < tasks; ++task) {
+      // Last query blocks (the most keys) first, for a better dynamic balance.
+      const int qb = nqb - 1 - static_cast<int>(task % nqb);
+      const int h = static_cast<int>((task / nqb) % NH);
+      const int b = static_cast<int>(task / (int64_t{nqb} * NH));
+      const int i0 = qb * kAttentionBlock, i1 = std::min(T, i0 + kAttentionBlock);
+      const int bq = i1 - i0, nk = i1;
+      const Real* base = qkv + int64_t{b} * T * C3;
+      const Real* q = base + i0 * C3 + h * hs;  // (bq, hs) row stride 3C
+      const Real* k = base + C + h * hs;        // (nk, hs) row stride 3C
+      const Real* v = base + 2 * C + h * hs;    // (nk, hs) row stride 3C
+      gemm<Real>(Trans::no, Trans::yes, bq, nk, hs, scale, q, static_cast<int>(C3), k, static_cast<int>(C3), Real(0),
+                 S, nk);
+      Real* lse_bh = lse + (int64_t{b} * NH + h) * T;
+      for (int r = 0; r < bq; ++r) {
+        Real* s = S + int64_t{r} * nk;
+        const int valid = i0 + r + 1;
+        Real mx = -std::numeric_limits<Real>::infinity();
+#pragma omp simd reduction(max : mx)
+        for (int j = 0; j < valid; ++j) mx = std::max(mx, s[j]);
+        exp_row(s, valid, nk, mx);
+        Real sum = 0;
+#pragma omp simd reduction(+ : sum)
+        for (int j = 0; j < valid; ++j) sum += s[j];
+        const Real inv = Real(1) / sum;
+#pragma omp simd
+        for (int j = 0; j < valid; ++j) s[j] *= inv;
+        lse_bh[i0 + r] = mx + std::log(sum);
+      }
+      gemm<Real>(Trans::no, Trans::no, bq, hs, nk, Real(1), S, nk, v, static_cast<int>(C3), Real(0),
+                 out + (int64_t{b} * T + i0) * C + h * hs, C);
+    }
+  }
+}
+
+template <class Real>
+void attention_backward(Real* dqkv, const Real* dout, const Real* qkv, const Real* lse, int B, int T, int C, int NH) {
+  const char* op = "attention_backward";
+  check_attention(op, B, T, C, NH);
+  detail::require_pointer(op, "dqkv", dqkv);
+  detail::require_pointer(op, "dout", dout);
+  detail::require_pointer(op, "qkv", qkv);
+  detail::require_pointer(op, "lse", lse);
+  const int hs = C / NH;
+  const int64_t C3 = int64_t{3} * C;
+  const int ld3 = static_cast<int>(C3);
+  const Real scale = Real(1) / std::sqrt(static_cast<Real>(hs));
+  const int nqb = (T + kAttentionBlock - 1) / kAttentionBlock;
+  const int64_t tasks = int64_t{B} * NH;  // dK and dV of a head sum over all its query blocks
+  const bool parallel = gemm_nests_in_openmp() && tasks > 1;
+  const size_t block = static_cast<size_t>(kAttentionBlock) * T;
+  std::vector<Real> scratch(2 * block * (parallel ? omp_get_max_threads() : 1));
+#pragma omp parallel if (parallel)
+  {
+    Real* P = scratch.data() + 2 * block * omp_get_thread_num();  // (bq, nk) probabilities
+    Real* dS = P + block;                                          // (bq, nk) dP, then dS
+#pragma omp for schedule(dynamic)
+    for (int64_t task = 0; task < tasks; ++task) {
+      const int h = static_cast<int>(task % NH);
+      const int b = static_cast<int>(task / NH);
+      const Real* base = qkv + int64_t{b} * T * C3;
+      const Real* k = base + C + h * hs;
+      const Real* v = base + 2 * C + h * hs;
+      Real* dbase = dqkv + int64_t{b} * T * C3;
+      Real* dk = dbase + C + h * hs;
+      Real* dv = dbase + 2 * C + h * hs;
+      for (int t = 0; t < T; ++t) {
+        std::fill(dk + t * C3, dk + t * C3 + hs, Real(0));
+        std::fill(dv + t * C3, dv + t * C3 + hs, Real(0));
+      }
+      const Real* lse_bh = lse + (int64_t{b} * NH + h) * T;
+      for (int qb = 0; qb < nqb; ++qb) {
+        const int i0 = qb * kAttentionBlock, i1 = std::min(T, i0 + kAttentionBlock);
+        const int bq = i1 - i0, nk = i1;
+        const Real* q = base + i0 * C3 + h * hs;
+        const Real* dO = dout + (int64_t{b} * T + i0) * C + h * hs;  // (bq, hs) row stride C
+        gemm<Real>(Trans::no, Trans::yes, bq, nk, hs, scale, q, ld3, k, ld3, Real(0), P, nk);
+        gemm<Real>(Trans::no, Trans::yes, bq, nk, hs, Real(1), dO, C, v, ld3, Real(0), dS, nk);
+        for (int r = 0; r < bq; ++r) {
+          Real* p = P + int64_t{r} * nk;
+          Real* ds = dS + int64_t{r} * nk;
+          const int valid = i0 + r + 1;
+          exp_row(p, valid, nk, lse_bh[i0 + r]);
+          Real dot = 0;
+#pragma omp simd reduction(+ : dot)
+          for (int j = 0; j < valid; ++j) dot += p[j] * ds[j];
+#pragma omp simd
+          for (int j = 0; j < valid; ++j) ds[j] = p[j] * (ds[j] - dot);
+          std::fill(ds + valid, ds + nk, Real(0));
+        }
+        gemm<Real>(Trans::no, Trans::no, bq, hs, nk, scale, dS, nk, k, ld3, Real(0), dbase + i0 * C3 + h * hs, ld3);
+        gemm<Real>(Trans::yes, Trans::no, nk, hs, bq, scale, dS, nk, q, ld3, Real(1), dk, ld3);
+        gemm<Real>(Trans::yes, Trans::no, nk, hs, bq, Real(1), P, nk, dO, C, Real(1), dv, ld3);
+      }
+    }
+  }
+}
+
+template void attention_forward<float>(float*, float*, const float*, int, int, int, int);
+template void attention_forward<double>(double*, double*, const double*, int, int, int, int);
+template void attention_backward<float>(float*, const float*, const float*, const float*, int, int, int, int);
+template void attention_backward<double>(double*, const double*, const double*, const double*, int, int, int, int);
+
+}  // namespace triax::ops

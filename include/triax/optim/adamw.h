@@ -1,0 +1,40 @@
+// AdamW on flat fp32 spans: one fused, memory-bound pass over (param, grad, m, v) with decoupled
+// weight decay and bias correction. The same kernel serves a whole ParamStore (one call per
+// parameter) and a ZeRO-1 shard (one call per shard segment), so both paths give identical bits.
+#pragma once
+#include <cstdint>
+#include <span>
+
+#include "triax/core/error.h"
+
+namespace triax {
+
+struct AdamWConfig {
+  float beta1 = 0.9f;
+  float beta2 = 0.95f;
+  float eps = 1e-8f;
+  // Decoupled decay coefficient; applied only to parameters whose ParamSpec::weight_decay is set.
+  float weight_decay = 0.1f;
+};
+
+// Throws ConfigError unless 0 <= beta < 1, eps > 0 and weight_decay >= 0 (all finite).
+void validate(const AdamWConfig& cfg);
+
+// Per-step scalars shared by every call of one optimizer step.
+struct AdamWStep {
+  float lr = 0.0f;
+  int64_t t = 1;             // 1-based count of applied steps (bias correction uses beta^t)
+  float grad_scale = 1.0f;   // multiplies every gradient first (the clip coefficient)
+};
+
+// One fused pass, element i:
+//   g    = grad[i] * grad_scale
+//   m    = beta1 m + (1 - beta1) g
+//   v    = beta2 v + (1 - beta2) g^2
+//   p   -= lr * ( (m / (1 - beta1^t)) / (sqrt(v / (1 - beta2^t)) + eps) + weight_decay * p )
+// weight_decay is the value for this span (the config's, or 0 for parameters without decay).
+// All four spans have the same length (ConfigError otherwise).
+void adamw_update(std::span<float> param, std::span<const float> grad, std::span<float> m, std::span<float> v,
+                  const AdamWConfig& cfg, float weight_decay, const AdamWStep& step);
+
+}  // namespace triax

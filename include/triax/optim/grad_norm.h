@@ -1,0 +1,35 @@
+// Global gradient norm over every shard of the model (replicated copies counted once, via
+// ParamSpec::norm_owner), clipping by it, and the agreement of all ranks on a non-finite norm.
+#pragma once
+#include <span>
+
+#include "triax/dist/grid.h"
+#include "triax/model/params.h"
+#include "triax/optim/grad_buffer.h"
+
+namespace triax {
+
+// Sum of squares (in double) of the gradients of this rank's norm_owner parameters: the full
+// flat gradients, or, under ZeRO-1, only the shard segments of `zero` (a reduce_scatter
+// GradBuffer after finish()). NaN/inf propagate.
+double local_grad_sumsq(const ParamStore& store);
+double local_grad_sumsq(const ParamStore& store, const GradBuffer& zero);
+
+// L2 norm of the full gradient of the model, after the DP reduction, identical on every rank.
+//  - without ZeRO (zero == nullptr): the DP replicas hold the same reduced gradients, so the sum
+//    runs over the model-parallel group (tp x pp) of DP rank 0; the other replicas add 0, or
+//    their own NaN/inf, so a non-finite value anywhere reaches every rank.
+//  - with ZeRO: every rank holds a distinct shard of the reduced gradients; the sum runs over
+//    tp x pp x dp.
+// Both are one all-reduce of one double on grid.world() (tp x pp x dp = world).
+double global_grad_norm(const ParamStore& store, ProcessGrid& grid, const GradBuffer* zero = nullptr);
+
+// max_norm / (norm + 1e-6) when norm > max_norm, else 1 (also when max_norm <= 0: no clipping).
+double clip_coefficient(double norm, double max_norm);
+
+// Computes the global norm and, if it is finite and above max_norm, scales the gradients in
+// place (the full flat gradients, or the ZeRO shard) by the clip coefficient. Returns the norm
+// before clipping. (Optimizer::step folds the coefficient into the AdamW pass instead.)
+double clip_grad_norm(ParamStore& store, ProcessGrid& grid, double max_norm, GradBuffer* zero = nullptr);
+
+}  // namespace triax

@@ -1,0 +1,77 @@
+// Optimizer: one training step's update for one pipeline stage, put together from the pieces:
+// finish the DP gradient sync (GradBuffer), global gradient norm, skip on a non-finite norm,
+// clip, fused AdamW (over the whole store, or this rank's ZeRO-1 shard), ZeRO-1 all-gather.
+#pragma once
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "triax/dist/grid.h"
+#include "triax/model/params.h"
+#include "triax/optim/adamw.h"
+#include "triax/optim/grad_buffer.h"
+#include "triax/optim/zero.h"
+
+namespace triax {
+
+struct OptimizerConfig {
+  AdamWConfig adamw;
+  double max_grad_norm = 1.0;  // clip the global norm to this; <= 0 disables clipping
+  bool zero1 = false;          // ZeRO-1: reduce-scatter, sharded Adam state, all-gather params
+  // Buckets and overlap. sync is set from zero1. For a tied embedding set tied_param; embedding
+  // defaults to grid.embedding().
+  GradBufferOptions grad_sync;
+};
+
+struct StepReport {
+  double grad_norm = 0;       // global norm before clipping (NaN/inf when the step was skipped)
+  double clip_coef = 1;       // applied to the gradients (1: not clipped)
+  bool skipped = false;       // non-finite norm: parameters and Adam state untouched
+  int64_t applied_steps = 0;  // steps applied so far (AdamW's t of this step)
+  int64_t skipped_steps = 0;  // iterations skipped so far
+  GradSyncStats sync;         // the gradient synchronisation of this step
+  double update_s = 0;        // norm + AdamW
+  double gather_s = 0;        // ZeRO-1 parameter all-gather
+};
+
+class Optimizer {
+ public:
+  // The store must be finalized, with pad_to = grid.dp().size() under ZeRO-1. Store and grid
+  // must outlive the optimizer.
+  Optimizer(ParamStore& store, ProcessGrid& grid, const OptimizerConfig& cfg);
+
+  // The executor calls mark_ready()/progress() on it during the last micro-batch's backward.
+  GradBuffer& grad_buffer() { return grads_; }
+
+  // After backward of the last micro-batch: finishes the gradient sync (GradBuffer::finish),
+  // then updates the parameters with learning rate lr. All ranks take or skip the step together.
+  // Afterwards flat_grads hold the DP-reduced, unclipped gradients (plain DP) or this rank's
+  // unreduced ones (ZeRO-1); zero them before the next step's first micro-batch.
+  StepReport step(double lr);
+
+  int64_t applied_steps() const { return applied_; }
+  int64_t skipped_steps() const { return skipped_; }
+  // For checkpoint restore.
+  void set_step_counts(int64_t applied, int64_t skipped);
+  const OptimizerConfig& config() const { return cfg_; }
+  bool zero1() const { return cfg_.zero1; }
+
+  // Adam moments: the whole flat buffer (padded_numel) or, under ZeRO-1, this rank's shard
+  // (grad_buffer().shard_size(); layout in zero.h).
+  std::span<float> exp_avg() { return m_; }
+  std::span<float> exp_avg_sq() { return v_; }
+  const std::vector<UpdateRange>& ranges() const { return ranges_; }
+
+ private:
+  static GradBufferOptions sync_options(const OptimizerConfig& cfg, ProcessGrid& grid);
+
+  ParamStore& store_;
+  ProcessGrid& grid_;
+  OptimizerConfig cfg_;
+  GradBuffer grads_;
+  std::vector<UpdateRange> ranges_;
+  std::vector<float> m_, v_, staging_;
+  int64_t applied_ = 0, skipped_ = 0;
+};
+
+}  // namespace triax

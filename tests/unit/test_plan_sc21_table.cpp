@@ -55,3 +55,16 @@ TEST_CASE("malformed tables name the file, line and problem") {
   }
   CHECK_THROWS_WITH(load_sc21_table(dir.path() / "absent.csv"), Catch::Contains("absent.csv: cannot open"));
 }
+
+TEST_CASE("a row no micro-batch size can fit is an error naming the row") {
+  Sc21Row r;
+  r.params_billion = 1008;
+  r.heads = 160;
+  r.hidden = 25600;
+  r.layers = 128;
+  r.tp = r.pp = r.dp = r.gpus = 1;
+  r.global_batch = 8;
+  r.tflops_per_gpu = 163;
+  const CollectiveModel net(cluster_preset("selene-a100"));
+  CHECK_THROWS_WITH(predict_sc21_row(r, net), Catch::Contains("1008B (tp1 pp1 dp1): no micro-batch size fits"));
+}

@@ -1,0 +1,226 @@
+// triax-plan: the planner's command line. With tp, pp, dp and the micro-batch size given it
+// estimates that layout; with any of them left out it searches every valid layout for --gpus.
+// --validate-sc21 predicts the Megatron-LM SC21 Table 1 rows. Exit codes: 0 ok, 1 error in the
+// input files or the model, 2 bad command line, 3 search found no layout that fits.
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include <cmath>
+#include <cstdio>
+#include <optional>
+
+#include "triax/core/error.h"
+#include "triax/plan/report.h"
+#include "triax/plan/validation.h"
+
+using namespace triax::plan;
+
+namespace {
+
+std::string validation_table(const std::vector<Sc21Prediction>& preds) {
+  std::string out = fmt::format("{:>8} {:>4} {:>3} {:>3} {:>4} {:>6}  {:<36} {:>9} {:>9} {:>7}\n", "params", "tp",
+                                "pp", "dp", "gpus", "batch", "chosen layout", "predicted", "published", "error");
+  double sum = 0, worst = 0;
+  for (const auto& p : preds) {
+    out += fmt::format("{:>7.1f}B {:>4} {:>3} {:>3} {:>4} {:>6}  {:<36} {:>9.1f} {:>9.1f} {:>+6.1f}%\n",
+                       p.row.params_billion, p.row.tp, p.row.pp, p.row.dp, p.row.gpus, p.row.global_batch,
+                       describe(p.estimate.layout), p.predicted_tflops, p.row.tflops_per_gpu, 100 * p.error);
+    sum += std::abs(p.error);
+    worst = std::max(worst, std::abs(p.error));
+  }
+  out += fmt::format("mean |error| {:.1f}%, worst {:.1f}% (TFLOP/s per GPU, Eq. 3 counting)\n",
+                     100 * sum / preds.size(), 100 * worst);
+  return out;
+}
+
+// Counts and sizes: a positive integer, with a message that says so.
+const CLI::Validator kPositive(
+    [](std::string& s) -> std::string {
+      try {
+        size_t pos = 0;
+        const long v = std::stol(s, &pos);
+        if (pos == s.size() && v > 0) return {};
+      } catch (const std::exception&) {
+      }
+      return "must be a positive integer, got '" + s + "'";
+    },
+    "POSITIVE");
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"triax-plan: predict seconds per iteration, TFLOP/s, MFU and memory of a 3D-parallel "
+               "Transformer layout on a cluster, or search for the best layouts (docs/PLANNER.md)"};
+
+  std::string model_name, cluster_spec = "selene-a100", calibration, validate_csv, software = "triax";
+  ModelShape shape;
+  int gpus = 0, tp = 0, pp = 0, dp = 0, vpp = 0, mbs = 0, top_k = 5;
+  std::string schedule, recompute, precision = "bf16", attention;
+  bool sp = false, zero1 = false, json = false, dropout = false, cross_node_tp = false;
+  bool no_dp_overlap = false, grad_half = false, no_scatter_gather = false, list = false;
+
+  app.add_option("--model", model_name, "model preset (see --list)");
+  app.add_option("--layers", shape.layers, "Transformer layers")->check(kPositive);
+  app.add_option("--hidden", shape.hidden, "hidden size")->check(kPositive);
+  app.add_option("--heads", shape.heads, "attention heads")->check(kPositive);
+  app.add_option("--ffn", shape.ffn, "MLP inner size (default 4 x hidden)")->check(kPositive);
+  app.add_option("--vocab", shape.vocab, "vocabulary size")->check(kPositive);
+  app.add_option("--seq", shape.seq, "sequence length")->check(kPositive);
+  app.add_option("--global-batch", shape.global_batch, "sequences per iteration")->check(kPositive);
+  app.add_option("--cluster", cluster_spec, "cluster preset name or FILE.toml")->capture_default_str();
+  app.add_option("--calibration", calibration, "collective calibration (.json or .toml) measured on the cluster");
+  app.add_option("--gpus", gpus, "GPUs to use (search mode)")->check(kPositive);
+  app.add_option("--tp", tp, "tensor-parallel size")->check(kPositive);
+  app.add_option("--pp", pp, "pipeline-parallel size")->check(kPositive);
+  app.add_option("--dp", dp, "data-parallel size")->check(kPositive);
+  app.add_option("--vpp", vpp, "model chunks per pipeline rank (interleaved)")->check(kPositive);
+  app.add_option("--micro-batch-size,--mbs", mbs, "sequences per micro-batch")->check(kPositive);
+  app.add_option("--schedule", schedule, "pipeline schedule")->check(CLI::IsMember({"gpipe", "1f1b", "interleaved", "zb-h1"}));
+  app.add_option("--recompute", recompute, "activation recomputation")->check(CLI::IsMember({"none", "selective", "full"}));
+  auto* sp_opt = app.add_flag("--sequence-parallel,!--no-sequence-parallel", sp, "sequence parallelism (tp > 1)");
+  auto* zero_opt = app.add_flag("--zero1,!--no-zero1", zero1, "shard optimizer state over dp (ZeRO-1)");
+  auto* precision_opt =
+      app.add_option("--precision", precision, "compute precision (megatron-sc21 software: fp16 unless given)")
+          ->check(CLI::IsMember({"bf16", "fp16", "fp32"}))
+          ->capture_default_str();
+  app.add_option("--software", software,
+                 "runtime behaviour: triax (overlapped fp32 grad reduce, fused attention) or megatron-sc21 "
+                 "(the 2021 paper's Megatron-LM: fp16, unfused attention with dropout, no overlap)")
+      ->check(CLI::IsMember({"triax", "megatron-sc21"}))
+      ->capture_default_str();
+  app.add_option("--attention", attention, "attention kernel (overrides --software)")->check(CLI::IsMember({"fused", "unfused"}));
+  app.add_flag("--dropout", dropout, "dropout on (stores masks)");
+  app.add_flag("--no-dp-overlap", no_dp_overlap, "DP gradient reduction after backward, not overlapped");
+  app.add_flag("--grad-reduce-half", grad_half, "accumulate and reduce gradients in bf16/fp16 instead of fp32");
+  app.add_flag("--no-pp-scatter-gather", no_scatter_gather, "send whole activations between nodes");
+  app.add_flag("--allow-cross-node-tp", cross_node_tp, "allow tp groups larger than a node");
+  app.add_option("--top-k", top_k, "layouts to show in search mode")->check(kPositive)->capture_default_str();
+  app.add_flag("--json", json, "print one JSON object instead of tables");
+  app.add_option("--validate-sc21", validate_csv, "predict the rows of a Megatron-LM SC21 Table 1 CSV");
+  app.add_flag("--list", list, "list model and cluster presets");
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    std::fprintf(stderr, "triax-plan: error: %s\nRun 'triax-plan --help' for the options.\n", e.what());
+    return 2;
+  }
+
+  try {
+    if (list) {
+      fmt::print("models:\n");
+      for (const auto& m : model_presets())
+        fmt::print("  {:<15} {:>4} layers, hidden {:>5}, heads {:>3}, vocab {:>6}, seq {:>5}, batch {:>5}  {:.2f}B\n",
+                   m.name, m.layers, m.hidden, m.heads, m.vocab, m.seq, m.global_batch, total_parameters(m) / 1e9);
+      fmt::print("clusters:\n");
+      for (const auto& c : cluster_presets())
+        fmt::print("  {:<12} {} x {} devices: {}\n", c.name, c.nodes, c.gpus_per_node, c.description);
+      return 0;
+    }
+
+    Cluster cluster = resolve_cluster(cluster_spec);
+    Calibration cal;
+    if (!calibration.empty()) cal = load_calibration(calibration);
+    const CollectiveModel net(cluster, cal);
+
+    if (!validate_csv.empty()) {
+      std::vector<Sc21Prediction> preds;
+      for (const auto& row : load_sc21_table(validate_csv)) preds.push_back(predict_sc21_row(row, net));
+      if (json) {
+        std::string out = "[";
+        for (size_t i = 0; i < preds.size(); ++i) {
+          out += fmt::format("{}{{\"params_billion\": {}, \"published_tflops\": {}, \"predicted_tflops\": {:.2f}, "
+                             "\"error\": {:.4f}, \"estimate\": {}}}",
+                             i ? ",\n" : "\n", preds[i].row.params_billion, preds[i].row.tflops_per_gpu,
+                             preds[i].predicted_tflops, preds[i].error, estimate_json(preds[i].estimate, -1));
+        }
+        fmt::print("{}\n]\n", out);
+      } else {
+        fmt::print("{}", validation_table(preds));
+      }
+      return 0;
+    }
+
+    // The model: a preset, then any shape flag on top of it.
+    ModelShape m;
+    if (!model_name.empty()) m = model_preset(model_name);
+    if (shape.layers) m.layers = shape.layers;
+    if (shape.hidden) m.hidden = shape.hidden;
+    if (shape.heads) m.heads = shape.heads;
+    if (shape.ffn) m.ffn = shape.ffn;
+    if (shape.vocab) m.vocab = shape.vocab;
+    if (shape.seq) m.seq = shape.seq;
+    if (shape.global_batch) m.global_batch = shape.global_batch;
+    if (model_name.empty() && (!m.layers || !m.hidden || !m.heads || !m.vocab || !m.seq || !m.global_batch)) {
+      std::fprintf(stderr, "triax-plan: error: give --model NAME, or all of --layers --hidden --heads --vocab "
+                           "--seq --global-batch\n");
+      return 2;
+    }
+    validate(m);
+
+    Layout base = software == "megatron-sc21" ? sc21_software() : Layout{};
+    base.recompute = Recompute::none;
+    if (software != "megatron-sc21" || precision_opt->count()) base.precision = parse_precision(precision);
+    if (!attention.empty()) base.attention = parse_attention(attention);
+    if (dropout) base.dropout = true;
+    if (no_dp_overlap) base.dp_overlap = false;
+    if (grad_half) base.grad_reduce_fp32 = false;
+    if (no_scatter_gather) base.pp_scatter_gather = false;
+    LayoutRules rules;
+    rules.allow_cross_node_tp = cross_node_tp;
+
+    const bool single = tp && pp && dp && mbs;
+    if (single) {
+      if (gpus && gpus != tp * pp * dp) {
+        std::fprintf(stderr, "triax-plan: error: --gpus %d but tp*pp*dp = %d\n", gpus, tp * pp * dp);
+        return 2;
+      }
+      Layout l = base;
+      l.tp = tp;
+      l.pp = pp;
+      l.dp = dp;
+      l.micro_batch = mbs;
+      l.vpp = vpp ? vpp : 1;
+      l.schedule = !schedule.empty() ? parse_schedule(schedule)
+                                     : (l.vpp > 1 ? Schedule::interleaved : Schedule::one_f_one_b);
+      l.recompute = recompute.empty() ? Recompute::none : parse_recompute(recompute);
+      l.sequence_parallel = sp;
+      l.zero1 = zero1;
+      const Estimate e = estimate(m, net, l, rules);
+      fmt::print("{}\n", json ? estimate_json(e) : format_estimate(e));
+      return 0;
+    }
+
+    SearchSpace space;
+    space.gpus = gpus ? gpus : (tp && pp && dp ? tp * pp * dp : 0);
+    if (!space.gpus) {
+      std::fprintf(stderr, "triax-plan: error: search mode (tp, pp, dp or --micro-batch-size left out) needs --gpus\n");
+      return 2;
+    }
+    if (tp) space.tp = {tp};
+    if (pp) space.pp = {pp};
+    if (dp) space.dp = {dp};
+    if (vpp) space.vpp = {vpp};
+    if (mbs) space.micro_batch = {mbs};
+    if (!schedule.empty()) space.schedules = {parse_schedule(schedule)};
+    if (!recompute.empty()) space.recompute = {parse_recompute(recompute)};
+    if (sp_opt->count()) space.sequence_parallel = {sp};
+    if (zero_opt->count()) space.zero1 = {zero1};
+    space.base = base;
+    space.rules = rules;
+    space.top_k = top_k;
+    const SearchResult r = search(m, net, space);
+    fmt::print("{}\n", json ? search_json(r) : format_search(r));
+    if (r.best.empty()) {
+      if (!json) std::fprintf(stderr, "triax-plan: no layout of %s fits on %d GPUs of %s\n", m.name.c_str(), space.gpus,
+                              cluster.name.c_str());
+      return 3;
+    }
+    return 0;
+  } catch (const triax::Error& e) {
+    std::fprintf(stderr, "triax-plan: error: %s\n", e.what());
+    return 1;
+  }
+}

@@ -1,0 +1,73 @@
+// Predicts one training iteration of a layout: seconds broken down into compute, pipeline bubble,
+// exposed TP / PP / DP communication and optimizer; executed and model FLOPs (TFLOP/s, MFU); and
+// memory per device. Equations and their sources: docs/PLANNER.md.
+#pragma once
+#include <string>
+
+#include "triax/plan/cluster.h"
+#include "triax/plan/collective_model.h"
+#include "triax/plan/layout.h"
+#include "triax/plan/model_shape.h"
+
+namespace triax::plan {
+
+// FLOPs of one iteration of the whole job.
+struct IterationFlops {
+  double model = 0;     // forward + backward, no recomputation: what MFU counts
+  double executed = 0;  // including recomputed forward work: what TFLOP/s counts
+};
+// Recomputation adds the layers' forward (full) or the attention core's forward (selective, with
+// the unfused kernel; a fused kernel never stores the scores, so selective recomputes nothing).
+IterationFlops iteration_flops(const ModelShape& m, const Layout& l);
+
+// Seconds per iteration on the slowest pipeline rank.
+struct TimeBreakdown {
+  double compute = 0;    // kernels of the busiest rank (GEMMs, memory-bound ops, recompute)
+  double bubble = 0;     // pipeline fill / drain idle time and stage imbalance
+  double tp_comm = 0;    // tensor-parallel collectives (not overlapped)
+  double pp_comm = 0;    // pipeline point-to-point sends on the critical path
+  double dp_comm = 0;    // data-parallel gradient reduction left exposed after overlap
+  double optimizer = 0;  // AdamW update, grad-norm and zeroing (memory bound)
+  double total() const { return compute + bubble + tp_comm + pp_comm + dp_comm + optimizer; }
+};
+
+// Bytes per device on the pipeline rank that needs the most.
+struct MemoryBreakdown {
+  double weights = 0;
+  double gradients = 0;
+  double optimizer = 0;     // fp32 master copy + Adam moments (divided by dp under ZeRO-1)
+  double activations = 0;   // stored for backward over all in-flight micro-batches + working set
+  double comm_buffers = 0;  // p2p receive buffers and collective library buffers
+  double reserved = 0;      // context / workspaces / allocator slack (cluster)
+  double capacity = 0;
+  int stage = 0;            // the pipeline rank these numbers are for
+  double total() const {
+    return weights + gradients + optimizer + activations + comm_buffers + reserved;
+  }
+  bool fits() const { return total() <= capacity; }
+};
+
+struct Estimate {
+  ModelShape model;
+  Layout layout;
+  std::string cluster;
+  long micro_batches = 0;
+  TimeBreakdown time;
+  MemoryBreakdown memory;
+  IterationFlops flops;
+  double seconds_per_iteration = 0;
+  double tflops_per_gpu = 0;  // executed FLOPs / (seconds * gpus), recompute included
+  double mfu = 0;             // model FLOPs / (seconds * gpus * peak)
+  double tokens_per_second = 0;
+  std::string dp_algorithm;   // ring or tree, as chosen for the gradient reduction
+};
+
+// Throws ConfigError (with layout_problem's reason) when the layout cannot run the model.
+Estimate estimate(const ModelShape& m, const CollectiveModel& net, const Layout& l,
+                  const LayoutRules& rules = {});
+
+// Korthikanti et al. 2022 activation bytes of one layer for one micro-batch, stored for backward,
+// per tensor-parallel rank (their Table 2 generalised to any ffn width, dtype and dropout).
+double layer_activation_bytes(const ModelShape& m, const Layout& l);
+
+}  // namespace triax::plan

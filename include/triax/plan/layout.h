@@ -1,0 +1,72 @@
+// A 3D-parallel layout and the software options that change its cost: tp x pp x dp, virtual
+// stages, micro-batch size, schedule, recomputation, sequence parallel, ZeRO-1, precision.
+// layout_problem() says why a layout cannot run a model on a cluster (the planner's "invalid").
+#pragma once
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "triax/plan/cluster.h"
+#include "triax/plan/model_shape.h"
+
+namespace triax::plan {
+
+enum class Schedule { gpipe, one_f_one_b, interleaved, zb_h1 };
+enum class Recompute { none, selective, full };
+enum class Precision { bf16, fp16, fp32 };
+// fused: one attention kernel that never writes the s x s scores (FlashAttention-style);
+// unfused: QK^T, softmax and AV as separate kernels that store the scores (Megatron-LM 2021).
+enum class AttentionKernel { fused, unfused };
+
+std::string_view to_string(Schedule s);
+std::string_view to_string(Recompute r);
+std::string_view to_string(Precision p);
+std::string_view to_string(AttentionKernel a);
+// Parsers accept exactly the names to_string prints (1f1b, zb-h1, ...); ConfigError otherwise.
+Schedule parse_schedule(std::string_view s);
+Recompute parse_recompute(std::string_view s);
+Precision parse_precision(std::string_view s);
+AttentionKernel parse_attention(std::string_view s);
+
+struct Layout {
+  int tp = 1;
+  int pp = 1;
+  int dp = 1;
+  int vpp = 1;          // model chunks per pipeline rank (interleaved schedule only)
+  int micro_batch = 1;  // sequences per micro-batch
+  Schedule schedule = Schedule::one_f_one_b;
+  Recompute recompute = Recompute::none;
+  bool sequence_parallel = false;
+  bool zero1 = false;  // optimizer state (fp32 master, Adam m and v) sharded over dp
+  Precision precision = Precision::bf16;
+
+  // Software behaviour of the runtime being modelled (triax defaults; Megatron-LM 2021 differs).
+  bool dp_overlap = true;         // DP reduction in buckets, hidden behind the last backward
+  bool grad_reduce_fp32 = true;   // gradients accumulated and reduced in fp32
+  bool pp_scatter_gather = true;  // cross-node p2p split over the tp ranks, re-gathered on NVLink
+  bool dropout = false;           // dropout masks stored and applied (hidden and attention)
+  AttentionKernel attention = AttentionKernel::fused;
+
+  int gpus() const { return tp * pp * dp; }
+};
+
+// Bytes of one activation element, one parameter, one gradient element.
+int activation_bytes(const Layout& l);
+int parameter_bytes(const Layout& l);
+int gradient_bytes(const Layout& l);
+// Micro-batches per pipeline per iteration: global_batch / (dp * micro_batch).
+long micro_batches(const ModelShape& m, const Layout& l);
+
+struct LayoutRules {
+  bool allow_cross_node_tp = false;  // tp larger than a node's GPUs (all-reduces over the NICs)
+};
+
+// Why `l` cannot run `m` on `c` (short sentence naming the numbers), or nullopt when it can.
+// Memory is not checked here: that is the cost model's "fits".
+std::optional<std::string> layout_problem(const ModelShape& m, const Cluster& c, const Layout& l,
+                                          const LayoutRules& rules = {});
+
+// "tp2 pp4 dp8 v2 mbs1 interleaved full sp zero1" style summary.
+std::string describe(const Layout& l);
+
+}  // namespace triax::plan

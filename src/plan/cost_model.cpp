@@ -1,0 +1,377 @@
+// The cost model: roofline kernel times per layer, exposed collectives, pipeline schedule timing,
+// DP reduction with overlap, optimizer streaming, and per-stage memory. docs/PLANNER.md writes
+// every equation out with its source.
+#include "triax/plan/cost_model.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "triax/core/error.h"
+
+namespace triax::plan {
+
+namespace {
+
+constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+
+// Roofline of one device: a kernel takes the longer of its FLOPs at the achieved GEMM rate and its
+// bytes at the achieved memory bandwidth, plus the launch gap.
+struct Device {
+  double flop_rate;   // FLOP/s
+  double byte_rate;   // bytes/s
+  double overhead_s;  // per kernel
+  double kernel(double flops, double bytes) const {
+    return std::max(flops / flop_rate, bytes / byte_rate) + overhead_s;
+  }
+  double stream(double bytes) const { return bytes / byte_rate + overhead_s; }
+  // C(m x n) = A(m x k) B(k x n), `batch` times, elements of e bytes.
+  double gemm(double m, double n, double k, double batch, double e) const {
+    return kernel(2 * m * n * k * batch, e * batch * (m * k + k * n + m * n));
+  }
+};
+
+// Times of one layer for one micro-batch on one tensor-parallel rank.
+struct LayerTimes {
+  double fwd = 0;        // forward kernels
+  double bwd_input = 0;  // backward kernels producing input gradients (incl. elementwise)
+  double bwd_weight = 0; // weight-gradient GEMMs (ZB-H1 defers these)
+  double recompute = 0;  // forward work redone in backward
+  double tp_fwd = 0, tp_bwd = 0, tp_recompute = 0;
+};
+
+LayerTimes layer_times(const ModelShape& m, const Layout& l, const Device& dev, const CollectiveModel& net) {
+  const double b = l.micro_batch, s = m.seq, h = m.hidden, f = m.ffn_hidden(), a = m.heads;
+  const double t = l.tp, e = activation_bytes(l);
+  const double M = b * s;                                // tokens in the micro-batch
+  const double rows = l.sequence_parallel ? M / t : M;   // tokens of LayerNorm / dropout / residual ops
+  const double dh = h / a, at = a / t;                   // head dim, heads per rank
+  const double mask = l.dropout ? 1 : 0;
+  LayerTimes r;
+
+  // Linear layers (column-parallel QKV and fc1, row-parallel projection and fc2).
+  const double lin = dev.gemm(M, 3 * h / t, h, 1, e) + dev.gemm(M, h, h / t, 1, e) +
+                     dev.gemm(M, f / t, h, 1, e) + dev.gemm(M, h, f / t, 1, e);
+  r.fwd += lin;
+  r.bwd_input += lin;   // dgrad: same FLOPs and operand sizes as the forward GEMM
+  r.bwd_weight += lin;  // wgrad: likewise
+
+  // Attention core.
+  double attn_fwd = 0, attn_bwd = 0;
+  if (l.attention == AttentionKernel::unfused) {
+    const double scores = b * at * s * s;  // elements of the s x s score matrices on this rank
+    const double qk = dev.gemm(s, s, dh, b * at, e), av = dev.gemm(s, dh, s, b * at, e);
+    attn_fwd = qk + av + dev.stream(2 * e * scores);                 // scale+mask+softmax fused
+    attn_bwd = 2 * qk + 2 * av + dev.stream(3 * e * scores);         // softmax backward
+    if (l.dropout) {
+      attn_fwd += dev.stream((2 * e + 1) * scores);
+      attn_bwd += dev.stream((2 * e + 1) * scores);
+    }
+  } else {
+    // One fused kernel: 4 b s^2 h / t FLOPs forward; backward recomputes the scores and runs four
+    // more matmuls (2.5x the forward FLOPs). Bytes: Q, K, V, O (and their gradients).
+    const double flops = 4 * b * s * s * h / t;
+    attn_fwd = dev.kernel(flops, 4 * e * M * h / t);
+    attn_bwd = dev.kernel(2.5 * flops, 8 * e * M * h / t);
+  }
+  r.fwd += attn_fwd;
+  r.bwd_input += attn_bwd;
+
+  // Memory-bound elementwise kernels: 2 LayerNorms, 2 bias(-dropout)-residual adds, bias+GeLU.
+  const double ew_fwd = dev.stream(2 * e * rows * h) * 2 + dev.stream((3 * e + mask) * rows * h) * 2 +
+                        dev.stream(2 * e * M * f / t);
+  r.fwd += ew_fwd;
+  r.bwd_input += 2 * ew_fwd;  // backward reads saved input and output gradient, writes input gradient
+
+  if (l.recompute == Recompute::full) r.recompute = r.fwd;
+  if (l.recompute == Recompute::selective && l.attention == AttentionKernel::unfused) r.recompute = attn_fwd;
+
+  // Tensor-parallel collectives of the layer, on the critical path (not overlapped).
+  if (l.tp > 1) {
+    const GroupPlacement g = place_group(net.cluster(), l.tp, 1);
+    const double bytes = e * M * h;
+    double per_pass;  // the collectives of one pass over the layer (forward or backward)
+    if (l.sequence_parallel) {
+      per_pass = 2 * (net.seconds(CollectiveOp::all_gather, g, bytes) +
+                      net.seconds(CollectiveOp::reduce_scatter, g, bytes));
+    } else {
+      per_pass = 2 * net.seconds(CollectiveOp::all_reduce, g, bytes);
+    }
+    r.tp_fwd = per_pass;
+    r.tp_bwd = per_pass;
+    if (l.recompute == Recompute::full) r.tp_recompute = per_pass;
+  }
+  return r;
+}
+
+// Per micro-batch work on a pipeline rank, split the way the schedules need it.
+struct StageTimes {
+  double compute = 0;  // all kernels
+  double tp = 0;       // tensor-parallel collectives
+  double pp = 0;       // p2p sends and receives on the critical path
+  double fwd = 0;      // forward share of compute + tp + pp (ZB-H1 bubble)
+  double bwd_input = 0;
+  double bwd_weight = 0;
+  double backward_tail = 0;  // backward of one micro-batch: the window DP reduction can hide in
+  double total() const { return compute + tp + pp; }
+};
+
+}  // namespace
+
+IterationFlops iteration_flops(const ModelShape& m, const Layout& l) {
+  const double B = m.global_batch;
+  const double layer = layer_forward_flops_per_sequence(m), head = head_forward_flops_per_sequence(m);
+  IterationFlops f;
+  f.model = 3 * B * (m.layers * layer + head);
+  double extra = 0;
+  if (l.recompute == Recompute::full) extra = layer;
+  if (l.recompute == Recompute::selective && l.attention == AttentionKernel::unfused)
+    extra = attention_core_flops_per_sequence(m);
+  f.executed = f.model + B * m.layers * extra;
+  return f;
+}
+
+double layer_activation_bytes(const ModelShape& m, const Layout& l) {
+  const double b = l.micro_batch, s = m.seq, h = m.hidden, f = m.ffn_hidden(), a = m.heads;
+  const double t = l.tp, e = activation_bytes(l), mask = l.dropout ? 1 : 0;
+  const double M = b * s;
+  const double rep = l.sequence_parallel ? 1 / t : 1;  // token-replicated tensors shrink with SP
+  if (l.recompute == Recompute::full) return e * M * h * rep;  // the layer's input only
+  // Korthikanti et al. 2022 §4: LayerNorm inputs (2), QKV and fc1 inputs (2), two dropout masks are
+  // replicated across tp ranks without SP: (4e + 2*mask) s b h.
+  double bytes = (4 * e + 2 * mask) * M * h * rep;
+  // Sharded by tp: Q, K, V, the projection input (4e s b h), the GeLU input and fc2 input (2e s b f).
+  bytes += (4 * e * M * h + 2 * e * M * f) / t;
+  // Attention scores: softmax output, dropout mask and dropout output, (2e + 1) a s^2 b / t.
+  const bool store_scores = l.attention == AttentionKernel::unfused && l.recompute == Recompute::none;
+  if (store_scores) bytes += (l.dropout ? 2 * e + 1 : e) * b * a * s * s / t;
+  if (l.attention == AttentionKernel::fused) bytes += 4 * b * a * s / t;  // fp32 log-sum-exp rows
+  return bytes;
+}
+
+Estimate estimate(const ModelShape& m, const CollectiveModel& net, const Layout& l, const LayoutRules& rules) {
+  validate(m);
+  const Cluster& c = net.cluster();
+  if (auto why = layout_problem(m, c, l, rules))
+    TRIAX_THROW(ConfigError, "layout {} cannot run model '{}' on '{}': {}", describe(l), m.name, c.name, *why);
+
+  const bool fp32 = l.precision == Precision::fp32;
+  const double peak = (fp32 ? c.peak_tflops_fp32 : c.peak_tflops_bf16) * 1e12;
+  const Device dev{peak * c.gemm_efficiency, c.memory_gbps * 1e9 * c.memory_efficiency,
+                   c.kernel_overhead_us * 1e-6};
+  const int p = l.pp, v = l.vpp, t = l.tp, d = l.dp;
+  const long mb = micro_batches(m, l);
+  const double e = activation_bytes(l), M = double(l.micro_batch) * m.seq;
+  const double h = m.hidden, V = m.vocab;
+  const double chunk_layers = double(m.layers) / (p * v);
+
+  const LayerTimes lt = layer_times(m, l, dev, net);
+  const GroupPlacement tp_group = place_group(c, t, 1);
+
+  // Embedding (first rank) and LM head + cross-entropy (last rank), per micro-batch.
+  const double rows = l.sequence_parallel ? M / t : M;
+  double emb_fwd = dev.stream(3 * e * M * h), emb_bwd = dev.stream(3 * e * M * h), emb_tp = 0;
+  const double head_gemm = dev.gemm(M, V / t, h, 1, e);
+  double head_fwd = dev.stream(2 * e * rows * h) + head_gemm + dev.stream((e + 16) * M * V / t);
+  double head_bwd_input = dev.stream(4 * e * rows * h) + head_gemm + dev.stream((e + 8) * M * V / t);
+  double head_bwd_weight = head_gemm;
+  double head_tp = 0;
+  if (t > 1) {
+    const double bytes = e * M * h;
+    if (l.sequence_parallel) {
+      emb_tp = net.seconds(CollectiveOp::reduce_scatter, tp_group, bytes);
+      head_tp = net.seconds(CollectiveOp::all_gather, tp_group, bytes) +
+                net.seconds(CollectiveOp::reduce_scatter, tp_group, bytes);
+    } else {
+      emb_tp = net.seconds(CollectiveOp::all_reduce, tp_group, bytes);
+      head_tp = net.seconds(CollectiveOp::all_reduce, tp_group, bytes);
+    }
+    // Vocab-parallel cross-entropy: max, sum-exp and target-logit all-reduces of M fp32 values.
+    head_tp += 3 * net.seconds(CollectiveOp::all_reduce, tp_group, 4 * M);
+  }
+
+  // Pipeline point-to-point: one activation forward and one gradient backward per chunk boundary.
+  double p2p = 0;
+  GroupPlacement pair;  // two neighbouring pipeline ranks (the worst boundary)
+  if (p > 1) {
+    const int stride = t * d;
+    pair = place_group(c, 2, stride);
+    if (long(p) * stride > c.gpus_per_node && pair.nodes == 1) {
+      pair.nodes = 2;
+      pair.per_node = 1;
+    }
+    if (pair.nodes > 1) pair.level = std::max(pair.level, place_group(c, p, stride).level);
+    const double msg = e * M * h / (l.sequence_parallel ? t : 1);
+    if (l.pp_scatter_gather && !l.sequence_parallel && t > 1 && pair.nodes > 1) {
+      // Each tp rank sends 1/t of the (replicated) activation over its own NIC; the receivers
+      // all-gather it over NVLink (Narayanan et al. 2021 §4.1 scatter/gather).
+      p2p = net.seconds(CollectiveOp::p2p, pair, msg / t) + net.seconds(CollectiveOp::all_gather, tp_group, msg);
+    } else {
+      p2p = net.seconds(CollectiveOp::p2p, pair, msg);
+    }
+  }
+
+  std::vector<StageTimes> st(p);
+  for (int i = 0; i < p; ++i) {
+    StageTimes& s = st[i];
+    const double L = chunk_layers * v;  // layers on this rank
+    s.fwd = L * (lt.fwd + lt.tp_fwd);
+    s.bwd_input = L * (lt.bwd_input + lt.recompute + lt.tp_bwd + lt.tp_recompute);
+    s.bwd_weight = L * lt.bwd_weight;
+    s.compute = L * (lt.fwd + lt.bwd_input + lt.bwd_weight + lt.recompute);
+    s.tp = L * (lt.tp_fwd + lt.tp_bwd + lt.tp_recompute);
+    if (i == 0) {
+      s.compute += emb_fwd + emb_bwd;
+      s.tp += emb_tp;
+      s.fwd += emb_fwd + emb_tp;
+      s.bwd_input += emb_bwd;
+    }
+    if (i == p - 1) {
+      s.compute += head_fwd + head_bwd_input + head_bwd_weight;
+      s.tp += head_tp;
+      s.fwd += head_fwd;
+      s.bwd_input += head_bwd_input + head_tp;
+      s.bwd_weight += head_bwd_weight;
+    }
+    if (p > 1) {
+      s.pp = 2 * v * p2p;
+      s.fwd += v * p2p;
+      s.bwd_input += v * p2p;
+    }
+    s.backward_tail = s.bwd_input + s.bwd_weight;
+  }
+
+  int crit = 0;
+  double sum = 0;
+  for (int i = 0; i < p; ++i) {
+    sum += st[i].total();
+    if (st[i].total() > st[crit].total()) crit = i;
+  }
+  const double tmax = st[crit].total();
+  double pipe = 0;
+  switch (l.schedule) {
+    case Schedule::gpipe:
+    case Schedule::one_f_one_b:
+      // Fill and drain: (m - 1) steps of the slowest rank plus one pass through every rank;
+      // (m + p - 1) t for equal stages (Huang et al. 2019; Narayanan et al. 2021 §2.2).
+      pipe = (mb - 1) * tmax + sum;
+      break;
+    case Schedule::interleaved:
+      // v chunks per rank shrink the fill and drain v-fold: (m + (p - 1)/v) t for equal stages
+      // (Narayanan et al. 2021 §2.2.2).
+      pipe = (mb - 1.0 / v) * tmax + sum / v;
+      break;
+    case Schedule::zb_h1: {
+      // Weight gradients fill the drain: bubble (p - 1)(T_F + T_B - T_W) (Qi et al. 2023, ZB-H1).
+      double f = 0, bi = 0, w = 0;
+      for (const auto& s : st) {
+        f += s.fwd / p;
+        bi += s.bwd_input / p;
+        w += s.bwd_weight / p;
+      }
+      pipe = mb * tmax + (p - 1) * std::max(0.0, f + bi - w);
+      break;
+    }
+  }
+
+  Estimate est;
+  est.model = m;
+  est.layout = l;
+  est.cluster = c.name;
+  est.micro_batches = mb;
+  est.time.compute = mb * st[crit].compute;
+  est.time.tp_comm = mb * st[crit].tp;
+  est.time.pp_comm = mb * st[crit].pp;
+  est.time.bubble = std::max(0.0, pipe - mb * tmax);
+
+  // Parameters held by each pipeline rank.
+  const double hf = m.ffn_hidden();
+  const double layer_params = (4 * h * h + 2 * h * hf + 3 * h + hf) / t + 6 * h;  // LN + 2 row biases replicated
+  std::vector<double> params(p, chunk_layers * v * layer_params);
+  params[0] += V * h / t + (m.learned_positions ? m.seq * h : 0);
+  if (p > 1 || !m.tied_embeddings) params[p - 1] += V * h / t;  // head (a tied copy on the last rank)
+  params[p - 1] += 2 * h;                                        // final LayerNorm
+
+  // Data-parallel gradient reduction, exposed part. Reduction of rank i may hide behind its last
+  // backward (with overlap) and behind the drain of the ranks before it, which finish later.
+  const double gbytes = gradient_bytes(l), wbytes = parameter_bytes(l);
+  double dp_exposed = 0;
+  if (d > 1) {
+    const GroupPlacement dg = place_group(c, d, t);
+    double worst = 0, gather = 0, slack = 0;
+    for (int i = 0; i < p; ++i) {
+      double reduce;
+      if (l.zero1) {
+        reduce = net.seconds(CollectiveOp::reduce_scatter, dg, params[i] * gbytes);
+        gather = std::max(gather, net.seconds(CollectiveOp::all_gather, dg, params[i] * wbytes));
+      } else {
+        const CollectiveCost cc = net.cost(CollectiveOp::all_reduce, dg, params[i] * gbytes);
+        reduce = cc.seconds;
+        if (i == 0) est.dp_algorithm = std::string(to_string(cc.algorithm));
+      }
+      const double window = (l.dp_overlap ? st[i].backward_tail : 0) + slack;
+      worst = std::max(worst, std::max(0.0, reduce - window));
+      slack += st[i].backward_tail;
+    }
+    dp_exposed = worst + gather;
+    if (l.zero1) est.dp_algorithm = "ring";
+  }
+  // Tied embedding: the first and last pipeline ranks sum their copies' gradients.
+  if (p > 1 && m.tied_embeddings) dp_exposed += net.seconds(CollectiveOp::all_reduce, pair, V * h / t * gbytes);
+  // Global gradient norm (and the loss-scale overflow check): one tiny all-reduce over the world.
+  if (l.gpus() > 1) dp_exposed += 2 * net.seconds(CollectiveOp::all_reduce, place_group(c, l.gpus(), 1), 4);
+  est.time.dp_comm = dp_exposed;
+
+  // AdamW streams per parameter: gradient read twice (norm, update) and zeroed, master/param, m, v
+  // read and written (24 bytes), the low-precision copy written.
+  const double opt_bytes = fp32 ? 3 * 4 + 24 : 3 * gbytes + 24 + wbytes;
+  double opt = 0;
+  for (int i = 0; i < p; ++i) {
+    const double owned = l.zero1 ? params[i] / d : params[i];
+    opt = std::max(opt, dev.stream(owned * opt_bytes) + 4 * dev.overhead_s);
+  }
+  est.time.optimizer = opt;
+
+  // Memory per pipeline rank; report the rank that needs most.
+  const double stored = layer_activation_bytes(m, l);
+  Layout no_rc = l;
+  no_rc.recompute = Recompute::none;
+  const double working = l.recompute == Recompute::none ? 0 : layer_activation_bytes(m, no_rc) - stored;
+  int groups = (t > 1) + (d > 1) + (p > 1) + (p > 1 && m.tied_embeddings);
+  for (int i = 0; i < p; ++i) {
+    MemoryBreakdown mem;
+    mem.stage = i;
+    mem.capacity = c.memory_gib * kGiB;
+    mem.reserved = c.reserved_gib * kGiB;
+    mem.weights = params[i] * wbytes;
+    mem.gradients = params[i] * gbytes;
+    const double opt_state = fp32 ? 8 : 12;  // Adam m, v (+ fp32 master under mixed precision)
+    mem.optimizer = params[i] * opt_state / (l.zero1 ? d : 1);
+    double in_flight;  // layer x micro-batch activation sets held at once
+    switch (l.schedule) {
+      case Schedule::gpipe: in_flight = double(mb) * chunk_layers; break;
+      case Schedule::interleaved:
+        in_flight = std::min<double>(double(mb) * v, (p - i - 1) * 2.0 + (v - 1.0) * p + 1) * chunk_layers;
+        break;
+      default: in_flight = std::min<double>(mb, p - i) * chunk_layers; break;
+    }
+    mem.activations = in_flight * stored + working;
+    if (i == p - 1) mem.activations += (e + 4) * M * V / t;  // logits + fp32 softmax for the loss
+    if (p > 1) mem.comm_buffers += 2 * e * M * h / (l.sequence_parallel ? t : 1);
+    mem.comm_buffers += groups * c.collective_buffer_mib * 1024 * 1024;
+    if (i == 0 || mem.total() > est.memory.total()) est.memory = mem;
+  }
+
+  est.seconds_per_iteration = est.time.total();
+  est.flops = iteration_flops(m, l);
+  const double gpus = l.gpus();
+  est.tflops_per_gpu = est.flops.executed / (est.seconds_per_iteration * gpus) / 1e12;
+  est.mfu = est.flops.model / (est.seconds_per_iteration * gpus * peak);
+  est.tokens_per_second = double(m.global_batch) * m.seq / est.seconds_per_iteration;
+  if (est.dp_algorithm.empty()) est.dp_algorithm = "none";
+  return est;
+}
+
+}  // namespace triax::plan

@@ -1,0 +1,65 @@
+# Planner tests beyond the globbed unit tests: data paths for two unit tests, and the triax-plan
+# command line (JSON parsed and checked, bad flags and bad layouts give a message and non-zero exit).
+
+# The SC21 data lives in the shared folder beside the repository (CI clones it there too); the
+# test skips (77) only when the file is absent. TRIAX_SC21_CSV in the environment overrides it.
+if(TARGET test_plan_validation)
+  target_compile_definitions(test_plan_validation PRIVATE
+    TRIAX_SC21_CSV="${PROJECT_SOURCE_DIR}/../shared/data/megatron_sc21_table1_subset.csv")
+endif()
+if(TARGET test_plan_cluster)
+  target_compile_definitions(test_plan_cluster PRIVATE TRIAX_SOURCE_DIR="${PROJECT_SOURCE_DIR}")
+endif()
+
+if(TARGET triax-plan)
+  set(_plan_check ${CMAKE_CURRENT_SOURCE_DIR}/plan/check_cli.cmake)
+  # triax_plan_cli_test(NAME ARGS "a|b|c" [RC n] [STDERR regex] [STDOUT regex] [JSON key,key])
+  function(triax_plan_cli_test name)
+    cmake_parse_arguments(A "" "ARGS;RC;STDERR;STDOUT;JSON;JSON_SEARCH" "" ${ARGN})
+    if(NOT DEFINED A_RC)
+      set(A_RC 0)
+    endif()
+    add_test(NAME plan.cli.${name}
+      COMMAND ${CMAKE_COMMAND} -DEXE=$<TARGET_FILE:triax-plan> "-DARGS=${A_ARGS}" -DRC=${A_RC}
+              "-DSTDERR=${A_STDERR}" "-DSTDOUT=${A_STDOUT}" "-DJSON=${A_JSON}" "-DJSON_SEARCH=${A_JSON_SEARCH}"
+              -P ${_plan_check})
+    set_tests_properties(plan.cli.${name} PROPERTIES LABELS "plan" TIMEOUT 120)
+  endfunction()
+
+  set(_keys "seconds_per_iteration,tflops_per_gpu,mfu,memory_gib,fits")
+  triax_plan_cli_test(json
+    ARGS "--model|megatron-7.5b|--cluster|selene-a100|--tp|4|--pp|2|--dp|16|--mbs|2|--recompute|full|--json"
+    JSON ${_keys})
+  if(tomlplusplus_FOUND)
+    triax_plan_cli_test(json_toml_cluster
+      ARGS "--model|gpt2-small|--cluster|${PROJECT_SOURCE_DIR}/clusters/cpu-local.toml|--tp|1|--pp|2|--dp|1|--mbs|4|--precision|fp32|--json"
+      JSON ${_keys})
+  endif()
+  triax_plan_cli_test(search_json
+    ARGS "--model|megatron-39b|--gpus|64|--top-k|3|--json"
+    JSON ${_keys} JSON_SEARCH "enumerated,invalid,no_fit,ranked,best,lost_by")
+  triax_plan_cli_test(text
+    ARGS "--model|gpt3-175b|--tp|8|--pp|8|--dp|16|--mbs|1|--vpp|3|--recompute|selective|--sequence-parallel"
+    STDOUT "time per iteration.*pipeline bubble.*TFLOP/s per GPU.*memory per GPU")
+  triax_plan_cli_test(search_text
+    ARGS "--model|megatron-18b|--gpus|128|--recompute|selective"
+    STDOUT "searched [0-9]+ layouts.*rank +layout.*best layout in detail")
+  triax_plan_cli_test(list ARGS "--list" STDOUT "megatron-1t.*selene-a100.*cpu-local")
+  triax_plan_cli_test(bad_flag ARGS "--model|gpt2-small|--tensor-parallel|2" RC 2 STDERR "error:.*tensor-parallel")
+  triax_plan_cli_test(bad_schedule ARGS "--model|gpt2-small|--gpus|8|--schedule|1F1B" RC 2 STDERR "error:.*1F1B")
+  triax_plan_cli_test(bad_number ARGS "--model|gpt2-small|--gpus|0" RC 2 STDERR "error: --gpus: must be a positive integer, got .0.")
+  triax_plan_cli_test(no_model ARGS "--gpus|8" RC 2 STDERR "error: give --model NAME")
+  triax_plan_cli_test(no_gpus ARGS "--model|gpt2-small|--tp|2" RC 2 STDERR "needs --gpus")
+  triax_plan_cli_test(gpus_mismatch ARGS "--model|gpt2-small|--gpus|4|--tp|2|--pp|1|--dp|1|--mbs|1" RC 2
+    STDERR "--gpus 4 but tp\\*pp\\*dp = 2")
+  triax_plan_cli_test(bad_layout ARGS "--model|gpt2-small|--tp|5|--pp|1|--dp|1|--mbs|1" RC 1
+    STDERR "tp 5 does not divide heads 12")
+  triax_plan_cli_test(unknown_model ARGS "--model|gpt9|--gpus|8" RC 1 STDERR "unknown model preset 'gpt9'")
+  triax_plan_cli_test(missing_cluster_file ARGS "--model|gpt2-small|--gpus|8|--cluster|/nonexistent/c.toml" RC 1
+    STDERR "/nonexistent/c.toml: cluster file does not exist")
+  triax_plan_cli_test(missing_calibration ARGS "--model|gpt2-small|--gpus|8|--calibration|/nonexistent/cal.json" RC 1
+    STDERR "/nonexistent/cal.json: calibration file does not exist")
+  triax_plan_cli_test(validate_missing ARGS "--validate-sc21|/nonexistent/t.csv" RC 1
+    STDERR "/nonexistent/t.csv: cannot open the SC21 table")
+  triax_plan_cli_test(nothing_fits ARGS "--model|megatron-1t|--gpus|8" RC 3 STDERR "no layout of megatron-1t fits")
+endif()

@@ -1,6 +1,6 @@
 // Causal attention by query blocks. Forward, per (batch, head, query block): S = scale Q K^T
 // against the keys the block may see (GEMM), a stable softmax per row (max subtracted, masked
-// entries exactly 0), O = P V (GEMM), and lse kept. Backward, per (batch, head), query blocks in
+// entries exactly 0, normalised after the next GEMM), O = P V (GEMM), and lse kept. Backward, per (batch, head), query blocks in
 // order: P recomputed from lse, dP = dO V^T, dS = P (dP - rowsum(P dP)), dQ = scale dS K,
 // dK += scale dS^T Q, dV += P^T dO. Tasks are independent and each sums in a fixed order, so the
 // bits do not depend on the thread count or the schedule.
@@ -54,10 +54,12 @@ void attention_forward(Real* out, Real* lse, const Real* qkv, int B, int T, int 
   const bool parallel = gemm_nests_in_openmp() && tasks > 1;
   // Scratch per thread, allocated here: nothing may throw inside the parallel region.
   const size_t block = static_cast<size_t>(kAttentionBlock) * T;
-  std::vector<Real> scratch(block * (parallel ? omp_get_max_threads() : 1));  // (bq, nk) scores, then probabilities
+  const size_t per_thread = block + kAttentionBlock;
+  std::vector<Real> scratch(per_thread * (parallel ? omp_get_max_threads() : 1));
 #pragma omp parallel if (parallel)
   {
-    Real* S = scratch.data() + block * omp_get_thread_num();
+    Real* S = scratch.data() + per_thread * omp_get_thread_num();  // (bq, nk) scores, then exp(s - max)
+    Real* inv_sum = S + block;                                      // (bq) 1 / row sum
 #pragma omp for schedule(dynamic)
     for (int64_t task = 0; task < tasks; ++task) {
       // Last query blocks (the most keys) first, for a better dynamic balance.
@@ -83,13 +85,17 @@ void attention_forward(Real* out, Real* lse, const Real* qkv, int B, int T, int 
         Real sum = 0;
 #pragma omp simd reduction(+ : sum)
         for (int j = 0; j < valid; ++j) sum += s[j];
-        const Real inv = Real(1) / sum;
-#pragma omp simd
-        for (int j = 0; j < valid; ++j) s[j] *= inv;
+        inv_sum[r] = Real(1) / sum;
         lse_bh[i0 + r] = mx + std::log(sum);
       }
-      gemm<Real>(Trans::no, Trans::no, bq, hs, nk, Real(1), S, nk, v, static_cast<int>(C3), Real(0),
-                 out + (int64_t{b} * T + i0) * C + h * hs, C);
+      // O = (unnormalised P) V, then each row scaled by 1/sum: a pass over (bq, hs), not (bq, nk).
+      Real* o = out + (int64_t{b} * T + i0) * C + h * hs;
+      gemm<Real>(Trans::no, Trans::no, bq, hs, nk, Real(1), S, nk, v, static_cast<int>(C3), Real(0), o, C);
+      for (int r = 0; r < bq; ++r) {
+        Real* orow = o + int64_t{r} * C;
+#pragma omp simd
+        for (int c = 0; c < hs; ++c) orow[c] *= inv_sum[r];
+      }
     }
   }
 }

@@ -18,19 +18,23 @@ void layernorm_forward(Real* out, Real* mean, Real* rstd, const Real* inp, const
   for (auto [name, p] : {std::pair<const char*, const void*>{"out", out}, {"mean", mean}, {"rstd", rstd}, {"inp", inp},
                          {"weight", weight}, {"bias", bias}})
     detail::require_pointer(op, name, p);
-  const Real eps = static_cast<Real>(kLayerNormEps);
 #pragma omp parallel for schedule(static) if (int64_t{N} * C >= detail::kParallelMinWork)
   for (int n = 0; n < N; ++n) {
     const Real* x = inp + int64_t{n} * C;
     Real* o = out + int64_t{n} * C;
-    Real sum = 0;
+    // Row sums in double: a float sum of C terms drifts by ~sqrt(C) ulp, visible in the mean of
+    // inputs with an offset. Two passes: the variance of the centred values, not E[x^2] - m^2.
+    double sum = 0;
 #pragma omp simd reduction(+ : sum)
     for (int c = 0; c < C; ++c) sum += x[c];
-    const Real m = sum / C;
-    Real sq = 0;  // two passes: the variance of the centred values, not E[x^2] - m^2
+    const Real m = static_cast<Real>(sum / C);
+    double sq = 0;
 #pragma omp simd reduction(+ : sq)
-    for (int c = 0; c < C; ++c) sq += (x[c] - m) * (x[c] - m);
-    const Real s = Real(1) / std::sqrt(sq / C + eps);
+    for (int c = 0; c < C; ++c) {
+      const Real d = x[c] - m;
+      sq += d * d;
+    }
+    const Real s = static_cast<Real>(1.0 / std::sqrt(sq / C + kLayerNormEps));
 #pragma omp simd
     for (int c = 0; c < C; ++c) o[c] = (x[c] - m) * s * weight[c] + bias[c];
     mean[n] = m;
@@ -56,14 +60,14 @@ void layernorm_backward(Real* dinp, Real* dweight, Real* dbias, const Real* dout
     const Real* d = dout + int64_t{n} * C;
     Real* dx = dinp + int64_t{n} * C;
     const Real m = mean[n], s = rstd[n];
-    Real sum_g = 0, sum_gx = 0;
+    double sum_g = 0, sum_gx = 0;
 #pragma omp simd reduction(+ : sum_g, sum_gx)
     for (int c = 0; c < C; ++c) {
       const Real g = d[c] * weight[c];
       sum_g += g;
       sum_gx += g * (x[c] - m) * s;
     }
-    const Real mg = sum_g / C, mgx = sum_gx / C;
+    const Real mg = static_cast<Real>(sum_g / C), mgx = static_cast<Real>(sum_gx / C);
     if (accumulate) {
 #pragma omp simd
       for (int c = 0; c < C; ++c) dx[c] += s * (d[c] * weight[c] - mg - (x[c] - m) * s * mgx);

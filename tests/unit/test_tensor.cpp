@@ -155,6 +155,28 @@ TEST_CASE("from_blob borrows memory") {
   CHECK_THROWS_AS(Tensor::from_blob(nullptr, {2}, DType::f32), ConfigError);
 }
 
+TEST_CASE("misuse of undefined tensors, scalars and allocators throws") {
+  Tensor u;
+  CHECK_THROWS_WITH(u.raw_data(), Contains("undefined"));
+  CHECK_THROWS_WITH(u.narrow(0, 0, 1), Contains("undefined"));
+  CHECK_THROWS_WITH(u.reshape({1}), Contains("undefined"));
+  CHECK_THROWS_WITH(u.clone(), Contains("undefined"));
+  CHECK_THROWS_WITH(Tensor::empty({2}).copy_from(u), Contains("undefined"));
+  CHECK(u.str() == "Tensor(undefined)");
+  Tensor scalar = Tensor::empty({});
+  CHECK(scalar.numel() == 1);
+  scalar.data<float>()[0] = 2.5f;
+  CHECK(scalar.clone().data<float>()[0] == 2.5f);  // 0-d copy
+  CHECK_THROWS_WITH(scalar.slice(0, 1), Contains("0-d"));
+  CHECK_THROWS_WITH(Shape({2, 3}).with(1, -4), Contains("-4"));
+  CHECK_THROWS_WITH(triax::cpu_allocator().allocate(8, 1), Contains("ordinal 1"));
+  CHECK_THROWS_WITH(triax::cpu_allocator().allocate(SIZE_MAX, 0), Contains("not a size that can be allocated"));
+#if !defined(__SANITIZE_ADDRESS__)  // ASan aborts on absurd requests instead of returning null
+  CHECK_THROWS_AS(triax::cpu_allocator().allocate(size_t{1} << 62, 0), triax::DeviceError);  // out of memory
+#endif
+  CHECK_THROWS_WITH(Tensor::empty({1}, DType::f32, Device::cuda(-1)), Contains("negative device ordinal -1"));
+}
+
 TEST_CASE("devices and the allocator hook") {
   CHECK(Device::cuda(1).str() == "cuda:1");
   CHECK(Device::cpu().str() == "cpu");

@@ -12,7 +12,10 @@ namespace triax::ops {
 // subnormal), saturates at e^88 above 88 (the ops only take exp of x <= 0).
 inline float vexp(float x) {
   constexpr float kLo = -87.33654f, kHi = 88.0f;
-  const float xc = x < kLo ? kLo : (x > kHi ? kHi : x);
+  // Both comparisons unconditional (no nested select): a comparison that may trap, evaluated only
+  // on one path, is control flow the vectoriser cannot remove.
+  const float xl = x < kLo ? kLo : x;
+  const float xc = xl > kHi ? kHi : xl;
   // exp(x) = 2^n * exp(r): n = round(x / ln 2), r = x - n ln 2 with ln 2 split in two (Cody-Waite)
   // so r is exact to float precision. Adding and subtracting 1.5 * 2^23 rounds to nearest.
   const float z = xc * 1.44269504088896341f;
@@ -29,16 +32,21 @@ inline float vexp(float x) {
   p = p * r + 1.0f;
   const int32_t n = static_cast<int32_t>(nf);  // in [-126, 127]: a normal power of two
   const float scale = std::bit_cast<float>(static_cast<int32_t>((n + 127) << 23));
-  return x < kLo ? 0.0f : p * scale;
+  // Flush to 0 below kLo with a bit mask: a select between y and 0 gets turned back into a
+  // conditional multiply, which (may trap, under the default -ftrapping-math) blocks vectorising.
+  const float y = p * scale;
+  const int32_t keep = x < kLo ? 0 : -1;
+  return std::bit_cast<float>(std::bit_cast<int32_t>(y) & keep);
 }
 inline double vexp(double x) { return std::exp(x); }
 
 // tanh(x) for float with absolute error below 3e-7 (relative accuracy is lost near 0, which the
 // GELU that uses it does not need: it adds 1).
 inline float vtanh(float x) {
-  const float a = x < 0 ? -x : x;
-  const float t = 1.0f - 2.0f / (vexp(2.0f * (a > 44.0f ? 44.0f : a)) + 1.0f);
-  return x < 0 ? -t : t;
+  const float a = std::fabs(x);
+  const float e = vexp(2.0f * (a > 44.0f ? 44.0f : a));
+  const float t = 1.0f - 2.0f / (e + 1.0f);
+  return std::copysign(t, x);
 }
 inline double vtanh(double x) { return std::tanh(x); }
 

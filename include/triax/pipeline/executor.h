@@ -1,0 +1,56 @@
+// PipelineExecutor: walks one stage's instruction list of a Schedule for one training step on the
+// CPU path — forward/backward of this stage's model chunks, asynchronous P2P of activations and
+// gradients with the neighbour stages, and gradient-ready marks for overlapped DP reduction.
+// It follows the contract of docs/SCHEDULES.md: sends never wait, a compute waits only for the
+// receive it consumes, everything outstanding completes by the end of the list.
+#pragma once
+#include <functional>
+#include <map>
+#include <memory>
+#include <vector>
+
+#include "triax/dist/comm.h"
+#include "triax/model/gpt.h"
+#include "triax/optim/grad_buffer.h"
+#include "triax/pipeline/schedule.h"
+
+namespace triax {
+
+// Where a micro-batch's tokens come from: fills tokens (B, T) and next-token targets (B, T) of
+// micro-batch mb of this step (for this DP rank).
+using MicroBatchFn = std::function<void(int mb, std::vector<int32_t>& tokens, std::vector<int32_t>& targets)>;
+
+// One compute or wait interval, for timelines and bubble measurement (seconds from step start).
+struct ExecEvent {
+  PipeInstr instr;
+  double start = 0, end = 0;
+};
+
+struct StepResult {
+  double loss_sum = 0;      // sum of micro-batch mean losses (last stage; 0 elsewhere)
+  int micro_batches = 0;
+  double compute_s = 0;     // inside forward/backward/W
+  double p2p_wait_s = 0;    // blocked on receives (and on sends at the end)
+  double wall_s = 0;
+  std::vector<ExecEvent> events;  // compute instructions in execution order
+};
+
+class PipelineExecutor {
+ public:
+  // chunks[c] is this stage's chunk c (virtual stage c*p + s). pp: the pipeline communicator
+  // (ranks are stages). grads: optional; gets mark_ready during the last backward of each chunk
+  // and progress() between instructions.
+  PipelineExecutor(std::vector<GptChunk*> chunks, Communicator& pp, int micro_batch, int seq, int hidden);
+
+  // Runs this stage's list of `schedule` for one step. dloss scales each micro-batch's loss
+  // gradient (1/m for a mean over micro-batches).
+  StepResult run(const Schedule& schedule, const MicroBatchFn& data, GradBuffer* grads, float dloss,
+                 bool record_events = false);
+
+ private:
+  std::vector<GptChunk*> chunks_;
+  Communicator& pp_;
+  int B_, T_, C_;
+};
+
+}  // namespace triax

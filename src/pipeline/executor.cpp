@@ -1,0 +1,166 @@
+// The executor walks the list in order. Receives are posted where listed and waited for by the
+// compute that consumes them; sends are started where listed and completed at the end (they are
+// tested as we go so MPI keeps progressing). DP bucket marks are armed only for the last
+// backward (B) and last weight pass (W) of each chunk in this step, so each parameter is marked once.
+#include "triax/pipeline/executor.h"
+
+#include <chrono>
+
+namespace triax {
+namespace {
+using Clock = std::chrono::steady_clock;
+double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+struct Key {
+  int mb, chunk;
+  bool operator<(const Key& o) const { return mb != o.mb ? mb < o.mb : chunk < o.chunk; }
+};
+}  // namespace
+
+PipelineExecutor::PipelineExecutor(std::vector<GptChunk*> chunks, Communicator& pp, int micro_batch, int seq,
+                                   int hidden)
+    : chunks_(std::move(chunks)), pp_(pp), B_(micro_batch), T_(seq), C_(hidden) {
+  if (chunks_.empty()) TRIAX_THROW(ConfigError, "a pipeline stage needs at least one model chunk");
+}
+
+StepResult PipelineExecutor::run(const Schedule& sch, const MicroBatchFn& data, GradBuffer* grads, float dloss,
+                                 bool record) {
+  const int stage = pp_.rank();
+  if (sch.stages != pp_.size())
+    TRIAX_THROW(ConfigError, "schedule '{}' has {} stages but the pipeline group has {} ranks", sch.label(),
+                sch.stages, pp_.size());
+  if (sch.chunks != static_cast<int>(chunks_.size()))
+    TRIAX_THROW(ConfigError, "schedule '{}' has {} chunks per stage but this stage holds {}", sch.label(), sch.chunks,
+                chunks_.size());
+  const auto& list = sch.lists.at(static_cast<size_t>(stage));
+  const size_t N = static_cast<size_t>(B_) * T_ * C_;
+
+  // The last backward-input pass and the last weight pass of each chunk arm the DP marks.
+  std::vector<int> last_b(chunks_.size(), -1), last_w(chunks_.size(), -1);
+  for (size_t i = 0; i < list.size(); ++i) {
+    const auto& in = list[i];
+    if (in.op == PipeOp::backward || in.op == PipeOp::backward_input) last_b[static_cast<size_t>(in.chunk)] = static_cast<int>(i);
+    if (in.op == PipeOp::backward || in.op == PipeOp::backward_weight) last_w[static_cast<size_t>(in.chunk)] = static_cast<int>(i);
+  }
+  bool armed = false;
+  for (auto* c : chunks_)
+    c->set_grad_ready_hook([&armed, grads](size_t idx) {
+      if (armed && grads) grads->mark_ready(idx);
+    });
+
+  std::map<Key, std::vector<float>> act_in, act_out, grad_in, grad_out;
+  std::map<Key, Work> recv_act, recv_grad;
+  std::vector<Work> sends;
+  std::vector<int32_t> tokens, targets;
+  StepResult res;
+  res.micro_batches = sch.micro_batches;
+  const auto t0 = Clock::now();
+
+  auto wait_recv = [&](std::map<Key, Work>& works, Key k, const char* what) {
+    auto it = works.find(k);
+    if (it == works.end())
+      TRIAX_THROW(CommError, "pipeline stage {}: {} of micro-batch {} chunk {} was never received", stage, what, k.mb,
+                  k.chunk);
+    const auto w0 = Clock::now();
+    it->second.wait();
+    res.p2p_wait_s += since(w0);
+    works.erase(it);
+  };
+  auto progress = [&] {
+    if (grads) grads->progress();
+    for (auto& w : sends) w.test();
+  };
+
+  for (size_t i = 0; i < list.size(); ++i) {
+    const PipeInstr& in = list[i];
+    const Key k{in.mb, in.chunk};
+    GptChunk& ch = *chunks_.at(static_cast<size_t>(in.chunk));
+    const bool first = sch.is_first_virtual(stage, in.chunk);
+    const bool last = sch.is_last_virtual(stage, in.chunk);
+    const int tag = message_tag(sch, stage, in);
+    const double start = since(t0);
+    switch (in.op) {
+      case PipeOp::recv_activation: {
+        auto& buf = act_in[k];
+        buf.resize(N);
+        recv_act[k] = pp_.recv(std::span<float>(buf), in.peer, tag);
+        break;
+      }
+      case PipeOp::recv_grad: {
+        auto& buf = grad_in[k];
+        buf.resize(N);
+        recv_grad[k] = pp_.recv(std::span<float>(buf), in.peer, tag);
+        break;
+      }
+      case PipeOp::send_activation:
+        sends.push_back(pp_.send(std::span<const float>(act_out.at(k)), in.peer, tag));
+        break;
+      case PipeOp::send_grad:
+        sends.push_back(pp_.send(std::span<const float>(grad_out.at(k)), in.peer, tag));
+        break;
+      case PipeOp::forward: {
+        const float* x_in = nullptr;
+        if (!first) {
+          wait_recv(recv_act, k, "the activation");
+          x_in = act_in[k].data();
+        }
+        if (first || last) data(in.mb, tokens, targets);
+        float* x_out = nullptr;
+        if (!last) {
+          auto& out = act_out[k];
+          out.resize(N);
+          x_out = out.data();
+        }
+        const auto c0 = Clock::now();
+        const float loss = ch.forward(in.mb, B_, T_, first ? tokens.data() : nullptr, last ? targets.data() : nullptr,
+                                      x_in, x_out, true, dloss);
+        res.compute_s += since(c0);
+        if (last) res.loss_sum += loss;
+        act_in.erase(k);
+        break;
+      }
+      case PipeOp::backward:
+      case PipeOp::backward_input: {
+        const float* dx_out = nullptr;
+        if (!last) {
+          wait_recv(recv_grad, k, "the output gradient");
+          dx_out = grad_in[k].data();
+        }
+        float* dx_in = nullptr;
+        if (!first) {
+          auto& g = grad_out[k];
+          g.resize(N);
+          dx_in = g.data();
+        }
+        armed = static_cast<int>(i) == last_b[static_cast<size_t>(in.chunk)];
+        const auto c0 = Clock::now();
+        ch.backward(in.mb, dx_out, dx_in, in.op == PipeOp::backward_input);
+        res.compute_s += since(c0);
+        armed = false;
+        grad_in.erase(k);
+        break;
+      }
+      case PipeOp::backward_weight: {
+        armed = static_cast<int>(i) == last_w[static_cast<size_t>(in.chunk)];
+        const auto c0 = Clock::now();
+        ch.backward_weight(in.mb);
+        res.compute_s += since(c0);
+        armed = false;
+        break;
+      }
+    }
+    if (record && is_compute(in.op)) res.events.push_back({in, start, since(t0)});
+    progress();
+  }
+  const auto w0 = Clock::now();
+  for (auto& w : sends) w.wait();
+  res.p2p_wait_s += since(w0);
+  if (!recv_act.empty() || !recv_grad.empty())
+    TRIAX_THROW(CommError, "pipeline stage {}: {} received tensors were never consumed by schedule '{}'", stage,
+                recv_act.size() + recv_grad.size(), sch.label());
+  for (auto* c : chunks_) c->set_grad_ready_hook(nullptr);
+  res.wall_s = since(t0);
+  return res;
+}
+
+}  // namespace triax

@@ -112,6 +112,9 @@ Trainer::Trainer(std::shared_ptr<Communicator> world, const TrainConfig& cfg) : 
     bc.num_micro_batches = 2 * P;  // enough micro-batches to fill the pipeline
   }
   const BatchPlan plan = resolve_batch(bc, dp);
+  require(!cfg.sequence_parallel || (plan.micro_batch * T_) % cfg.tp == 0,
+          "sequence parallelism splits micro-batch {} x seq {} = {} tokens over tp {}: not divisible", plan.micro_batch,
+          T_, plan.micro_batch * T_, cfg.tp);
   batches_ = std::make_unique<BatchSchedule>(plan, cfg.rampup);
   // Validate the schedule for every micro-batch count the ramp visits (the first and the last).
   validate_schedule_config(kind_, P, V, static_cast<int>(batches_->num_micro_batches(0)));
@@ -123,7 +126,8 @@ Trainer::Trainer(std::shared_ptr<Communicator> world, const TrainConfig& cfg) : 
     const int vs = c * P + s;
     const auto [first, count] = virtual_stage_layers(vs);
     const ChunkSpec spec{first, count, vs == 0, vs == P * V - 1};
-    chunks_.push_back(std::make_unique<GptChunk>(model_, spec, grid_->tp(), store_, rc, /*wte_norm_owner=*/P == 1));
+    chunks_.push_back(std::make_unique<GptChunk>(model_, spec, grid_->tp(), store_, rc, /*wte_norm_owner=*/P == 1,
+                                                 cfg.sequence_parallel));
   }
   store_.finalize(cfg.zero1 ? static_cast<size_t>(dp) : 1);
   for (auto& ch : chunks_) ch->init_params(cfg.seed);
@@ -181,8 +185,8 @@ std::string Trainer::resolved_config() const {
                    c.lr_decay);
   s += fmt::format("weight_decay = {}\nadam_beta1 = {}\nadam_beta2 = {}\nadam_eps = {}\nclip_grad = {}\n",
                    c.adamw.weight_decay, c.adamw.beta1, c.adamw.beta2, c.adamw.eps, c.clip_grad);
-  s += fmt::format("zero1 = {}\nbucket_mb = {}\noverlap_grad_reduce = {}\nrecompute = \"{}\"\n", c.zero1, c.bucket_mb,
-                   c.overlap_grad_reduce, c.recompute);
+  s += fmt::format("zero1 = {}\nbucket_mb = {}\noverlap_grad_reduce = {}\nrecompute = \"{}\"\nsequence_parallel = {}\n",
+                   c.zero1, c.bucket_mb, c.overlap_grad_reduce, c.recompute, c.sequence_parallel);
   s += fmt::format("data = \"{}\"  # {}\nmetrics_jsonl = \"{}\"\n", c.data, data_->describe(), c.metrics_jsonl);
   size_t act = 0;
   for (auto& ch : chunks_) act += ch->activation_floats(static_cast<int>(p.micro_batch), T_);

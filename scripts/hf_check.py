@@ -214,6 +214,25 @@ def main():
             rel = abs(loss - ref) / abs(ref)
             worst = max(worst, rel)
             print(f"{label:<48} {np_:>3} {loss:>14.9g} {ref:>14.9g} {rel:>10.3g}")
+    # The other direction: gpt_eval --save writes the model it loaded (tp = 2) as HF safetensors and
+    # as an llm.c checkpoint; HF's from_pretrained reads triax's file, gpt_eval reads the .bin.
+    np2 = 2 if 2 in [int(s) for s in args.np.split(",")] else 1
+    conv = os.path.join(wd, "triax_out")
+    os.makedirs(conv, exist_ok=True)
+    for out in ("model.safetensors", "model.bin"):
+        run_eval(args, np2, bare, data, ["--save", os.path.join(conv, out)])
+    loss = run_eval(args, 1, os.path.join(conv, "model.bin"), data, [])
+    rel = abs(loss - ref) / abs(ref)
+    worst = max(worst, rel)
+    print(f"{'triax --save (np ' + str(np2) + ') -> llm.c .bin':<48} {1:>3} {loss:>14.9g} {ref:>14.9g} {rel:>10.3g}")
+    if HAVE_HF:
+        cfg.save_pretrained(conv)  # config.json beside triax's model.safetensors
+        with torch.no_grad():
+            back = GPT2LMHeadModel.from_pretrained(conv).eval()
+            hf_loss = mean_loss(lambda x: back(input_ids=x).logits, tokens)
+        rel = abs(hf_loss - ref) / abs(ref)
+        worst = max(worst, rel)
+        print(f"{'triax --save -> HF from_pretrained (HF loss)':<48} {'-':>3} {hf_loss:>14.9g} {ref:>14.9g} {rel:>10.3g}")
     print(f"worst relative difference {worst:.3g} (tolerance {TOL:g}): {'ok' if worst <= TOL else 'FAILED'}")
     return 0 if worst <= TOL else 1
 

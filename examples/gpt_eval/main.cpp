@@ -3,6 +3,8 @@
 // data-parallel. Batch k uses tokens [k*B*T, k*B*T + B*T + 1): inputs and next-token targets.
 //   mpirun -np 4 gpt_eval --tp 4 --weights gpt2.safetensors --data val.bin --batch 4 --seq 64 --batches 8
 // The last line of stdout is "loss <value>"; --json prints a JSON object line before it.
+// --save FILE also writes the loaded weights (gathered over the layout) as HF safetensors or, for
+// a .bin name, an llm.c checkpoint: a converter between the two formats.
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
@@ -30,6 +32,7 @@ struct Options {
   int64_t batches = 0;  // 0 = every whole batch in the shard
   int tp = 1, pp = 1, heads = 0;
   bool json = false;
+  std::string save;  // write the loaded weights here (.bin: llm.c, else safetensors)
 };
 
 // Before MPI starts, the launcher's environment says whether this process is rank 0: only it
@@ -102,6 +105,9 @@ int main(int argc, char** argv) {
   app.add_option("--heads", o.heads, "attention heads, for safetensors files without n_head metadata whose hidden "
                                      "size is not a GPT-2 size")
       ->check(CLI::PositiveNumber);
+  app.add_option("--save", o.save,
+                 "also write the loaded weights to this file before evaluating (a format converter): .bin -> "
+                 "llm.c checkpoint, anything else -> HF safetensors");
   app.add_flag("--json", o.json, "also print one JSON object line (before the final 'loss' line)");
   try {
     app.parse(argc, argv);
@@ -161,6 +167,13 @@ int main(int argc, char** argv) {
     chunk = std::make_unique<triax::GptChunk>(cfg, spec, grid->tp(), store, triax::Recompute::none);
     store.finalize();
     wf->load(store, cfg, grid->tp());
+    if (!o.save.empty()) {
+      const auto fmt_out = triax::weight_format_for_path(o.save);
+      triax::save_weights(o.save, fmt_out, cfg, store, *grid);
+      if (world->rank() == 0)
+        std::fprintf(stderr, "gpt_eval: wrote %s (%s)\n", o.save.c_str(),
+                     std::string(triax::weight_format_name(fmt_out)).c_str());
+    }
   } catch (const triax::Error& e) {
     error = e.what();
     code = 1;

@@ -7,10 +7,8 @@ if(TARGET gpt_eval)
   target_link_libraries(eval_fixture PRIVATE triax::triax)
   target_include_directories(eval_fixture PRIVATE ${CMAKE_CURRENT_SOURCE_DIR})
   set(_dir ${CMAKE_CURRENT_BINARY_DIR}/eval_data)
-  add_test(NAME eval.fixture COMMAND ${CMAKE_COMMAND} -E make_directory ${_dir})
   add_test(NAME eval.fixture_write COMMAND eval_fixture write ${_dir} 2 16 3)
-  set_tests_properties(eval.fixture PROPERTIES FIXTURES_SETUP eval_dir LABELS "eval")
-  set_tests_properties(eval.fixture_write PROPERTIES FIXTURES_SETUP eval_data FIXTURES_REQUIRED eval_dir LABELS "eval")
+  set_tests_properties(eval.fixture_write PROPERTIES FIXTURES_SETUP eval_data LABELS "eval")
 
   set(_common "--data|@DIR@/tokens.bin|--batch|2|--seq|16|--batches|3")
   # triax_eval_test(NAME NP n ARGS "a|b" [RC 1 STDERR regex])
@@ -37,6 +35,17 @@ if(TARGET gpt_eval)
   triax_eval_test(np4_tp2_pp2 NP 4 ARGS "--tp|2|--pp|2|--weights|@DIR@/model.safetensors|${_common}")
   triax_eval_test(np2_pp2 NP 2 ARGS "--pp|2|--weights|@DIR@/model.bin|${_common}")
   triax_eval_test(np2_dp2 NP 2 ARGS "--weights|@DIR@/model.safetensors|${_common}|--json")
+
+  # --save from a tp x pp layout writes the model (llm.c and HF); evaluating the saved files gives
+  # the same loss.
+  triax_eval_test(save_np4 NP 4 ARGS "--tp|2|--pp|2|--weights|@DIR@/model.safetensors|--save|@DIR@/saved.bin|${_common}")
+  triax_eval_test(save_np2 NP 2 ARGS "--pp|2|--weights|@DIR@/model.bin|--save|@DIR@/saved.safetensors|${_common}")
+  set_tests_properties(eval.save_np4 eval.save_np2 PROPERTIES FIXTURES_SETUP eval_saved)
+  triax_eval_test(saved_llmc NP 1 ARGS "--weights|@DIR@/saved.bin|${_common}")
+  triax_eval_test(saved_hf NP 2 ARGS "--tp|2|--weights|@DIR@/saved.safetensors|${_common}")
+  set_tests_properties(eval.saved_llmc eval.saved_hf PROPERTIES FIXTURES_REQUIRED "eval_data;eval_saved")
+  triax_eval_test(bad_save_dir NP 2 ARGS "--tp|2|--weights|@DIR@/model.bin|--save|@DIR@/no/such/dir/x.bin|${_common}"
+    RC 1 STDERR "no/such/dir/x.bin")
 
   # Bad inputs: a clear message naming the problem and a non-zero exit.
   triax_eval_test(bad_weights_is_tokens NP 2 ARGS "--tp|2|--weights|@DIR@/tokens.bin|${_common}" RC 1

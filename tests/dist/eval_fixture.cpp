@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <random>
 #include <string>
@@ -132,6 +133,9 @@ double sequence_loss(Ref& R, const std::vector<int>& tok, const std::vector<int>
 }
 
 int write(const std::string& dir, int B, int T, int K) {
+  // A fresh directory: files saved by an earlier run must not stand in for this run's.
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
   const auto cfg = fixture_cfg();
   const auto hf = triax::test::random_hf_model(cfg, 20240520, 0.15f);
   const std::string st = dir + "/model.safetensors";

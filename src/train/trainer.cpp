@@ -11,6 +11,11 @@
 
 #include "triax/core/log.h"
 
+#include <omp.h>
+
+#include <cstdlib>
+#include <thread>
+
 namespace triax {
 
 std::string IterationMetrics::log_line() const {
@@ -101,6 +106,12 @@ Trainer::Trainer(std::shared_ptr<Communicator> world, const TrainConfig& cfg) : 
 
   grid_ = std::make_unique<ProcessGrid>(world, GridShape{cfg.tp, P, dp, 1, cfg.order},
                                         GridOptions{cfg.allow_tp_across_hosts});
+  // One thread pool per core: unless the user chose (OMP_NUM_THREADS), ranks sharing a host
+  // split its cores, so oversubscribed runs do not spin against each other.
+  if (!std::getenv("OMP_NUM_THREADS")) {
+    const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    omp_set_num_threads(std::max(1, cores / std::max(1, grid_->local_size())));
+  }
   data_ = open_dataset(cfg.data, model_.vocab, cfg.seed);
   require(data_->vocab() <= model_.vocab, "the data's vocabulary {} exceeds the model's {}", data_->vocab(),
           model_.vocab);
@@ -188,6 +199,7 @@ std::string Trainer::resolved_config() const {
   s += fmt::format("zero1 = {}\nbucket_mb = {}\noverlap_grad_reduce = {}\nrecompute = \"{}\"\nsequence_parallel = {}\n",
                    c.zero1, c.bucket_mb, c.overlap_grad_reduce, c.recompute, c.sequence_parallel);
   s += fmt::format("data = \"{}\"  # {}\nmetrics_jsonl = \"{}\"\n", c.data, data_->describe(), c.metrics_jsonl);
+  s += fmt::format("# threads per rank: {} ({} ranks on this host)\n", omp_get_max_threads(), grid_->local_size());
   size_t act = 0;
   for (auto& ch : chunks_) act += ch->activation_floats(static_cast<int>(p.micro_batch), T_);
   s += fmt::format("# this rank: {} parameters, {:.2f} MiB of activations per in-flight micro-batch (recompute={})\n",

@@ -22,6 +22,10 @@ namespace triax {
 
 namespace {
 using Clock = std::chrono::steady_clock;
+// Expert GEMMs run in blocks of this many rows with a poll of the in-flight exchanges between
+// blocks: MPI moves a nonblocking all-to-all only inside MPI calls, so without these polls the
+// next chunk's dispatch would make no progress while the experts compute.
+constexpr int kPollRows = 128;
 double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
 // Copies the blocks of rows of one chunk between the layout the exchange delivers (source rank
@@ -374,11 +378,19 @@ float MoeMlp::forward(int sl, int N, const float* x, float* y, bool training) {
       float* h = s.h.data() + row * F;
       float* a = s.a.data() + row * F;
       const int m = static_cast<int>(M);
-      ops::linear_forward(h, in + off * C, store_.param(X.fcw).data(), store_.param(X.fcb).data(), m, C_, F_);
-      poll();
+      for (int r = 0; r < m; r += kPollRows) {
+        const int b = std::min(kPollRows, m - r);
+        ops::linear_forward(h + r * F, in + (off + r) * C, store_.param(X.fcw).data(), store_.param(X.fcb).data(), b,
+                            C_, F_);
+        poll();
+      }
       ops::gelu_forward(a, h, M * F_);
-      ops::linear_forward(out + off * C, a, store_.param(X.pw).data(), store_.param(X.pb).data(), m, F_, C_);
-      poll();
+      for (int r = 0; r < m; r += kPollRows) {
+        const int b = std::min(kPollRows, m - r);
+        ops::linear_forward(out + (off + r) * C, a + r * F, store_.param(X.pw).data(), store_.param(X.pb).data(), b,
+                            F_, C_);
+        poll();
+      }
       off += static_cast<size_t>(M);
     }
   };
@@ -451,13 +463,19 @@ void MoeMlp::backward(int sl, const float* dy, float* dx, float dloss) {
       const size_t row = static_cast<size_t>(s.roff[c]) + off;
       const int m = static_cast<int>(M);
       da.resize(static_cast<size_t>(M) * F);
-      ops::linear_backward(da.data(), store_.grad(X.pw).data(), store_.grad(X.pb).data(), in + off * C,
-                           s.a.data() + row * F, store_.param(X.pw).data(), m, F_, C_);
-      poll();
+      for (int r = 0; r < m; r += kPollRows) {
+        const int b = std::min(kPollRows, m - r);
+        ops::linear_backward(da.data() + r * F, store_.grad(X.pw).data(), store_.grad(X.pb).data(),
+                             in + (off + r) * C, s.a.data() + (row + r) * F, store_.param(X.pw).data(), b, F_, C_);
+        poll();
+      }
       ops::gelu_backward(da.data(), s.h.data() + row * F, da.data(), M * F_);
-      ops::linear_backward(out + off * C, store_.grad(X.fcw).data(), store_.grad(X.fcb).data(), da.data(),
-                           s.xe.data() + row * C, store_.param(X.fcw).data(), m, C_, F_);
-      poll();
+      for (int r = 0; r < m; r += kPollRows) {
+        const int b = std::min(kPollRows, m - r);
+        ops::linear_backward(out + (off + r) * C, store_.grad(X.fcw).data(), store_.grad(X.fcb).data(),
+                             da.data() + r * F, s.xe.data() + (row + r) * C, store_.param(X.fcw).data(), b, C_, F_);
+        poll();
+      }
       off += static_cast<size_t>(M);
     }
   };

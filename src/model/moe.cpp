@@ -31,6 +31,12 @@ double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::
 // Copies the blocks of rows of one chunk between the layout the exchange delivers (source rank
 // major: for src, for local expert) and the layout the expert GEMMs want (expert major: for local
 // expert, for src). cnt is (P, El) rows.
+// Grows v to at least n elements (never shrinks: the capacity is reused by the next call).
+float* scratch(std::vector<float>& v, size_t n) {
+  if (v.size() < n) v.resize(n);
+  return v.data();
+}
+
 void permute_rows(const float* in, float* out, const int64_t* cnt, int P, int El, size_t width, bool to_expert_major) {
   std::vector<int64_t> so(static_cast<size_t>(P) * El), eo(so.size());
   int64_t o = 0;
@@ -221,7 +227,12 @@ void MoeMlp::init_params(uint64_t seed, int n_layer) {
   }
 }
 
-void MoeMlp::release(int s) { slots_.erase(s); }
+void MoeMlp::release(int s) {
+  auto it = slots_.find(s);
+  if (it == slots_.end()) return;
+  free_slots_.push_back(std::move(it->second));
+  slots_.erase(it);
+}
 
 void MoeMlp::ready(size_t idx) {
   if (grad_ready_) grad_ready_(idx);
@@ -235,7 +246,9 @@ void MoeMlp::exchange(Slot& s, const float* send, float* back, float* ein, const
   const int K = s.chunks;
   const size_t C = static_cast<size_t>(C_);
   const size_t Rt = static_cast<size_t>(s.roff[K]);
-  std::vector<float> recv(Rt * C), eout(Rt * C), ret(Rt * C);
+  float* recv = scratch(recv_, Rt * C);
+  float* eout = scratch(eout_, Rt * C);
+  float* ret = scratch(ret_, Rt * C);
   std::vector<std::vector<int64_t>> sc(K, std::vector<int64_t>(P_, 0)), rc(K, std::vector<int64_t>(P_, 0));
   for (int c = 0; c < K; ++c)
     for (int r = 0; r < P_; ++r)
@@ -250,7 +263,7 @@ void MoeMlp::exchange(Slot& s, const float* send, float* back, float* ein, const
   auto start_dispatch = [&](int c) {
     const auto t = Clock::now();
     disp[c] = ep_.all_to_all_v(std::span<const float>(chunk(send, s.soff, c)), std::span<const int64_t>(sc[c]),
-                               chunk(recv.data(), s.roff, c), std::span<const int64_t>(rc[c]));
+                               chunk(recv, s.roff, c), std::span<const int64_t>(rc[c]));
     st.a2a_call_s += since(t);
   };
   double poll_s = 0;
@@ -263,21 +276,23 @@ void MoeMlp::exchange(Slot& s, const float* send, float* back, float* ein, const
   auto wait = [&](Work& w) {
     const auto t = Clock::now();
     w.wait();
-    st.a2a_wait_s += since(t);
+    const double d = since(t);
+    st.a2a_wait_s += d;
+    st.a2a_waits.push_back(d);
   };
   start_dispatch(0);
   for (int c = 0; c < K; ++c) {
     if (c + 1 < K) start_dispatch(c + 1);
     wait(disp[c]);
     const int64_t* cnt = s.rcount.data() + static_cast<size_t>(c) * P_ * El_;
-    permute_rows(recv.data() + s.roff[c] * C, ein + s.roff[c] * C, cnt, P_, El_, C, true);
+    permute_rows(recv + s.roff[c] * C, ein + s.roff[c] * C, cnt, P_, El_, C, true);
     const auto t = Clock::now();
     const double p0 = poll_s;
-    fn(c, ein + s.roff[c] * C, eout.data() + s.roff[c] * C, poll);
+    fn(c, ein + s.roff[c] * C, eout + s.roff[c] * C, poll);
     st.expert_s += since(t) - (poll_s - p0);
-    permute_rows(eout.data() + s.roff[c] * C, ret.data() + s.roff[c] * C, cnt, P_, El_, C, false);
+    permute_rows(eout + s.roff[c] * C, ret + s.roff[c] * C, cnt, P_, El_, C, false);
     const auto t2 = Clock::now();
-    comb[c] = ep_.all_to_all_v(std::span<const float>(chunk(ret.data(), s.roff, c)), std::span<const int64_t>(rc[c]),
+    comb[c] = ep_.all_to_all_v(std::span<const float>(chunk(ret, s.roff, c)), std::span<const int64_t>(rc[c]),
                                chunk(back, s.soff, c), std::span<const int64_t>(sc[c]));
     st.a2a_call_s += since(t2);
   }
@@ -291,8 +306,15 @@ float MoeMlp::forward(int sl, int N, const float* x, float* y, bool training) {
   if (slots_.count(sl)) TRIAX_THROW(ConfigError, "MoE layer {}: micro-batch slot {} already holds a forward pass", layer_, sl);
   const auto t0 = Clock::now();
   MoeStats st;
-  auto sp = std::make_unique<Slot>();
+  std::unique_ptr<Slot> sp;
+  if (!free_slots_.empty()) {
+    sp = std::move(free_slots_.back());
+    free_slots_.pop_back();
+  } else {
+    sp = std::make_unique<Slot>();
+  }
   Slot& s = *sp;
+  s.send_asg.clear();
   const int E = cfg_.experts, k = cfg_.top_k, K = cfg_.chunks;
   const size_t C = static_cast<size_t>(C_), F = static_cast<size_t>(F_);
   s.N = N;
@@ -330,9 +352,9 @@ float MoeMlp::forward(int sl, int N, const float* x, float* y, bool training) {
   }
   const size_t St = s.send_asg.size();
   s.soff[K] = static_cast<int64_t>(St);
-  std::vector<float> xs(St * C);
+  float* xs = scratch(send_, St * C);
   for (size_t r = 0; r < St; ++r)
-    std::memcpy(xs.data() + r * C, x + static_cast<size_t>(s.send_asg[r] / k) * C, C * sizeof(float));
+    std::memcpy(xs + r * C, x + static_cast<size_t>(s.send_asg[r] / k) * C, C * sizeof(float));
 
   // Row counts for every chunk in one exchange: block r holds (chunks, El) counts for rank r.
   const size_t blk = static_cast<size_t>(K) * El_;
@@ -347,6 +369,7 @@ float MoeMlp::forward(int sl, int N, const float* x, float* y, bool training) {
     t = Clock::now();
     w.wait();
     st.a2a_wait_s += since(t);
+    st.a2a_waits.push_back(st.a2a_wait_s);
   }
   s.rcount.assign(static_cast<size_t>(K) * P_ * El_, 0);
   s.roff.assign(static_cast<size_t>(K) + 1, 0);
@@ -365,7 +388,7 @@ float MoeMlp::forward(int sl, int N, const float* x, float* y, bool training) {
   s.xe.resize(Rt * C);
   s.h.resize(Rt * F);
   s.a.resize(Rt * F);
-  s.o.assign(St * C, 0.0f);
+  s.o.resize(St * C);  // every row is written by the combine
 
   auto expert_fwd = [&](int c, const float* in, float* out, const std::function<void()>& poll) {
     size_t off = 0;  // rows into the chunk
@@ -394,7 +417,7 @@ float MoeMlp::forward(int sl, int N, const float* x, float* y, bool training) {
       off += static_cast<size_t>(M);
     }
   };
-  exchange(s, xs.data(), s.o.data(), s.xe.data(), expert_fwd, st);
+  exchange(s, xs, s.o.data(), s.xe.data(), expert_fwd, st);
 
   // Combine: weighted sum of each token's kept expert outputs, in choice order.
   std::fill(y, y + static_cast<size_t>(N) * C, 0.0f);
@@ -420,7 +443,10 @@ float MoeMlp::forward(int sl, int N, const float* x, float* y, bool training) {
   fwd_stats_ = st;
   last_routing_ = R;
   const float aux = R.aux_loss;
-  if (training) slots_[sl] = std::move(sp);
+  if (training)
+    slots_[sl] = std::move(sp);
+  else
+    free_slots_.push_back(std::move(sp));
   return aux;
 }
 
@@ -439,7 +465,10 @@ void MoeMlp::backward(int sl, const float* dy, float* dx, float dloss) {
   const size_t St = s.send_asg.size(), Rt = static_cast<size_t>(s.roff[K]);
 
   // d gate = dy . expert output; the expert output's gradient is gate * dy.
-  std::vector<float> dgate(R.slot.size(), 0.0f), ds(St * C), dxs(St * C), de(Rt * C);
+  std::vector<float> dgate(R.slot.size(), 0.0f);
+  float* ds = scratch(send_, St * C);
+  float* dxs = scratch(back_, St * C);
+  float* de = scratch(ein_, Rt * C);
   for (size_t r = 0; r < St; ++r) {
     const int32_t a = s.send_asg[r];
     const float* d = dy + static_cast<size_t>(a / k) * C;
@@ -448,7 +477,7 @@ void MoeMlp::backward(int sl, const float* dy, float* dx, float dloss) {
     for (size_t i = 0; i < C; ++i) dot += static_cast<double>(d[i]) * o[i];
     dgate[static_cast<size_t>(a)] = static_cast<float>(dot);
     const float g = R.gate[static_cast<size_t>(a)];
-    float* out = ds.data() + r * C;
+    float* out = ds + r * C;
     for (size_t i = 0; i < C; ++i) out[i] = g * d[i];
   }
 
@@ -479,7 +508,7 @@ void MoeMlp::backward(int sl, const float* dy, float* dx, float dloss) {
       off += static_cast<size_t>(M);
     }
   };
-  exchange(s, ds.data(), dxs.data(), de.data(), expert_bwd, st);
+  exchange(s, ds, dxs, de, expert_bwd, st);
   for (size_t l = experts_.size(); l-- > 0;) {
     ready(experts_[l].pb);
     ready(experts_[l].pw);
@@ -524,7 +553,7 @@ void MoeMlp::backward(int sl, const float* dy, float* dx, float dloss) {
     for (int j = 0; j < k; ++j) {
       const int64_t p = s.pos[static_cast<size_t>(n) * k + j];
       if (p < 0) continue;
-      const float* g = dxs.data() + static_cast<size_t>(p) * C;
+      const float* g = dxs + static_cast<size_t>(p) * C;
       for (size_t i = 0; i < C; ++i) dr[i] += g[i];
     }
   }
@@ -537,7 +566,7 @@ void MoeMlp::backward(int sl, const float* dy, float* dx, float dloss) {
   st.aux_loss = R.aux_loss;
   st.total_s = since(t0);
   bwd_stats_ = st;
-  slots_.erase(it);
+  release(sl);
 }
 
 }  // namespace triax

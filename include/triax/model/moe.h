@@ -71,6 +71,10 @@ struct MoeStats {
   double a2a_wait_s = 0;    // blocked in Work::wait on the counts, dispatch and combine exchanges:
                             // the exposed all-to-all time
   double a2a_call_s = 0;    // inside the calls that start or test them (driving MPI)
+  // Each wait in issue order (forward: counts, then dispatch / combine waits; backward: dispatch /
+  // combine waits). The same length on every EP rank, so a benchmark can take the minimum over
+  // ranks: the last rank to arrive waits only for the transfer, not for a slower peer.
+  std::vector<double> a2a_waits;
   double expert_s = 0;      // expert GEMMs and GELU
   double total_s = 0;
 };
@@ -139,6 +143,11 @@ class MoeMlp {
   std::vector<Expert> experts_;
   std::vector<size_t> owned_;
   std::map<int, std::unique_ptr<Slot>> slots_;
+  std::vector<std::unique_ptr<Slot>> free_slots_;  // released slots keep their buffers' capacity
+  // Scratch reused by every call (grow-only: fresh pages for tens of MB per call cost more than
+  // the copies themselves). Exchange: received rows, expert outputs, rows going back; forward /
+  // backward: rows to send, rows coming back, expert-side gradient rows.
+  std::vector<float> recv_, eout_, ret_, send_, back_, ein_;
   Routing last_routing_;
   MoeStats fwd_stats_, bwd_stats_;
   std::function<void(size_t)> grad_ready_;

@@ -113,8 +113,10 @@ for t in "${targets[@]}"; do
 done
 
 # ---- 4. memory checker on the kernels, if there is time (compute-sanitizer works on Firecracker)
-if [ "${SKIP_SANITIZER:-0}" != 1 ] && command -v compute-sanitizer >/dev/null && [ "$(elapsed)" -lt 330 ]; then
-  timeout $((460 - $(elapsed))) compute-sanitizer --tool memcheck --error-exitcode 99 "$build/tests/cuda_test_kernels" \
+san=$(command -v compute-sanitizer || ls "$(dirname "$nvcc")/compute-sanitizer" \
+  /usr/local/cuda/compute-sanitizer/compute-sanitizer 2>/dev/null | head -1)
+if [ "${SKIP_SANITIZER:-0}" != 1 ] && [ -n "$san" ] && [ "$(elapsed)" -lt 330 ]; then
+  timeout $((460 - $(elapsed))) "$san" --tool memcheck --error-exitcode 99 "$build/tests/cuda_test_kernels" \
     "[attention],[embedding],[layernorm],[xent],[gelu],[adamw],[grad_norm]" > "$out/memcheck.log" 2>&1
   rc=$?
   log "compute-sanitizer memcheck: rc=$rc ($(grep -E 'ERROR SUMMARY' "$out/memcheck.log" | tail -1))"

@@ -59,9 +59,11 @@ CallInfo Communicator::next(const char* op, size_t count, DType dt) {
 }
 CallInfo Communicator::next(const char* op, size_t count, DType dt, ReduceOp rop) {
   check_alive(op);
-  if (!dtype_is_float(dt) && rop == ReduceOp::avg) {
-    // integer average truncates like NCCL's ncclAvg; allowed, but say so in the detail
-  }
+  // Refused here, before numbering, so every backend agrees (Self would otherwise copy silently).
+  // Integer avg is allowed: it truncates like NCCL's ncclAvg.
+  if (dt == DType::u8)
+    TRIAX_THROW(CommError, "{} ({}) on {}: uint8 buffers move but cannot be reduced", op, reduce_op_name(rop),
+                describe());
   return CallInfo{seq_++, op, fmt::format("{} x {}, {}", dtype_name(dt), count, reduce_op_name(rop)), -1};
 }
 CallInfo Communicator::next(const char* op, size_t count, DType dt, int peer) {

@@ -38,6 +38,30 @@ TEST_CASE("two all_reduces in flight, waited in reverse order", "[comm][async]")
   }
 }
 
+TEST_CASE("ranks wait on in-flight calls in different orders", "[comm][async]") {
+  // Even ranks wait first-to-last, odd ranks last-to-first: each wait must keep the other
+  // calls moving (as MPI's progress engine does), or the two halves would wait on each other.
+  Communicator& w = world();
+  const int n = w.size(), r = w.rank();
+  const double tri = n * (n + 1) / 2.0;
+  for (size_t count : {size_t{3}, size_t{40000}}) {
+    std::vector<std::vector<float>> bufs;
+    for (int k = 0; k < 4; ++k) bufs.push_back(ramp(r, count, 10.0f * k));
+    std::vector<float> block(count * n), scattered(count);
+    for (size_t j = 0; j < block.size(); ++j) block[j] = static_cast<float>(r + 1) + static_cast<float>(j / count);
+    std::vector<Work> works;
+    for (auto& b : bufs) works.push_back(w.all_reduce(std::span<float>(b)));
+    works.push_back(w.reduce_scatter(std::span<const float>(block), std::span<float>(scattered)));
+    if (r % 2 == 0)
+      for (auto& wk : works) wk.wait();
+    else
+      for (auto it = works.rbegin(); it != works.rend(); ++it) it->wait();
+    INFO("rank " << r << ", count " << count);
+    for (int k = 0; k < 4; ++k) CHECK_MATCH(compare(bufs[k], [&](size_t) { return tri + 10.0 * k * n; }));
+    CHECK_MATCH(compare(scattered, [&](size_t) { return tri + static_cast<double>(n) * r; }));
+  }
+}
+
 TEST_CASE("two all_gathers in flight, waited in reverse order", "[comm][async]") {
   Communicator& w = world();
   const int n = w.size(), r = w.rank();

@@ -69,17 +69,22 @@ std::vector<T> random_vec(uint64_t seed, int rank, int stream, size_t n, bool ex
 template <class T>
 std::pair<double, double> reference(const std::vector<std::vector<T>>& all, size_t i, ReduceOp op, bool exact) {
   const int n = static_cast<int>(all.size());
+  // long double (64-bit significand on x86-64) keeps the reference's own error far below the
+  // backend's, also for float64 inputs.
+  long double sum = to_d(all[0][i]);
   double acc = to_d(all[0][i]), mag = std::fabs(acc);
   for (int r = 1; r < n; ++r) {
     const double x = to_d(all[r][i]);
     mag += std::fabs(x);
+    sum += x;
     if (op == ReduceOp::max) acc = std::max(acc, x);
     else if (op == ReduceOp::min) acc = std::min(acc, x);
-    else acc += x;
   }
   if (op == ReduceOp::max || op == ReduceOp::min) return {acc, 0.0};
+  acc = static_cast<double>(sum);
   double tol = 0.0;
-  if (!exact) tol = (n - 1) * unit_roundoff<T>() * mag * 1.0001;  // each pairwise add rounds once
+  // Each of the backend's n-1 adds rounds once in T; the reference rounds once more to double.
+  if (!exact) tol = (n - 1) * unit_roundoff<T>() * mag * 1.0001 + std::ldexp(std::fabs(acc), -53);
   if (op == ReduceOp::avg) {
     if constexpr (std::is_integral_v<T>) {
       // Integers average by truncation (like NCCL's ncclAvg): sum computed exactly in int64.

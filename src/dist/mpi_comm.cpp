@@ -191,9 +191,11 @@ void progress_rings(const RingWork* except) {
     if (rings[i] != except) rings[i]->advance();
 }
 
-// Below this many bytes the ring's n-1 (or 2(n-1)) latency-bound steps lose to libnbc's tree.
-// TRIAX_MPI_RING_MIN_BYTES overrides it (the tests set 0 to run the ring on every size); it must
-// be the same on every rank.
+// The ring's n-1 (or 2(n-1)) steps are latency-bound on small buffers, where libnbc's tree
+// wins: the ring starts at this many bytes per step, i.e. at (n-1) x 64 KiB (measured on 2 cores:
+// the ring wins from 64 KiB at np 2; oversubscribed np 8 loses below a few hundred KiB).
+// TRIAX_MPI_RING_MIN_BYTES overrides the 64 KiB (the tests set 0 to run the ring on every size);
+// it must be the same on every rank.
 size_t ring_min_bytes() {
   static const size_t v = [] {
     if (const char* e = std::getenv("TRIAX_MPI_RING_MIN_BYTES")) {
@@ -398,7 +400,7 @@ class MpiCommunicator final : public Communicator {
   // The ring needs something to cut (an all-reduce at least one element per rank) and enough
   // bytes to pay for its steps; every member decides alike, from the same counts.
   bool use_ring(bool enough_elements, size_t bytes) const {
-    return size() > 1 && enough_elements && bytes >= ring_min_bytes();
+    return size() > 1 && enough_elements && bytes >= ring_min_bytes() * static_cast<size_t>(size() - 1);
   }
   std::shared_ptr<MpiWork> start(const CallInfo& info, bool collective = true) {
     auto w = std::make_shared<MpiWork>(this, info);

@@ -27,3 +27,23 @@ if(TRIAX_WITH_MPI)
     endforeach()
   endforeach()
 endif()
+
+# comm_bench, quickly: small sizes (both the libnbc and the ring paths) at np 2 and, for uneven
+# ring chunks, bf16 avg at np 3; its exit code says whether every result checked out. The
+# --corrupt run proves the check catches a wrong element (it must exit 1 and say ERROR).
+if(TRIAX_WITH_MPI AND TARGET comm_bench)
+  set(_bench_quick -b 8 -e 512K -f 8 -n 3 -w 1 -r 3)
+  add_test(NAME dist.comm_bench.np2
+    COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} 2 --oversubscribe $<TARGET_FILE:comm_bench> ${_bench_quick}
+            --json ${CMAKE_CURRENT_BINARY_DIR}/comm_bench_np2.json)
+  add_test(NAME dist.comm_bench.bf16_avg.np3
+    COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} 3 --oversubscribe $<TARGET_FILE:comm_bench> ${_bench_quick}
+            --dtype bfloat16 --op avg)
+  add_test(NAME dist.comm_bench.detects_wrong.np2
+    COMMAND sh -c "out=$(\"$0\" ${MPIEXEC_NUMPROC_FLAG} 2 --oversubscribe \"$1\" -b 1K -e 256K -f 16 -n 1 -w 0 -r 1 --corrupt 2>&1); rc=$?; echo \"$out\"; test $rc -eq 1 && echo \"$out\" | grep -q 'out of bounds values: [1-9].*ERROR'"
+            ${MPIEXEC_EXECUTABLE} $<TARGET_FILE:comm_bench>)
+  foreach(_b np2 bf16_avg.np3 detects_wrong.np2)
+    set_tests_properties(dist.comm_bench.${_b} PROPERTIES TIMEOUT 120 LABELS "dist;bench" PROCESSORS 2
+      ENVIRONMENT "${TRIAX_MPIRUN_ENV};TRIAX_COMM_TIMEOUT_S=60")
+  endforeach()
+endif()

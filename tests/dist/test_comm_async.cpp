@@ -25,7 +25,7 @@ TEST_CASE("two all_reduces in flight, waited in reverse order", "[comm][async]")
   Communicator& w = world();
   const int n = w.size(), r = w.rank();
   const double tri = n * (n + 1) / 2.0;
-  for (size_t count : {size_t{3}, size_t{40000}}) {
+  for (size_t count : {size_t{3}, size_t{100000}}) {
     auto a = ramp(r, count, 0.0f);
     auto b = ramp(r, count, 100.0f);
     Work wa = w.all_reduce(std::span<float>(a));
@@ -44,7 +44,7 @@ TEST_CASE("ranks wait on in-flight calls in different orders", "[comm][async]") 
   Communicator& w = world();
   const int n = w.size(), r = w.rank();
   const double tri = n * (n + 1) / 2.0;
-  for (size_t count : {size_t{3}, size_t{40000}}) {
+  for (size_t count : {size_t{3}, size_t{100000}}) {
     std::vector<std::vector<float>> bufs;
     for (int k = 0; k < 4; ++k) bufs.push_back(ramp(r, count, 10.0f * k));
     std::vector<float> block(count * n), scattered(count);

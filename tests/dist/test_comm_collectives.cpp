@@ -25,8 +25,9 @@ namespace {
 
 constexpr ReduceOp kOps[] = {ReduceOp::sum, ReduceOp::avg, ReduceOp::max, ReduceOp::min};
 // Odd sizes on purpose: not multiples of the group size, of a cache line or of MPI's eager limit.
-// 20011 elements take the large-message paths (the MPI backend's ring above 64 KiB).
-const size_t kCounts[] = {1, 5, 257, 4099, 20011};
+// 70001 elements take the large-message paths (the MPI backend's ring above (n-1) x 64 KiB,
+// np <= 4 for 4-byte types); the .ring ctest variants force the ring on every size.
+const size_t kCounts[] = {1, 5, 257, 4099, 70001};
 
 // Closed-form pattern per reduce op: the value rank r contributes at (global) index i, and the
 // reduced value at i over n ranks. All values are integers small enough to be exact in T, so

@@ -192,9 +192,9 @@ struct Options {
   uint64_t min_bytes = 8;
   uint64_t max_bytes = 32 << 20;
   double factor = 2.0;
-  int iters = 20;
+  int iters = 10;
   int warmup = 5;
-  int reps = 5;
+  int reps = 9;
   bool check = true;
   bool corrupt = false;  // testing aid: spoil one element of every triax result before the check
   int root = 0;
@@ -210,6 +210,8 @@ struct Row {
   size_t bytes = 0, count = 0;
   double time_us = 0, algbw = 0, busbw = 0;
   double raw_time_us = 0, raw_busbw = 0;
+  double best_us = 0, raw_best_us = 0;  // fastest repetition of each side
+  int calls_per_rep = 0;
   int64_t wrong = 0;
 };
 
@@ -254,7 +256,12 @@ class Bench {
       step_raw();
     }
     // Interleaved repetitions, alternating which side goes first, so drift and cache state
-    // affect both alike; the median of each side is reported.
+    // affect both alike; the median of each side is reported. Large messages use fewer calls
+    // per repetition (one from iters MiB on), so each repetition stays short and the median can
+    // discard the ones another process preempted.
+    calls_ = static_cast<int>(std::clamp<size_t>((size_t{1} << 20) * static_cast<size_t>(o_.iters) / row.bytes, 1,
+                                                 static_cast<size_t>(o_.iters)));
+    row.calls_per_rep = calls_;
     std::vector<double> t_triax, t_raw;
     for (int rep = 0; rep < o_.reps; ++rep) {
       if (rep % 2 == 0) {
@@ -265,11 +272,11 @@ class Bench {
         t_triax.push_back(timed(true));
       }
     }
-    row.time_us = median(t_triax);
-    row.raw_time_us = median(t_raw);
     const double scale = coll == Coll::sendrecv ? 0.5 : 1.0;  // one-way time of a ping-pong
-    row.time_us *= scale;
-    row.raw_time_us *= scale;
+    row.time_us = median(t_triax) * scale;
+    row.raw_time_us = median(t_raw) * scale;
+    row.best_us = *std::min_element(t_triax.begin(), t_triax.end()) * scale;
+    row.raw_best_us = *std::min_element(t_raw.begin(), t_raw.end()) * scale;
     row.algbw = static_cast<double>(row.bytes) / (row.time_us * 1e-6) / 1e9;
     row.busbw = row.algbw * bus_factor(coll, n_);
     row.raw_busbw = static_cast<double>(row.bytes) / (row.raw_time_us * 1e-6) / 1e9 * bus_factor(coll, n_);
@@ -285,8 +292,8 @@ class Bench {
   double timed(bool triax) {
     mpi_check(MPI_Barrier(raw_), "MPI_Barrier");
     const auto t0 = clock_type::now();
-    for (int i = 0; i < o_.iters; ++i) triax ? step_triax() : step_raw();
-    double us = std::chrono::duration<double, std::micro>(clock_type::now() - t0).count() / o_.iters;
+    for (int i = 0; i < calls_; ++i) triax ? step_triax() : step_raw();
+    double us = std::chrono::duration<double, std::micro>(clock_type::now() - t0).count() / calls_;
     mpi_check(MPI_Allreduce(MPI_IN_PLACE, &us, 1, MPI_DOUBLE, MPI_MAX, raw_), "MPI_Allreduce(time)");
     return us;
   }
@@ -427,13 +434,17 @@ class Bench {
   Coll coll_ = Coll::all_reduce;
   size_t block_ = 0;
   int partner_ = -1;
+  int calls_ = 1;  // timed calls per repetition
   std::vector<T> in_, out_;  // in_: the in-place buffer of all_reduce/broadcast/sendrecv
 };
 
-std::string human(size_t b) {
-  if (b >= (size_t{1} << 20) && b % (size_t{1} << 20) == 0) return fmt::format("{}M", b >> 20);
-  if (b >= 1024 && b % 1024 == 0) return fmt::format("{}K", b >> 10);
-  return std::to_string(b);
+// The machine's 1/5/15-minute load averages (Linux), printed beside the table: on shared
+// machines other processes' load is the main source of noise in these numbers.
+std::string load_average() {
+  std::ifstream f("/proc/loadavg");
+  std::string a, b, c;
+  if (!(f >> a >> b >> c)) return "unknown";
+  return a + " " + b + " " + c;
 }
 
 template <class T>
@@ -454,7 +465,9 @@ int run(Communicator& world, const Options& o, ReduceOp op, const std::vector<Co
                backend_name(world.backend()));
     fmt::print("# np {}  dtype {}  op {}  iters {}  warmup {}  reps {} (median, interleaved)  check {}\n", n, tname,
                o.op, o.iters, o.warmup, o.reps, o.check ? "on" : "off");
-    fmt::print("# time: slowest rank, per call (sendrecv: one-way, half a ping-pong)\n");
+    fmt::print("# time: slowest rank, per call (sendrecv: one-way, half a ping-pong); {} calls per repetition up "
+               "to 1 MiB, then fewer (1 from {} MiB on)\n", o.iters, o.iters);
+    fmt::print("# load average at start: {}\n", load_average());
   }
   Bench<T> bench(world, raw, o, op);
   std::vector<Row> rows;
@@ -489,17 +502,21 @@ int run(Communicator& world, const Options& o, ReduceOp op, const std::vector<Co
   }
   if (lead) {
     // Summary of the target: triax within 5% of raw MPI for messages of 1 MiB and more.
-    fmt::print("#\n# ratio triax/raw (busbw) for sizes >= 1 MiB: ");
-    std::vector<std::string> parts;
+    // Per collective over the rows >= 1 MiB: the lowest and the median ratio of the medians,
+    // and the median ratio of the fastest repetitions (what each side does undisturbed).
+    fmt::print("#\n# ratio triax/raw (busbw), rows >= 1 MiB: lowest / median of the rows; median of best-of-reps ratios\n");
     for (Coll c : colls) {
-      std::vector<double> rs;
+      std::vector<double> rs, best;
       for (const auto& r : rows)
-        if (r.coll == coll_name(c) && r.bytes >= (size_t{1} << 20)) rs.push_back(r.busbw / r.raw_busbw);
+        if (r.coll == coll_name(c) && r.bytes >= (size_t{1} << 20)) {
+          rs.push_back(r.busbw / r.raw_busbw);
+          best.push_back(r.raw_best_us / r.best_us);
+        }
       if (!rs.empty())
-        parts.push_back(fmt::format("{} min {:.3f} median {:.3f}", coll_name(c), *std::min_element(rs.begin(), rs.end()),
-                                    median(rs)));
+        fmt::print("#   {:<15} {:.3f} / {:.3f}; best-of-reps {:.3f}\n", coll_name(c),
+                   *std::min_element(rs.begin(), rs.end()), median(rs), median(best));
     }
-    fmt::print("{}\n", parts.empty() ? "none measured" : fmt::format("{}", fmt::join(parts, "; ")));
+    fmt::print("# load average at end: {}\n", load_average());
     fmt::print("# out of bounds values: {} {}\n", wrong_total, wrong_total ? "ERROR" : "OK");
     if (!o.json.empty()) {
       nlohmann::json j;
@@ -523,6 +540,9 @@ int run(Communicator& world, const Options& o, ReduceOp op, const std::vector<Co
                        {"algbw_gbps", r.algbw},
                        {"busbw_gbps", r.busbw},
                        {"raw_time_us", r.raw_time_us},
+                       {"best_time_us", r.best_us},
+                       {"raw_best_time_us", r.raw_best_us},
+                       {"calls_per_rep", r.calls_per_rep},
                        {"raw_busbw_gbps", r.raw_busbw},
                        {"ratio_busbw", r.busbw / r.raw_busbw},
                        {"wrong", r.wrong}});
@@ -552,7 +572,7 @@ int main(int argc, char** argv) {
       ->transform(CLI::AsSizeValue(false));
   app.add_option("-e,--maxbytes", o.max_bytes, "largest message")->transform(CLI::AsSizeValue(false));
   app.add_option("-f,--stepfactor", o.factor, "size multiplier between rows")->check(CLI::Range(1.0, 1e6));
-  app.add_option("-n,--iters", o.iters, "timed calls per repetition")->check(CLI::PositiveNumber);
+  app.add_option("-n,--iters", o.iters, "timed calls per repetition (up to 1 MiB; larger messages use fewer, one call from N MiB on)")->check(CLI::PositiveNumber);
   app.add_option("-w,--warmup_iters", o.warmup, "untimed calls per side before timing")->check(CLI::NonNegativeNumber);
   app.add_option("-r,--reps", o.reps, "interleaved repetitions per side; the median is reported")
       ->check(CLI::PositiveNumber);

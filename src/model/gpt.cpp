@@ -62,6 +62,19 @@ struct GptChunk::Deferred {
   int N, IC, OC;
 };
 
+// Buffers that live only inside one forward() or backward() call (never across calls).
+struct GptChunk::Scratch {
+  std::vector<float> cur, next;  // (N, C) residual stream between layers (forward), its gradient (backward)
+  std::vector<float> out;        // (N, C) full recompute's layer output (not needed)
+  std::vector<float> dg;         // (N, Fl) gradient at the MLP's GELU
+  std::vector<float> dln;        // (N, C) gradient at ln2's output, then at ln1's
+  std::vector<float> datt;       // (N, Cl)
+  std::vector<float> dqkv;       // (N, 3Cl)
+  std::vector<float> lnf, mf, rf, dlnf;       // head: (N, C), (N), (N), (N, C)
+  std::vector<float> logits;                  // (N, V/tp), then their gradient
+  std::vector<float> rowmax, stats, losses, lse;  // (N), (2N), (N), (N)
+};
+
 struct GptChunk::Slot {
   int B = 0, T = 0;
   std::vector<Acts> acts;        // per layer
@@ -94,7 +107,7 @@ void colsum_add(float* db, const float* d, int N, int C) {
 
 GptChunk::GptChunk(const GptConfig& cfg, const ChunkSpec& spec, Communicator& tp, ParamStore& store, Recompute rc,
                    bool wte_norm_owner)
-    : cfg_(cfg), spec_(spec), tp_(tp), store_(store), rc_(rc) {
+    : cfg_(cfg), spec_(spec), tp_(tp), store_(store), rc_(rc), scratch_(std::make_unique<Scratch>()) {
   const int tps = tp.size();
   cfg.validate(tps);
   if (spec.num_layers < 0 || spec.first_layer < 0 || spec.first_layer + spec.num_layers > cfg.n_layer)
@@ -291,10 +304,11 @@ void GptChunk::layer_backward(const Layer& L, Acts& a, Slot& s, const float* dou
   const int N = B * T;
   const size_t NC = static_cast<size_t>(N) * C_;
   auto& P = store_;
+  Scratch& S = *scratch_;
   if (rc_ == Recompute::full) {
     // Recompute the whole layer (TP all-reduces included) from its saved input.
-    std::vector<float> out(NC);
-    layer_forward(L, a, a.x.data(), out.data(), B, T, true);
+    ensure(S.out, NC);
+    layer_forward(L, a, a.x.data(), S.out.data(), B, T, true);
   } else if (rc_ == Recompute::selective) {
     ensure(a.ln1, NC); ensure(a.ln2, NC); ensure(a.g, a.h.size());
     ops::layernorm_forward(a.ln1.data(), a.m1.data(), a.r1.data(), a.x.data(), P.param(L.ln1w).data(),
@@ -303,36 +317,35 @@ void GptChunk::layer_backward(const Layer& L, Acts& a, Slot& s, const float* dou
                            P.param(L.ln2b).data(), N, C_);
     ops::gelu_forward(a.g.data(), a.h.data(), static_cast<int64_t>(a.h.size()));
   }
-  // MLP: out = x2 + (gelu(h) Wfp^T + bfp)
-  std::vector<float> dx2(dout, dout + NC);  // residual branch
-  std::vector<float> dg(static_cast<size_t>(N) * Fl_);
-  linear_bwd(s, defer, dg.data(), L.fpw, L.fpb, dout, a.g.data(), N, Fl_, C_);
+  // MLP: out = x2 + (gelu(h) Wfp^T + bfp). dx (never aliasing dout) holds d/dx2 from here until ln1's
+  // backward adds the attention branch: the residual term first, then ln2's backward onto it.
+  std::memcpy(dx, dout, NC * sizeof(float));
+  ensure(S.dg, static_cast<size_t>(N) * Fl_);
+  ensure(S.dln, NC);
+  ensure(S.datt, static_cast<size_t>(N) * Cl_);
+  ensure(S.dqkv, static_cast<size_t>(N) * 3 * Cl_);
+  linear_bwd(s, defer, S.dg.data(), L.fpw, L.fpb, dout, a.g.data(), N, Fl_, C_);
   ready(L.fpb);
   if (!defer) ready(L.fpw);
-  ops::gelu_backward(dg.data(), a.h.data(), dg.data(), static_cast<int64_t>(dg.size()));
-  std::vector<float> dln2(NC);
-  linear_bwd(s, defer, dln2.data(), L.fcw, L.fcb, dg.data(), a.ln2.data(), N, C_, Fl_);
+  ops::gelu_backward(S.dg.data(), a.h.data(), S.dg.data(), static_cast<int64_t>(S.dg.size()));
+  linear_bwd(s, defer, S.dln.data(), L.fcw, L.fcb, S.dg.data(), a.ln2.data(), N, C_, Fl_);
   ready(L.fcb);
   if (!defer) ready(L.fcw);
-  tp::copy_to_tp_backward(tp_, dln2);
-  ops::layernorm_backward(dx2.data(), P.grad(L.ln2w).data(), P.grad(L.ln2b).data(), dln2.data(), a.x2.data(),
+  tp::copy_to_tp_backward(tp_, S.dln);
+  ops::layernorm_backward(dx, P.grad(L.ln2w).data(), P.grad(L.ln2b).data(), S.dln.data(), a.x2.data(),
                           P.param(L.ln2w).data(), a.m2.data(), a.r2.data(), N, C_, ops::GradMode::accumulate);
   ready(L.ln2b);
   ready(L.ln2w);
-  // Attention: x2 = x + (att Wproj^T + bproj)
-  std::memcpy(dx, dx2.data(), NC * sizeof(float));
-  std::vector<float> datt(static_cast<size_t>(N) * Cl_);
-  linear_bwd(s, defer, datt.data(), L.projw, L.projb, dx2.data(), a.att.data(), N, Cl_, C_);
+  // Attention: x2 = x + (att Wproj^T + bproj); dx is d/dx2 here.
+  linear_bwd(s, defer, S.datt.data(), L.projw, L.projb, dx, a.att.data(), N, Cl_, C_);
   ready(L.projb);
   if (!defer) ready(L.projw);
-  std::vector<float> dqkv(static_cast<size_t>(N) * 3 * Cl_);
-  ops::attention_backward(dqkv.data(), datt.data(), a.qkv.data(), a.lse.data(), B, T, Cl_, NHl_);
-  std::vector<float> dln1(NC);
-  linear_bwd(s, defer, dln1.data(), L.qkvw, L.qkvb, dqkv.data(), a.ln1.data(), N, C_, 3 * Cl_);
+  ops::attention_backward(S.dqkv.data(), S.datt.data(), a.qkv.data(), a.lse.data(), B, T, Cl_, NHl_);
+  linear_bwd(s, defer, S.dln.data(), L.qkvw, L.qkvb, S.dqkv.data(), a.ln1.data(), N, C_, 3 * Cl_);
   ready(L.qkvb);
   if (!defer) ready(L.qkvw);
-  tp::copy_to_tp_backward(tp_, dln1);
-  ops::layernorm_backward(dx, P.grad(L.ln1w).data(), P.grad(L.ln1b).data(), dln1.data(), a.x.data(),
+  tp::copy_to_tp_backward(tp_, S.dln);
+  ops::layernorm_backward(dx, P.grad(L.ln1w).data(), P.grad(L.ln1b).data(), S.dln.data(), a.x.data(),
                           P.param(L.ln1w).data(), a.m1.data(), a.r1.data(), N, C_, ops::GradMode::accumulate);
   ready(L.ln1b);
   ready(L.ln1w);
@@ -362,7 +375,11 @@ float GptChunk::forward(int sl, int B, int T, const int32_t* tokens, const int32
   auto& P = store_;
   s.acts.resize(layers_.size());
 
-  std::vector<float> cur(NC), next(NC);
+  Scratch& S = *scratch_;
+  std::vector<float>& cur = S.cur;
+  std::vector<float>& next = S.next;
+  ensure(cur, NC);
+  ensure(next, NC);
   if (spec_.embedding) {
     for (int i = 0; i < N; ++i)
       if (tokens[i] < 0 || tokens[i] >= cfg_.vocab)
@@ -404,13 +421,16 @@ float GptChunk::forward(int sl, int B, int T, const int32_t* tokens, const int32
       if (targets[i] < 0 || targets[i] >= cfg_.vocab)
         TRIAX_THROW(ConfigError, "target {} at position {} is outside the vocabulary [0, {})", targets[i], i,
                     cfg_.vocab);
-    std::vector<float> lnf(NC), mf(N), rf(N);
+    std::vector<float>&lnf = S.lnf, &mf = S.mf, &rf = S.rf;
+    ensure(lnf, NC), ensure(mf, N), ensure(rf, N);
     ops::layernorm_forward(lnf.data(), mf.data(), rf.data(), cur.data(), P.param(lnf_w_).data(),
                            P.param(lnf_b_).data(), N, C_);
     const int Vl = v1_ - v0_;
-    std::vector<float> logits(static_cast<size_t>(N) * Vl);  // (N, V/tp): never gathered
+    std::vector<float>& logits = S.logits;  // (N, V/tp): never gathered
+    ensure(logits, static_cast<size_t>(N) * Vl);
     ops::linear_forward(logits.data(), lnf.data(), P.param(wte_).data(), static_cast<const float*>(nullptr), N, C_, Vl);
-    std::vector<float> rowmax(N), stats(2 * static_cast<size_t>(N)), losses(N), lse(N);
+    std::vector<float>&rowmax = S.rowmax, &stats = S.stats, &losses = S.losses, &lse = S.lse;
+    ensure(rowmax, N), ensure(stats, 2 * static_cast<size_t>(N)), ensure(losses, N), ensure(lse, N);
     ops::xent_shard_max(rowmax.data(), logits.data(), N, Vl, v0_, cfg_.vocab);
     tp::max_over_tp(tp_, rowmax);
     ops::xent_shard_sumexp(stats.data(), logits.data(), rowmax.data(), N, Vl, v0_, cfg_.vocab);
@@ -424,7 +444,8 @@ float GptChunk::forward(int sl, int B, int T, const int32_t* tokens, const int32
       // Fused head backward: the loss gradient is known now.
       ops::xent_shard_backward(logits.data(), logits.data(), lse.data(), targets, dloss / static_cast<float>(N), N, Vl,
                                v0_, cfg_.vocab);
-      std::vector<float> dlnf(NC);
+      std::vector<float>& dlnf = S.dlnf;
+      ensure(dlnf, NC);
       ops::linear_backward(dlnf.data(), P.grad(wte_).data(), static_cast<float*>(nullptr), logits.data(), lnf.data(),
                            P.param(wte_).data(), N, C_, Vl);
       tp::copy_to_tp_backward(tp_, dlnf);
@@ -443,7 +464,11 @@ void GptChunk::backward(int sl, const float* dx_out, float* dx_in, bool defer) {
   const int B = s.B, T = s.T, N = B * T;
   const size_t NC = static_cast<size_t>(N) * C_;
   if (!spec_.embedding && !dx_in) TRIAX_THROW(ConfigError, "a chunk without the embedding must return dx_in");
-  std::vector<float> d(NC), dnext(NC);
+  // The forward's residual-stream buffers are free during backward.
+  std::vector<float>& d = scratch_->cur;
+  std::vector<float>& dnext = scratch_->next;
+  ensure(d, NC);
+  ensure(dnext, NC);
   if (spec_.head) {
     // The head's gradients were accumulated in forward; they are final now.
     ready(lnf_b_);

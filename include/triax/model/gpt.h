@@ -82,6 +82,7 @@ class GptChunk {
   struct Acts;
   struct Slot;
   struct Deferred;
+  struct Scratch;
   Slot& slot(int s, bool create);
   void layer_forward(const Layer& L, Acts& a, const float* x, float* out, int B, int T, bool keep_all);
   void layer_backward(const Layer& L, Acts& a, Slot& s, const float* dout, float* dx, int B, int T, bool defer);
@@ -104,6 +105,9 @@ class GptChunk {
   std::map<int, std::unique_ptr<Slot>> slots_;
   std::vector<std::unique_ptr<Slot>> free_slots_;
   std::function<void(size_t)> grad_ready_;
+  // Transient buffers of forward/backward, reused from call to call: allocating, zeroing and
+  // page-faulting them each time cost a few percent of a GPT-2-sized CPU step.
+  std::unique_ptr<Scratch> scratch_;
 };
 
 }  // namespace triax

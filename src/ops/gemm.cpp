@@ -2,8 +2,11 @@
 #include "triax/ops/gemm.h"
 
 #include <cblas.h>
+#include <omp.h>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 
 #include "triax/core/error.h"
 
@@ -29,14 +32,34 @@ void check_gemm(Trans ta, Trans tb, int M, int N, int K, const void* A, int lda,
 
 CBLAS_TRANSPOSE cblas_trans(Trans t) { return t == Trans::no ? CblasNoTrans : CblasTrans; }
 
+std::atomic<GemmObserver*> g_observer{nullptr};
+
+// Runs blas() and, when an observer is installed, times it and reports the call.
+template <class F>
+void observed(F&& blas, Trans ta, Trans tb, int M, int N, int K, int lda, int ldb, int ldc, bool accumulate,
+              bool is_double) {
+  GemmObserver* obs = g_observer.load(std::memory_order_relaxed);
+  if (!obs) {
+    blas();
+    return;
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  blas();
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  obs->on_gemm(GemmCall{ta, tb, M, N, K, lda, ldb, ldc, accumulate, is_double, omp_get_num_threads(), s});
+}
+
 }  // namespace
+
+void set_gemm_observer(GemmObserver* obs) { g_observer.store(obs, std::memory_order_relaxed); }
 
 template <>
 void gemm<float>(Trans ta, Trans tb, int M, int N, int K, float alpha, const float* A, int lda, const float* B, int ldb,
                  float beta, float* C, int ldc) {
   check_gemm(ta, tb, M, N, K, A, lda, B, ldb, C, ldc);
   if (M == 0 || N == 0) return;
-  cblas_sgemm(CblasRowMajor, cblas_trans(ta), cblas_trans(tb), M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  observed([&] { cblas_sgemm(CblasRowMajor, cblas_trans(ta), cblas_trans(tb), M, N, K, alpha, A, lda, B, ldb, beta, C, ldc); },
+           ta, tb, M, N, K, lda, ldb, ldc, beta != 0.0f, false);
 }
 
 template <>
@@ -44,7 +67,8 @@ void gemm<double>(Trans ta, Trans tb, int M, int N, int K, double alpha, const d
                   int ldb, double beta, double* C, int ldc) {
   check_gemm(ta, tb, M, N, K, A, lda, B, ldb, C, ldc);
   if (M == 0 || N == 0) return;
-  cblas_dgemm(CblasRowMajor, cblas_trans(ta), cblas_trans(tb), M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  observed([&] { cblas_dgemm(CblasRowMajor, cblas_trans(ta), cblas_trans(tb), M, N, K, alpha, A, lda, B, ldb, beta, C, ldc); },
+           ta, tb, M, N, K, lda, ldb, ldc, beta != 0.0, true);
 }
 
 bool gemm_nests_in_openmp() {

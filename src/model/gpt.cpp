@@ -64,6 +64,14 @@ struct GptChunk::Deferred {
   int N, IC, OC;
 };
 
+// Buffers that live only inside one forward() or backward() call, reused from call to call:
+// allocating and page-faulting them each time costs a few percent of a GPT-2-sized CPU step
+// (the logits alone are (B*T, V/tp)).
+struct GptChunk::Backs {
+  std::vector<float> dx2, dfull, dg, dln, dln_local, datt, dqkv;
+  std::vector<float> logits;
+};
+
 struct GptChunk::Slot {
   int B = 0, T = 0;
   float dloss = 1.0f;            // the micro-batch's loss weight (MoE aux gradients)
@@ -97,7 +105,8 @@ void colsum_add(float* db, const float* d, int N, int C) {
 
 GptChunk::GptChunk(const GptConfig& cfg, const ChunkSpec& spec, Communicator& tp, ParamStore& store, Recompute rc,
                    bool wte_norm_owner, bool sequence_parallel, const ChunkMoe& moe)
-    : cfg_(cfg), spec_(spec), tp_(tp), store_(store), rc_(rc), sp_(sequence_parallel && tp.size() > 1), moe_(moe) {
+    : cfg_(cfg), spec_(spec), tp_(tp), store_(store), rc_(rc), sp_(sequence_parallel && tp.size() > 1), moe_(moe),
+      backs_(std::make_unique<Backs>()) {
   if (moe.every > 0) {
     if (!moe.ep) TRIAX_THROW(ConfigError, "MoE layers need the expert-parallel communicator");
     moe.cfg.validate(moe.ep->size());
@@ -383,11 +392,14 @@ void GptChunk::layer_backward(Layer& L, Acts& a, Slot& s, int slot, const float*
 
   // MLP: out = x2 + (gelu(h) Wfp^T + bfp). The row-parallel output's gradient reaches every
   // shard whole: identity (all-reduce's backward) or all-gather (reduce-scatter's backward).
-  std::vector<float> dx2(dout, dout + NCl);  // residual branch
-  std::vector<float> dfull;
+  Backs& S = *backs_;
+  std::vector<float>& dx2 = S.dx2;  // residual branch
+  dx2.assign(dout, dout + NCl);
+  std::vector<float>& dfull = S.dfull;
   if (L.moe) {
     // The MoE output's gradient is whole on every TP rank, and so is dln2: no TP collective.
-    std::vector<float> dln2(NCf);
+    std::vector<float>& dln2 = S.dln;
+    ensure(dln2, NCf);
     L.moe->backward(slot, dout, dln2.data(), s.dloss);
     ops::layernorm_backward(dx2.data(), P.grad(L.ln2w).data(), P.grad(L.ln2b).data(), dln2.data(), a.x2.data(),
                             P.param(L.ln2w).data(), a.m2.data(), a.r2.data(), Nl, C_, ops::GradMode::accumulate);
@@ -399,11 +411,14 @@ void GptChunk::layer_backward(Layer& L, Acts& a, Slot& s, int slot, const float*
     tp::gather_from_sequence_parallel(tp_, std::span<const float>(dout, NCl), dfull);
     dz = dfull.data();
   }
-  std::vector<float> dg(static_cast<size_t>(Nf) * Fl_);
+  std::vector<float>& dg = S.dg;
+  ensure(dg, static_cast<size_t>(Nf) * Fl_);
   linear_bwd(s, defer, dg.data(), L.fpw, SIZE_MAX, dz, a.g.data(), Nf, Fl_, C_);
   if (!defer) ready(L.fpw);
   ops::gelu_backward(dg.data(), a.h.data(), dg.data(), static_cast<int64_t>(dg.size()));
-  std::vector<float> dln2(NCf), dln2_local;
+  std::vector<float>& dln2 = S.dln;
+  std::vector<float>& dln2_local = S.dln_local;
+  ensure(dln2, NCf);
   linear_bwd(s, defer, dln2.data(), L.fcw, L.fcb, dg.data(), a.ln2.data(), Nf, C_, Fl_);
   ready(L.fcb);
   if (!defer) ready(L.fcw);
@@ -424,12 +439,16 @@ void GptChunk::layer_backward(Layer& L, Acts& a, Slot& s, int slot, const float*
     tp::gather_from_sequence_parallel(tp_, dx2, dfull);
     dy = dfull.data();
   }
-  std::vector<float> datt(static_cast<size_t>(Nf) * Cl_);
+  std::vector<float>& datt = S.datt;
+  ensure(datt, static_cast<size_t>(Nf) * Cl_);
   linear_bwd(s, defer, datt.data(), L.projw, SIZE_MAX, dy, a.att.data(), Nf, Cl_, C_);
   if (!defer) ready(L.projw);
-  std::vector<float> dqkv(static_cast<size_t>(Nf) * 3 * Cl_);
+  std::vector<float>& dqkv = S.dqkv;
+  ensure(dqkv, static_cast<size_t>(Nf) * 3 * Cl_);
   ops::attention_backward(dqkv.data(), datt.data(), a.qkv.data(), a.lse.data(), B, T, Cl_, NHl_);
-  std::vector<float> dln1(NCf), dln1_local;
+  std::vector<float>& dln1 = S.dln;
+  std::vector<float>& dln1_local = S.dln_local;
+  ensure(dln1, NCf);
   linear_bwd(s, defer, dln1.data(), L.qkvw, L.qkvb, dqkv.data(), a.ln1.data(), Nf, C_, 3 * Cl_);
   ready(L.qkvb);
   if (!defer) ready(L.qkvw);
@@ -527,7 +546,8 @@ float GptChunk::forward(int sl, int B, int T, const int32_t* tokens, const int32
     std::vector<float> lnf, mf, rf;
     layernorm_gathered(cur.data(), lnf_w_, lnf_b_, lnf, mf, rf, Nl);  // lnf: (Nf, C)
     const int Vl = v1_ - v0_;
-    std::vector<float> logits(static_cast<size_t>(Nf) * Vl);  // (N, V/tp): never gathered
+    std::vector<float>& logits = backs_->logits;  // (N, V/tp): never gathered
+    ensure(logits, static_cast<size_t>(Nf) * Vl);
     ops::linear_forward(logits.data(), lnf.data(), P.param(wte_).data(), static_cast<const float*>(nullptr), Nf, C_,
                         Vl);
     std::vector<float> rowmax(Nf), stats(2 * static_cast<size_t>(Nf)), losses(Nf), lse(Nf);

@@ -102,6 +102,7 @@ class GptChunk {
   struct Acts;
   struct Slot;
   struct Deferred;
+  struct Backs;
   Slot& slot(int s, bool create);
   void layer_forward(Layer& L, Acts& a, int slot, const float* x, float* out, int B, int T, bool keep_all,
                      bool training);
@@ -132,6 +133,7 @@ class GptChunk {
   std::function<void(size_t)> grad_ready_;
   ChunkMoe moe_;
   double aux_sum_ = 0;
+  std::unique_ptr<Backs> backs_;  // transient buffers of forward/backward, reused
 };
 
 }  // namespace triax

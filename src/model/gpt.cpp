@@ -62,7 +62,8 @@ struct GptChunk::Deferred {
   int N, IC, OC;
 };
 
-// Buffers that live only inside one forward() or backward() call (never across calls).
+// Buffers whose contents matter only inside one forward() or backward() call; they stay allocated
+// between calls (one set per chunk) so a step does not allocate, zero and page-fault them again.
 struct GptChunk::Scratch {
   std::vector<float> cur, next;  // (N, C) residual stream between layers (forward), its gradient (backward)
   std::vector<float> out;        // (N, C) full recompute's layer output (not needed)

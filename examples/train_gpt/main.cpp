@@ -71,6 +71,7 @@ int main(int argc, char** argv) {
   app.add_option("--bucket-mb", c.bucket_mb, "DP gradient bucket size (MiB)")->capture_default_str();
   bool no_overlap = false;
   app.add_flag("--no-overlap-grad-reduce", no_overlap, "reduce gradients after backward instead of during it");
+  app.add_flag("--sequence-parallel", c.sequence_parallel, "split LayerNorm/residual regions over TP by tokens");
   app.add_option("--recompute", c.recompute, "none | selective | full")->capture_default_str();
   app.add_option("--data", c.data, "llm.c token shards (a.bin,b.bin), a text file, or synthetic (default)");
   app.add_option("--metrics-jsonl", c.metrics_jsonl, "write one JSON object per iteration here");

@@ -93,8 +93,8 @@ void colsum_add(float* db, const float* d, int N, int C) {
 }  // namespace
 
 GptChunk::GptChunk(const GptConfig& cfg, const ChunkSpec& spec, Communicator& tp, ParamStore& store, Recompute rc,
-                   bool wte_norm_owner)
-    : cfg_(cfg), spec_(spec), tp_(tp), store_(store), rc_(rc) {
+                   bool wte_norm_owner, bool sequence_parallel)
+    : cfg_(cfg), spec_(spec), tp_(tp), store_(store), rc_(rc), sp_(sequence_parallel && tp.size() > 1) {
   const int tps = tp.size();
   cfg.validate(tps);
   if (spec.num_layers < 0 || spec.first_layer < 0 || spec.first_layer + spec.num_layers > cfg.n_layer)
@@ -225,41 +225,76 @@ void GptChunk::ready(size_t idx) {
   if (grad_ready_) grad_ready_(idx);
 }
 
-// Runs one layer forward. keep_all: store every activation (none-mode, or a recompute pass);
-// otherwise store what the recompute mode keeps.
-void GptChunk::layer_forward(const Layer& L, Acts& a, const float* x, float* out, int B, int T, bool keep_all) {
-  const int N = B * T;
-  const size_t NC = static_cast<size_t>(N) * C_;
-  auto& P = store_;
-  ensure(a.x, NC);
-  if (a.x.data() != x) std::memcpy(a.x.data(), x, NC * sizeof(float));
-  ensure(a.ln1, NC); ensure(a.m1, N); ensure(a.r1, N);
-  ensure(a.qkv, static_cast<size_t>(N) * 3 * Cl_);
-  ensure(a.att, static_cast<size_t>(N) * Cl_);
-  ensure(a.lse, static_cast<size_t>(B) * NHl_ * T);
-  ensure(a.x2, NC);
-  ensure(a.ln2, NC); ensure(a.m2, N); ensure(a.r2, N);
-  ensure(a.h, static_cast<size_t>(N) * Fl_);
-  ensure(a.g, static_cast<size_t>(N) * Fl_);
-
-  ops::layernorm_forward(a.ln1.data(), a.m1.data(), a.r1.data(), x, P.param(L.ln1w).data(), P.param(L.ln1b).data(), N,
+// LayerNorm of this rank's rows, gathered to all B*T rows when sequence parallel (the input of
+// a column-parallel GEMM); mean and rstd are kept for this rank's rows.
+void GptChunk::layernorm_gathered(const float* x, size_t w, size_t b, std::vector<float>& full,
+                                  std::vector<float>& mean, std::vector<float>& rstd, int Nl) {
+  const size_t NCl = static_cast<size_t>(Nl) * C_;
+  ensure(mean, static_cast<size_t>(Nl));
+  ensure(rstd, static_cast<size_t>(Nl));
+  ensure(full, NCl * (sp_ ? tp_.size() : 1));
+  if (!sp_) {
+    ops::layernorm_forward(full.data(), mean.data(), rstd.data(), x, store_.param(w).data(), store_.param(b).data(),
+                           Nl, C_);
+    return;
+  }
+  std::vector<float> local(NCl);
+  ops::layernorm_forward(local.data(), mean.data(), rstd.data(), x, store_.param(w).data(), store_.param(b).data(), Nl,
                          C_);
-  // copy_to_tp: identity forward
-  ops::linear_forward(a.qkv.data(), a.ln1.data(), P.param(L.qkvw).data(), P.param(L.qkvb).data(), N, C_, 3 * Cl_);
+  tp::gather_from_sequence_parallel(tp_, local, full);
+}
+
+// Under SP, LayerNorm and row-parallel-bias gradients come from this rank's rows only: sum the
+// micro-batch's partial gradients over TP, then add them to the store.
+void GptChunk::add_sp_grads(std::initializer_list<size_t> params, std::vector<float>& partial) {
+  tp::sum_over_tp(tp_, partial);
+  size_t off = 0;
+  for (size_t p : params) {
+    auto g = store_.grad(p);
+    for (size_t i = 0; i < g.size(); ++i) g[i] += partial[off + i];
+    off += g.size();
+  }
+}
+
+// Runs one layer forward on this rank's rows x (Nl, C) into out (Nl, C). keep_all: store every
+// activation (none-mode, or a recompute pass); otherwise store what the recompute mode keeps.
+void GptChunk::layer_forward(const Layer& L, Acts& a, const float* x, float* out, int B, int T, bool keep_all) {
+  const int Nf = B * T, Nl = io_rows(B, T);
+  const size_t NCf = static_cast<size_t>(Nf) * C_, NCl = static_cast<size_t>(Nl) * C_;
+  auto& P = store_;
+  ensure(a.x, NCl);
+  if (a.x.data() != x) std::memcpy(a.x.data(), x, NCl * sizeof(float));
+  ensure(a.qkv, static_cast<size_t>(Nf) * 3 * Cl_);
+  ensure(a.att, static_cast<size_t>(Nf) * Cl_);
+  ensure(a.lse, static_cast<size_t>(B) * NHl_ * T);
+  ensure(a.x2, NCl);
+  ensure(a.h, static_cast<size_t>(Nf) * Fl_);
+  ensure(a.g, static_cast<size_t>(Nf) * Fl_);
+  ensure(scratch_, NCf);
+
+  layernorm_gathered(x, L.ln1w, L.ln1b, a.ln1, a.m1, a.r1, Nl);  // copy_to_tp: identity forward
+  ops::linear_forward(a.qkv.data(), a.ln1.data(), P.param(L.qkvw).data(), P.param(L.qkvb).data(), Nf, C_, 3 * Cl_);
   ops::attention_forward(a.att.data(), a.lse.data(), a.qkv.data(), B, T, Cl_, NHl_);
-  std::vector<float>& y = a.x2;  // y is built in x2's buffer, then x is added
-  ops::linear_forward(y.data(), a.att.data(), P.param(L.projw).data(), static_cast<const float*>(nullptr), N, Cl_, C_);
-  tp::reduce_from_tp_forward(tp_, y);
-  add_bias(y.data(), P.param(L.projb).data(), N, C_);
-  ops::residual_forward(a.x2.data(), x, y.data(), static_cast<int64_t>(NC));
-  ops::layernorm_forward(a.ln2.data(), a.m2.data(), a.r2.data(), a.x2.data(), P.param(L.ln2w).data(),
-                         P.param(L.ln2b).data(), N, C_);
-  ops::linear_forward(a.h.data(), a.ln2.data(), P.param(L.fcw).data(), P.param(L.fcb).data(), N, C_, Fl_);
+  // Row-parallel projection: partial sums over the TP shards, then all-reduce (or reduce-scatter).
+  float* y = sp_ ? scratch_.data() : a.x2.data();
+  ops::linear_forward(y, a.att.data(), P.param(L.projw).data(), static_cast<const float*>(nullptr), Nf, Cl_, C_);
+  if (sp_)
+    tp::reduce_scatter_to_sequence_parallel(tp_, scratch_, a.x2);
+  else
+    tp::reduce_from_tp_forward(tp_, a.x2);
+  add_bias(a.x2.data(), P.param(L.projb).data(), Nl, C_);
+  ops::residual_forward(a.x2.data(), x, a.x2.data(), static_cast<int64_t>(NCl));
+  layernorm_gathered(a.x2.data(), L.ln2w, L.ln2b, a.ln2, a.m2, a.r2, Nl);
+  ops::linear_forward(a.h.data(), a.ln2.data(), P.param(L.fcw).data(), P.param(L.fcb).data(), Nf, C_, Fl_);
   ops::gelu_forward(a.g.data(), a.h.data(), static_cast<int64_t>(a.h.size()));
-  ops::linear_forward(out, a.g.data(), P.param(L.fpw).data(), static_cast<const float*>(nullptr), N, Fl_, C_);
-  tp::reduce_from_tp_forward(tp_, std::span<float>(out, NC));
-  add_bias(out, P.param(L.fpb).data(), N, C_);
-  ops::residual_forward(out, a.x2.data(), out, static_cast<int64_t>(NC));
+  float* z = sp_ ? scratch_.data() : out;
+  ops::linear_forward(z, a.g.data(), P.param(L.fpw).data(), static_cast<const float*>(nullptr), Nf, Fl_, C_);
+  if (sp_)
+    tp::reduce_scatter_to_sequence_parallel(tp_, scratch_, std::span<float>(out, NCl));
+  else
+    tp::reduce_from_tp_forward(tp_, std::span<float>(out, NCl));
+  add_bias(out, P.param(L.fpb).data(), Nl, C_);
+  ops::residual_forward(out, a.x2.data(), out, static_cast<int64_t>(NCl));
 
   if (keep_all || rc_ == Recompute::none) return;
   // Drop what backward recomputes (capacity too, so the memory is really returned).
@@ -288,54 +323,83 @@ void GptChunk::linear_bwd(Slot& s, bool defer, float* dinp, size_t w, size_t b, 
 
 void GptChunk::layer_backward(const Layer& L, Acts& a, Slot& s, const float* dout, float* dx, int B, int T,
                               bool defer) {
-  const int N = B * T;
-  const size_t NC = static_cast<size_t>(N) * C_;
+  const int Nf = B * T, Nl = io_rows(B, T);
+  const size_t NCf = static_cast<size_t>(Nf) * C_, NCl = static_cast<size_t>(Nl) * C_;
   auto& P = store_;
   if (rc_ == Recompute::full) {
-    // Recompute the whole layer (TP all-reduces included) from its saved input.
-    std::vector<float> out(NC);
+    // Recompute the whole layer (TP collectives included) from its saved input.
+    std::vector<float> out(NCl);
     layer_forward(L, a, a.x.data(), out.data(), B, T, true);
   } else if (rc_ == Recompute::selective) {
-    ensure(a.ln1, NC); ensure(a.ln2, NC); ensure(a.g, a.h.size());
-    ops::layernorm_forward(a.ln1.data(), a.m1.data(), a.r1.data(), a.x.data(), P.param(L.ln1w).data(),
-                           P.param(L.ln1b).data(), N, C_);
-    ops::layernorm_forward(a.ln2.data(), a.m2.data(), a.r2.data(), a.x2.data(), P.param(L.ln2w).data(),
-                           P.param(L.ln2b).data(), N, C_);
+    layernorm_gathered(a.x.data(), L.ln1w, L.ln1b, a.ln1, a.m1, a.r1, Nl);
+    layernorm_gathered(a.x2.data(), L.ln2w, L.ln2b, a.ln2, a.m2, a.r2, Nl);
+    ensure(a.g, a.h.size());
     ops::gelu_forward(a.g.data(), a.h.data(), static_cast<int64_t>(a.h.size()));
   }
-  // MLP: out = x2 + (gelu(h) Wfp^T + bfp)
-  std::vector<float> dx2(dout, dout + NC);  // residual branch
-  std::vector<float> dg(static_cast<size_t>(N) * Fl_);
-  linear_bwd(s, defer, dg.data(), L.fpw, L.fpb, dout, a.g.data(), N, Fl_, C_);
-  ready(L.fpb);
+  // Under SP the replicated parameters' gradients (LayerNorms, row-parallel biases) are partial:
+  // collected here, summed over TP at the end of the layer.
+  std::vector<float> spg(sp_ ? 6 * static_cast<size_t>(C_) : 0, 0.0f);
+  float* g_ln1w = sp_ ? spg.data() : P.grad(L.ln1w).data();
+  float* g_ln1b = sp_ ? spg.data() + C_ : P.grad(L.ln1b).data();
+  float* g_projb = sp_ ? spg.data() + 2 * C_ : P.grad(L.projb).data();
+  float* g_ln2w = sp_ ? spg.data() + 3 * C_ : P.grad(L.ln2w).data();
+  float* g_ln2b = sp_ ? spg.data() + 4 * C_ : P.grad(L.ln2b).data();
+  float* g_fpb = sp_ ? spg.data() + 5 * C_ : P.grad(L.fpb).data();
+
+  // MLP: out = x2 + (gelu(h) Wfp^T + bfp). The row-parallel output's gradient reaches every
+  // shard whole: identity (all-reduce's backward) or all-gather (reduce-scatter's backward).
+  std::vector<float> dx2(dout, dout + NCl);  // residual branch
+  colsum_add(g_fpb, dout, Nl, C_);
+  std::vector<float> dfull;
+  const float* dz = dout;
+  if (sp_) {
+    dfull.resize(NCf);
+    tp::gather_from_sequence_parallel(tp_, std::span<const float>(dout, NCl), dfull);
+    dz = dfull.data();
+  }
+  std::vector<float> dg(static_cast<size_t>(Nf) * Fl_);
+  linear_bwd(s, defer, dg.data(), L.fpw, SIZE_MAX, dz, a.g.data(), Nf, Fl_, C_);
   if (!defer) ready(L.fpw);
   ops::gelu_backward(dg.data(), a.h.data(), dg.data(), static_cast<int64_t>(dg.size()));
-  std::vector<float> dln2(NC);
-  linear_bwd(s, defer, dln2.data(), L.fcw, L.fcb, dg.data(), a.ln2.data(), N, C_, Fl_);
+  std::vector<float> dln2(NCf), dln2_local;
+  linear_bwd(s, defer, dln2.data(), L.fcw, L.fcb, dg.data(), a.ln2.data(), Nf, C_, Fl_);
   ready(L.fcb);
   if (!defer) ready(L.fcw);
-  tp::copy_to_tp_backward(tp_, dln2);
-  ops::layernorm_backward(dx2.data(), P.grad(L.ln2w).data(), P.grad(L.ln2b).data(), dln2.data(), a.x2.data(),
-                          P.param(L.ln2w).data(), a.m2.data(), a.r2.data(), N, C_, ops::GradMode::accumulate);
-  ready(L.ln2b);
-  ready(L.ln2w);
+  if (sp_) {
+    dln2_local.resize(NCl);
+    tp::reduce_scatter_to_sequence_parallel(tp_, dln2, dln2_local);
+  } else {
+    tp::copy_to_tp_backward(tp_, dln2);
+  }
+  ops::layernorm_backward(dx2.data(), g_ln2w, g_ln2b, sp_ ? dln2_local.data() : dln2.data(), a.x2.data(),
+                          P.param(L.ln2w).data(), a.m2.data(), a.r2.data(), Nl, C_, ops::GradMode::accumulate);
   // Attention: x2 = x + (att Wproj^T + bproj)
-  std::memcpy(dx, dx2.data(), NC * sizeof(float));
-  std::vector<float> datt(static_cast<size_t>(N) * Cl_);
-  linear_bwd(s, defer, datt.data(), L.projw, L.projb, dx2.data(), a.att.data(), N, Cl_, C_);
-  ready(L.projb);
+  std::memcpy(dx, dx2.data(), NCl * sizeof(float));
+  colsum_add(g_projb, dx2.data(), Nl, C_);
+  const float* dy = dx2.data();
+  if (sp_) {
+    tp::gather_from_sequence_parallel(tp_, dx2, dfull);
+    dy = dfull.data();
+  }
+  std::vector<float> datt(static_cast<size_t>(Nf) * Cl_);
+  linear_bwd(s, defer, datt.data(), L.projw, SIZE_MAX, dy, a.att.data(), Nf, Cl_, C_);
   if (!defer) ready(L.projw);
-  std::vector<float> dqkv(static_cast<size_t>(N) * 3 * Cl_);
+  std::vector<float> dqkv(static_cast<size_t>(Nf) * 3 * Cl_);
   ops::attention_backward(dqkv.data(), datt.data(), a.qkv.data(), a.lse.data(), B, T, Cl_, NHl_);
-  std::vector<float> dln1(NC);
-  linear_bwd(s, defer, dln1.data(), L.qkvw, L.qkvb, dqkv.data(), a.ln1.data(), N, C_, 3 * Cl_);
+  std::vector<float> dln1(NCf), dln1_local;
+  linear_bwd(s, defer, dln1.data(), L.qkvw, L.qkvb, dqkv.data(), a.ln1.data(), Nf, C_, 3 * Cl_);
   ready(L.qkvb);
   if (!defer) ready(L.qkvw);
-  tp::copy_to_tp_backward(tp_, dln1);
-  ops::layernorm_backward(dx, P.grad(L.ln1w).data(), P.grad(L.ln1b).data(), dln1.data(), a.x.data(),
-                          P.param(L.ln1w).data(), a.m1.data(), a.r1.data(), N, C_, ops::GradMode::accumulate);
-  ready(L.ln1b);
-  ready(L.ln1w);
+  if (sp_) {
+    dln1_local.resize(NCl);
+    tp::reduce_scatter_to_sequence_parallel(tp_, dln1, dln1_local);
+  } else {
+    tp::copy_to_tp_backward(tp_, dln1);
+  }
+  ops::layernorm_backward(dx, g_ln1w, g_ln1b, sp_ ? dln1_local.data() : dln1.data(), a.x.data(),
+                          P.param(L.ln1w).data(), a.m1.data(), a.r1.data(), Nl, C_, ops::GradMode::accumulate);
+  if (sp_) add_sp_grads({L.ln1w, L.ln1b, L.projb, L.ln2w, L.ln2b, L.fpb}, spg);
+  for (size_t p : {L.fpb, L.ln2b, L.ln2w, L.projb, L.ln1b, L.ln1w}) ready(p);
   if (rc_ != Recompute::none) {
     auto drop = [](std::vector<float>& v) { std::vector<float>().swap(v); };
     drop(a.ln1); drop(a.ln2); drop(a.g);
@@ -349,6 +413,9 @@ float GptChunk::forward(int sl, int B, int T, const int32_t* tokens, const int32
                         float* x_out, bool training, float dloss) {
   if (B < 1 || T < 1 || T > cfg_.max_seq)
     TRIAX_THROW(ConfigError, "micro-batch {} x {} tokens: need B >= 1 and 1 <= T <= max_seq {}", B, T, cfg_.max_seq);
+  if (sp_ && (B * T) % tp_.size() != 0)
+    TRIAX_THROW(ConfigError, "sequence parallelism splits the {} x {} = {} tokens of a micro-batch over tp={}: not divisible",
+                B, T, B * T, tp_.size());
   if (spec_.embedding && !tokens) TRIAX_THROW(ConfigError, "the embedding chunk needs tokens");
   if (!spec_.embedding && !x_in) TRIAX_THROW(ConfigError, "a chunk without the embedding needs its input x_in");
   if (spec_.head && !targets) TRIAX_THROW(ConfigError, "the head chunk needs targets");
@@ -357,30 +424,38 @@ float GptChunk::forward(int sl, int B, int T, const int32_t* tokens, const int32
   s.has_forward = true;
   s.B = B;
   s.T = T;
-  const int N = B * T;
-  const size_t NC = static_cast<size_t>(N) * C_;
+  const int Nf = B * T, Nl = io_rows(B, T);
+  const size_t NCf = static_cast<size_t>(Nf) * C_, NCl = static_cast<size_t>(Nl) * C_;
+  const int row0 = sp_ ? tp_.rank() * Nl : 0;  // first global row of this rank's rows
   auto& P = store_;
   s.acts.resize(layers_.size());
 
-  std::vector<float> cur(NC), next(NC);
+  std::vector<float> cur(NCl), next(NCl);
   if (spec_.embedding) {
-    for (int i = 0; i < N; ++i)
+    for (int i = 0; i < Nf; ++i)
       if (tokens[i] < 0 || tokens[i] >= cfg_.vocab)
         TRIAX_THROW(ConfigError, "token {} at position {} is outside the vocabulary [0, {})", tokens[i], i,
                     cfg_.vocab);
-    s.tokens.assign(tokens, tokens + N);
-    // Vocab-parallel lookup: rows outside this shard give zeros, the all-reduce fills them in.
-    ops::embedding_forward(cur.data(), tokens, P.param(wte_).data(), static_cast<const float*>(nullptr), B, T, C_, vp_,
+    s.tokens.assign(tokens, tokens + Nf);
+    // Vocab-parallel lookup: rows outside this shard give zeros, the all-reduce (or
+    // reduce-scatter) fills them in.
+    std::vector<float> emb(NCf);
+    ops::embedding_forward(emb.data(), tokens, P.param(wte_).data(), static_cast<const float*>(nullptr), B, T, C_, vp_,
                            v0_, v1_);
-    tp::reduce_from_tp_forward(tp_, cur);
+    if (sp_) {
+      tp::reduce_scatter_to_sequence_parallel(tp_, emb, cur);
+    } else {
+      tp::reduce_from_tp_forward(tp_, emb);
+      cur.swap(emb);
+    }
     const float* wpe = P.param(wpe_).data();
-    for (int i = 0; i < N; ++i) {
+    for (int i = 0; i < Nl; ++i) {
       float* row = cur.data() + static_cast<size_t>(i) * C_;
-      const float* pos = wpe + static_cast<size_t>(i % T) * C_;
+      const float* pos = wpe + static_cast<size_t>((row0 + i) % T) * C_;
       for (int c = 0; c < C_; ++c) row[c] += pos[c];
     }
   } else {
-    std::memcpy(cur.data(), x_in, NC * sizeof(float));
+    std::memcpy(cur.data(), x_in, NCl * sizeof(float));
   }
   if (training) {
     for (size_t l = 0; l < layers_.size(); ++l) {
@@ -398,39 +473,47 @@ float GptChunk::forward(int sl, int B, int T, const int32_t* tokens, const int32
   }
   float loss = 0.0f;
   if (!spec_.head) {
-    std::memcpy(x_out, cur.data(), NC * sizeof(float));
+    std::memcpy(x_out, cur.data(), NCl * sizeof(float));
   } else {
-    for (int i = 0; i < N; ++i)
+    for (int i = 0; i < Nf; ++i)
       if (targets[i] < 0 || targets[i] >= cfg_.vocab)
         TRIAX_THROW(ConfigError, "target {} at position {} is outside the vocabulary [0, {})", targets[i], i,
                     cfg_.vocab);
-    std::vector<float> lnf(NC), mf(N), rf(N);
-    ops::layernorm_forward(lnf.data(), mf.data(), rf.data(), cur.data(), P.param(lnf_w_).data(),
-                           P.param(lnf_b_).data(), N, C_);
+    std::vector<float> lnf, mf, rf;
+    layernorm_gathered(cur.data(), lnf_w_, lnf_b_, lnf, mf, rf, Nl);  // lnf: (Nf, C)
     const int Vl = v1_ - v0_;
-    std::vector<float> logits(static_cast<size_t>(N) * Vl);  // (N, V/tp): never gathered
-    ops::linear_forward(logits.data(), lnf.data(), P.param(wte_).data(), static_cast<const float*>(nullptr), N, C_, Vl);
-    std::vector<float> rowmax(N), stats(2 * static_cast<size_t>(N)), losses(N), lse(N);
-    ops::xent_shard_max(rowmax.data(), logits.data(), N, Vl, v0_, cfg_.vocab);
+    std::vector<float> logits(static_cast<size_t>(Nf) * Vl);  // (N, V/tp): never gathered
+    ops::linear_forward(logits.data(), lnf.data(), P.param(wte_).data(), static_cast<const float*>(nullptr), Nf, C_,
+                        Vl);
+    std::vector<float> rowmax(Nf), stats(2 * static_cast<size_t>(Nf)), losses(Nf), lse(Nf);
+    ops::xent_shard_max(rowmax.data(), logits.data(), Nf, Vl, v0_, cfg_.vocab);
     tp::max_over_tp(tp_, rowmax);
-    ops::xent_shard_sumexp(stats.data(), logits.data(), rowmax.data(), N, Vl, v0_, cfg_.vocab);
-    ops::xent_shard_target_logit(stats.data() + N, logits.data(), targets, N, Vl, v0_, cfg_.vocab);
+    ops::xent_shard_sumexp(stats.data(), logits.data(), rowmax.data(), Nf, Vl, v0_, cfg_.vocab);
+    ops::xent_shard_target_logit(stats.data() + Nf, logits.data(), targets, Nf, Vl, v0_, cfg_.vocab);
     tp::sum_over_tp(tp_, stats);
-    ops::xent_loss_from_stats(losses.data(), lse.data(), rowmax.data(), stats.data(), stats.data() + N, N);
+    ops::xent_loss_from_stats(losses.data(), lse.data(), rowmax.data(), stats.data(), stats.data() + Nf, Nf);
     double sum = 0.0;
     for (float l : losses) sum += l;
-    loss = static_cast<float>(sum / N);
+    loss = static_cast<float>(sum / Nf);
     if (training) {
       // Fused head backward: the loss gradient is known now.
-      ops::xent_shard_backward(logits.data(), logits.data(), lse.data(), targets, dloss / static_cast<float>(N), N, Vl,
-                               v0_, cfg_.vocab);
-      std::vector<float> dlnf(NC);
+      ops::xent_shard_backward(logits.data(), logits.data(), lse.data(), targets, dloss / static_cast<float>(Nf), Nf,
+                               Vl, v0_, cfg_.vocab);
+      std::vector<float> dlnf(NCf), dlnf_local;
       ops::linear_backward(dlnf.data(), P.grad(wte_).data(), static_cast<float*>(nullptr), logits.data(), lnf.data(),
-                           P.param(wte_).data(), N, C_, Vl);
-      tp::copy_to_tp_backward(tp_, dlnf);
-      ensure(s.dx_head, NC);
-      ops::layernorm_backward(s.dx_head.data(), P.grad(lnf_w_).data(), P.grad(lnf_b_).data(), dlnf.data(), cur.data(),
-                              P.param(lnf_w_).data(), mf.data(), rf.data(), N, C_);
+                           P.param(wte_).data(), Nf, C_, Vl);
+      if (sp_) {
+        dlnf_local.resize(NCl);
+        tp::reduce_scatter_to_sequence_parallel(tp_, dlnf, dlnf_local);
+      } else {
+        tp::copy_to_tp_backward(tp_, dlnf);
+      }
+      ensure(s.dx_head, NCl);
+      std::vector<float> spg(sp_ ? 2 * static_cast<size_t>(C_) : 0, 0.0f);
+      ops::layernorm_backward(s.dx_head.data(), sp_ ? spg.data() : P.grad(lnf_w_).data(),
+                              sp_ ? spg.data() + C_ : P.grad(lnf_b_).data(), sp_ ? dlnf_local.data() : dlnf.data(),
+                              cur.data(), P.param(lnf_w_).data(), mf.data(), rf.data(), Nl, C_);
+      if (sp_) add_sp_grads({lnf_w_, lnf_b_}, spg);
     }
   }
   if (!training) release(sl);
@@ -440,31 +523,51 @@ float GptChunk::forward(int sl, int B, int T, const int32_t* tokens, const int32
 void GptChunk::backward(int sl, const float* dx_out, float* dx_in, bool defer) {
   Slot& s = slot(sl, false);
   if (!s.has_forward) TRIAX_THROW(ConfigError, "backward of micro-batch slot {} before its forward", sl);
-  const int B = s.B, T = s.T, N = B * T;
-  const size_t NC = static_cast<size_t>(N) * C_;
+  const int B = s.B, T = s.T, Nl = io_rows(B, T);
+  const size_t NCl = static_cast<size_t>(Nl) * C_;
   if (!spec_.embedding && !dx_in) TRIAX_THROW(ConfigError, "a chunk without the embedding must return dx_in");
-  std::vector<float> d(NC), dnext(NC);
+  std::vector<float> d(NCl), dnext(NCl);
   if (spec_.head) {
     // The head's gradients were accumulated in forward; they are final now.
     ready(lnf_b_);
     ready(lnf_w_);
     if (head_marks_wte_) ready(wte_);
-    std::memcpy(d.data(), s.dx_head.data(), NC * sizeof(float));
+    std::memcpy(d.data(), s.dx_head.data(), NCl * sizeof(float));
   } else {
     if (!dx_out) TRIAX_THROW(ConfigError, "a chunk without the head needs dx_out");
-    std::memcpy(d.data(), dx_out, NC * sizeof(float));
+    std::memcpy(d.data(), dx_out, NCl * sizeof(float));
   }
   for (size_t l = layers_.size(); l-- > 0;) {
     layer_backward(layers_[l], s.acts[l], s, d.data(), dnext.data(), B, T, defer);
     std::swap(d, dnext);
   }
   if (spec_.embedding) {
-    // reduce_from_tp's backward is the identity: every TP rank holds the full d.
-    ops::embedding_backward(store_.grad(wte_).data(), store_.grad(wpe_).data(), d.data(), s.tokens.data(), B, T, C_, vp_, v0_, v1_);
+    if (sp_) {
+      // Position gradients from this rank's rows, summed over TP; the vocab-parallel table needs
+      // every row's gradient (all-gather: reduce-scatter's backward).
+      std::vector<float> dwpe(static_cast<size_t>(T) * C_, 0.0f);
+      const int row0 = tp_.rank() * Nl;
+      for (int i = 0; i < Nl; ++i) {
+        float* dst = dwpe.data() + static_cast<size_t>((row0 + i) % T) * C_;
+        const float* src = d.data() + static_cast<size_t>(i) * C_;
+        for (int c = 0; c < C_; ++c) dst[c] += src[c];
+      }
+      tp::sum_over_tp(tp_, dwpe);
+      auto g = store_.grad(wpe_);
+      for (size_t i = 0; i < dwpe.size(); ++i) g[i] += dwpe[i];
+      std::vector<float> dfull(static_cast<size_t>(B) * T * C_);
+      tp::gather_from_sequence_parallel(tp_, d, dfull);
+      ops::embedding_backward(store_.grad(wte_).data(), static_cast<float*>(nullptr), dfull.data(), s.tokens.data(), B,
+                              T, C_, vp_, v0_, v1_);
+    } else {
+      // reduce_from_tp's backward is the identity: every TP rank holds the full d.
+      ops::embedding_backward(store_.grad(wte_).data(), store_.grad(wpe_).data(), d.data(), s.tokens.data(), B, T, C_,
+                              vp_, v0_, v1_);
+    }
     ready(wpe_);
     ready(wte_);
   } else {
-    std::memcpy(dx_in, d.data(), NC * sizeof(float));
+    std::memcpy(dx_in, d.data(), NCl * sizeof(float));
   }
   if (defer && !s.deferred.empty()) {
     s.pending_weights = true;
@@ -490,15 +593,16 @@ void GptChunk::backward_weight(int sl) {
 }
 
 size_t GptChunk::activation_floats(int B, int T) const {
-  const size_t N = static_cast<size_t>(B) * T, C = C_;
-  size_t per_layer = N * C;  // x
+  const size_t N = static_cast<size_t>(B) * T, Nl = static_cast<size_t>(io_rows(B, T)), C = C_;
+  size_t per_layer = Nl * C;  // x: this rank's rows under sequence parallelism
   if (rc_ != Recompute::full) {
-    per_layer += 2 * N + N * 3 * Cl_ + N * Cl_ + static_cast<size_t>(B) * NHl_ * T + N * C + 2 * N + N * Fl_;
-    if (rc_ == Recompute::none) per_layer += 2 * N * C + N * Fl_;
+    // mean/rstd x2, qkv, att, lse, x2, h
+    per_layer += 4 * Nl + N * 3 * Cl_ + N * Cl_ + static_cast<size_t>(B) * NHl_ * T + Nl * C + N * Fl_;
+    if (rc_ == Recompute::none) per_layer += 2 * N * C + N * Fl_;  // gathered LayerNorm outputs, gelu
   }
   size_t total = per_layer * layers_.size();
   if (spec_.embedding) total += N;       // tokens (int32, counted as one float each)
-  if (spec_.head) total += N * C;        // dx_head
+  if (spec_.head) total += Nl * C;       // dx_head
   return total;
 }
 

@@ -19,14 +19,15 @@ size_t round_down(size_t x, size_t a) { return x / a * a; }
 // backward completes them). A boundary goes at a parameter's start (rounded up to align, so the
 // bucket above never depends on the parameter below) once the bucket holds >= target elements.
 void split_region(const std::vector<ParamInfo>& params, size_t lo, size_t hi, size_t align, size_t target,
-                  std::vector<GradBucket>& out) {
+                  bool split_experts, std::vector<GradBucket>& out) {
   size_t end = hi;
   for (size_t k = params.size(); k-- > 0;) {
     const size_t o = params[k].offset;
     if (o >= end) continue;
     if (o <= lo) break;
     const size_t c = round_up(o, align);
-    if (c > lo && c < end && end - c >= target) {
+    const bool kind_changes = split_experts && k > 0 && params[k - 1].spec.expert != params[k].spec.expert;
+    if (c > lo && c < end && (end - c >= target || kind_changes)) {
       out.push_back(GradBucket{c, end, 0, {}, false});
       end = c;
     }
@@ -37,8 +38,12 @@ void split_region(const std::vector<ParamInfo>& params, size_t lo, size_t hi, si
 }  // namespace
 
 std::vector<GradBucket> plan_grad_buckets(const std::vector<ParamInfo>& params, size_t padded, size_t align,
-                                          size_t target_elems, std::optional<size_t> tied_param) {
+                                          size_t target_elems, std::optional<size_t> tied_param,
+                                          bool split_experts) {
   if (align == 0) TRIAX_THROW(ConfigError, "gradient buckets: alignment must be >= 1");
+  if (split_experts && align != 1)
+    TRIAX_THROW(ConfigError, "gradient buckets: separating expert parameters needs alignment 1, not {} "
+                "(ZeRO-1 with expert parallelism is not supported)", align);
   const size_t used = params.empty() ? 0 : params.back().offset + params.back().numel;
   if (padded < used || padded % align != 0)
     TRIAX_THROW(ConfigError,
@@ -54,15 +59,17 @@ std::vector<GradBucket> plan_grad_buckets(const std::vector<ParamInfo>& params, 
   if (tied_param) {
     const auto& t = params[*tied_param];
     const size_t tb = round_down(t.offset, align), te = round_up(t.offset + t.numel, align);
-    if (te < padded) split_region(params, te, padded, align, target, out);
-    if (tb > 0) split_region(params, 0, tb, align, target, out);
+    if (te < padded) split_region(params, te, padded, align, target, split_experts, out);
+    if (tb > 0) split_region(params, 0, tb, align, target, split_experts, out);
     out.push_back(GradBucket{tb, te, 0, {}, true});
   } else {
-    split_region(params, 0, padded, align, target, out);
+    split_region(params, 0, padded, align, target, split_experts, out);
   }
-  for (auto& b : out)
+  for (auto& b : out) {
     for (size_t i = 0; i < params.size(); ++i)
       if (params[i].offset < b.end && params[i].offset + params[i].numel > b.begin) b.params.push_back(i);
+    b.expert = split_experts && !b.params.empty() && params[b.params.front()].spec.expert;
+  }
   return out;
 }
 
@@ -108,8 +115,26 @@ GradBuffer::GradBuffer(ParamStore& store, Communicator& dp, GradBufferOptions op
     TRIAX_THROW(ConfigError, "GradBuffer: tied parameter index {} out of range ({} parameters)", *opts_.tied_param,
                 store_.size());
   tied_active_ = opts_.tied_param && opts_.embedding && opts_.embedding->size() > 1;
+  const ParamInfo* first_expert = nullptr;
+  for (const auto& p : store_.infos())
+    if (p.spec.expert && !first_expert) first_expert = &p;
+  if (first_expert && dp_.size() > 1) {
+    if (!opts_.expert_dp)
+      TRIAX_THROW(ConfigError,
+                  "GradBuffer: '{}' is a MoE expert parameter; set GradBufferOptions::expert_dp (grid.expert_dp()) "
+                  "so experts are reduced over the ranks that hold them ({})",
+                  first_expert->spec.name, dp_.describe());
+    const int edp = opts_.expert_dp->size();
+    if (dp_.size() % edp != 0)
+      TRIAX_THROW(ConfigError, "GradBuffer: expert-data-parallel {} has {} ranks, which does not divide dp = {}",
+                  opts_.expert_dp->describe(), edp, dp_.size());
+    experts_split_ = edp != dp_.size();
+    if (experts_split_ && rs)
+      TRIAX_THROW(ConfigError, "GradBuffer: ZeRO-1 (reduce_scatter) with expert parallelism (ep = {}) is not "
+                  "supported; use plain DP gradient sync for MoE models", dp_.size() / edp);
+  }
   buckets_ = plan_grad_buckets(store_.infos(), store_.padded_numel(), align, opts_.bucket_bytes / sizeof(float),
-                               tied_active_ ? opts_.tied_param : std::nullopt);
+                               tied_active_ ? opts_.tied_param : std::nullopt, experts_split_);
   if (rs) {
     segments_ = plan_shard_segments(buckets_, store_.infos(), dp_.size(), dp_.rank());
     shard_grads_.assign(store_.padded_numel() / align, 0.0f);
@@ -126,10 +151,11 @@ GradBuffer::GradBuffer(ParamStore& store, Communicator& dp, GradBufferOptions op
 GradBuffer::~GradBuffer() {
   // Nonblocking collectives cannot be cancelled and write into our buffers: let any that an
   // exception left in flight finish, unless the communicator has already failed.
-  for (auto& s : state_) {
+  for (size_t b = 0; b < state_.size(); ++b) {
+    auto& s = state_[b];
     try {
       if (s.tied_started && !s.tied_done && opts_.embedding && !opts_.embedding->poisoned()) s.tied_work.wait();
-      if (s.started && !s.done && !dp_.poisoned()) s.work.wait();
+      if (s.started && !s.done && !comm_of(b).poisoned()) s.work.wait();
     } catch (const std::exception& e) {
       log::error("GradBuffer: a gradient collective failed while shutting down: {}", e.what());
     }
@@ -189,7 +215,12 @@ void GradBuffer::start_bucket(size_t b, bool in_finish) {
   auto g = store_.flat_grads().subspan(bk.begin, bk.size());
   auto& s = state_[b];
   if (opts_.sync == GradSync::all_reduce) {
-    s.work = dp_.all_reduce(g, opts_.op);
+    if (bk.expert && experts_split_ && opts_.op == ReduceOp::avg) {
+      // avg over expert_dp of (g * edp / dp) = sum over expert_dp / dp (see GradBufferOptions).
+      const float f = static_cast<float>(opts_.expert_dp->size()) / static_cast<float>(dp_.size());
+      for (auto& v : g) v *= f;
+    }
+    s.work = comm_of(b).all_reduce(g, opts_.op);
   } else {
     auto out = std::span<float>(shard_grads_).subspan(bk.shard_offset, piece_size(b));
     s.work = dp_.reduce_scatter(std::span<const float>(g), out, opts_.op);

@@ -40,8 +40,20 @@ double global_grad_norm(const ParamStore& store, ProcessGrid& grid, const GradBu
   if (zero) {
     mine = local_grad_sumsq(store, *zero);
   } else {
-    const double s = local_grad_sumsq(store);
-    mine = grid.coord().dp == 0 || !std::isfinite(s) ? s : 0.0;
+    // Dense parameters: DP replicas agree, DP rank 0 counts them. MoE experts: the ranks of one
+    // expert-data-parallel group agree, and the EP groups hold different experts, so the first
+    // EP group (expert_dp rank 0) counts them. With ep = 1 both are DP rank 0.
+    double dense_owned = 0.0, dense_others = 0.0, expert_owned = 0.0, expert_others = 0.0;
+    const auto g = store.flat_grads();
+    for (const auto& p : store.infos()) {
+      const double v = sumsq(g.subspan(p.offset, p.numel));
+      if (p.spec.expert) (p.spec.norm_owner ? expert_owned : expert_others) += v;
+      else (p.spec.norm_owner ? dense_owned : dense_others) += v;
+    }
+    const double d = owned_plus_nonfinite(dense_owned, dense_others);
+    const double e = owned_plus_nonfinite(expert_owned, expert_others);
+    mine = (grid.coord().dp == 0 || !std::isfinite(d) ? d : 0.0) +
+           (grid.expert_dp().rank() == 0 || !std::isfinite(e) ? e : 0.0);
   }
   double buf[1] = {mine};
   grid.world().all_reduce(std::span<double>(buf), ReduceOp::sum).wait();

@@ -12,6 +12,7 @@ GradBufferOptions Optimizer::sync_options(const OptimizerConfig& cfg, ProcessGri
   GradBufferOptions o = cfg.grad_sync;
   o.sync = cfg.zero1 ? GradSync::reduce_scatter : GradSync::all_reduce;
   if (o.tied_param && !o.embedding) o.embedding = grid.embedding();
+  if (!o.expert_dp) o.expert_dp = &grid.expert_dp();  // used only if the store holds MoE experts
   return o;
 }
 

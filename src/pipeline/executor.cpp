@@ -41,7 +41,8 @@ StepResult PipelineExecutor::run(const Schedule& sch, const MicroBatchFn& data, 
     TRIAX_THROW(ConfigError, "schedule '{}' has {} chunks per stage but this stage holds {}", sch.label(), sch.chunks,
                 chunks_.size());
   const auto& list = sch.lists.at(static_cast<size_t>(stage));
-  const size_t N = static_cast<size_t>(B_) * T_ * C_;
+  // Hidden states crossing stages: (B*T, C), or this rank's B*T/tp rows under sequence parallelism.
+  const size_t N = static_cast<size_t>(chunks_.front()->io_rows(B_, T_)) * C_;
 
   // The last backward-input pass and the last weight pass of each chunk arm the DP marks.
   std::vector<int> last_b(chunks_.size(), -1), last_w(chunks_.size(), -1);

@@ -11,6 +11,11 @@
 
 #include "triax/core/log.h"
 
+#include <omp.h>
+
+#include <cstdlib>
+#include <thread>
+
 namespace triax {
 
 std::string IterationMetrics::log_line() const {
@@ -101,6 +106,12 @@ Trainer::Trainer(std::shared_ptr<Communicator> world, const TrainConfig& cfg) : 
 
   grid_ = std::make_unique<ProcessGrid>(world, GridShape{cfg.tp, P, dp, 1, cfg.order},
                                         GridOptions{cfg.allow_tp_across_hosts});
+  // One thread pool per core: unless the user chose (OMP_NUM_THREADS), ranks sharing a host
+  // split its cores, so oversubscribed runs do not spin against each other.
+  if (!std::getenv("OMP_NUM_THREADS")) {
+    const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    omp_set_num_threads(std::max(1, cores / std::max(1, grid_->local_size())));
+  }
   data_ = open_dataset(cfg.data, model_.vocab, cfg.seed);
   require(data_->vocab() <= model_.vocab, "the data's vocabulary {} exceeds the model's {}", data_->vocab(),
           model_.vocab);
@@ -112,6 +123,9 @@ Trainer::Trainer(std::shared_ptr<Communicator> world, const TrainConfig& cfg) : 
     bc.num_micro_batches = 2 * P;  // enough micro-batches to fill the pipeline
   }
   const BatchPlan plan = resolve_batch(bc, dp);
+  require(!cfg.sequence_parallel || (plan.micro_batch * T_) % cfg.tp == 0,
+          "sequence parallelism splits micro-batch {} x seq {} = {} tokens over tp {}: not divisible", plan.micro_batch,
+          T_, plan.micro_batch * T_, cfg.tp);
   batches_ = std::make_unique<BatchSchedule>(plan, cfg.rampup);
   // Validate the schedule for every micro-batch count the ramp visits (the first and the last).
   validate_schedule_config(kind_, P, V, static_cast<int>(batches_->num_micro_batches(0)));
@@ -123,7 +137,8 @@ Trainer::Trainer(std::shared_ptr<Communicator> world, const TrainConfig& cfg) : 
     const int vs = c * P + s;
     const auto [first, count] = virtual_stage_layers(vs);
     const ChunkSpec spec{first, count, vs == 0, vs == P * V - 1};
-    chunks_.push_back(std::make_unique<GptChunk>(model_, spec, grid_->tp(), store_, rc, /*wte_norm_owner=*/P == 1));
+    chunks_.push_back(std::make_unique<GptChunk>(model_, spec, grid_->tp(), store_, rc, /*wte_norm_owner=*/P == 1,
+                                                 cfg.sequence_parallel));
   }
   store_.finalize(cfg.zero1 ? static_cast<size_t>(dp) : 1);
   for (auto& ch : chunks_) ch->init_params(cfg.seed);
@@ -181,9 +196,10 @@ std::string Trainer::resolved_config() const {
                    c.lr_decay);
   s += fmt::format("weight_decay = {}\nadam_beta1 = {}\nadam_beta2 = {}\nadam_eps = {}\nclip_grad = {}\n",
                    c.adamw.weight_decay, c.adamw.beta1, c.adamw.beta2, c.adamw.eps, c.clip_grad);
-  s += fmt::format("zero1 = {}\nbucket_mb = {}\noverlap_grad_reduce = {}\nrecompute = \"{}\"\n", c.zero1, c.bucket_mb,
-                   c.overlap_grad_reduce, c.recompute);
+  s += fmt::format("zero1 = {}\nbucket_mb = {}\noverlap_grad_reduce = {}\nrecompute = \"{}\"\nsequence_parallel = {}\n",
+                   c.zero1, c.bucket_mb, c.overlap_grad_reduce, c.recompute, c.sequence_parallel);
   s += fmt::format("data = \"{}\"  # {}\nmetrics_jsonl = \"{}\"\n", c.data, data_->describe(), c.metrics_jsonl);
+  s += fmt::format("# threads per rank: {} ({} ranks on this host)\n", omp_get_max_threads(), grid_->local_size());
   size_t act = 0;
   for (auto& ch : chunks_) act += ch->activation_floats(static_cast<int>(p.micro_batch), T_);
   s += fmt::format("# this rank: {} parameters, {:.2f} MiB of activations per in-flight micro-batch (recompute={})\n",

@@ -143,8 +143,10 @@ TEST_CASE("every 3D layout, schedule and ZeRO-1 setting trains the serial model"
           cfg.zero1 = zero1;
           // Recompute modes change memory, never the math: exercise them across layouts.
           cfg.recompute = (runs % 3 == 0) ? "none" : (runs % 3 == 1) ? "selective" : "full";
+          // Sequence parallelism, likewise, on every other TP layout.
+          cfg.sequence_parallel = tp > 1 && runs % 2 == 1;
           INFO("tp " << tp << " pp " << pp << " dp " << dp << " " << sched << " vpp " << vpp << " zero1 " << zero1
-                     << " recompute " << cfg.recompute);
+                     << " recompute " << cfg.recompute << " sp " << cfg.sequence_parallel);
           const Result got = train(test::world_ptr(), cfg);
           const int tp_rank = test::world().rank() % tp;  // tp is the fastest axis
           compare(cfg, got, tp_rank);

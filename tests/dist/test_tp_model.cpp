@@ -40,9 +40,9 @@ std::vector<float> gather_full(Communicator& tp, const ParamInfo& info, std::spa
 }
 
 Run run_model(Communicator& tp, const GptConfig& cfg, Recompute rc, bool defer, int B, int T, int micro_batches,
-              uint64_t data_seed) {
+              uint64_t data_seed, bool sp = false) {
   ParamStore store;
-  GptChunk chunk(cfg, {0, cfg.n_layer, true, true}, tp, store, rc);
+  GptChunk chunk(cfg, {0, cfg.n_layer, true, true}, tp, store, rc, true, sp);
   store.finalize();
   chunk.init_params(1234);
   std::mt19937 gen(static_cast<uint32_t>(data_seed));
@@ -87,11 +87,12 @@ TEST_CASE("tensor-parallel GPT matches the serial model", "[tp][model]") {
   const int B = 2, T = 8, M = 2;
   auto self = make_self_communicator("serial", world.rank());
 
+  const Run ref = run_model(*self, cfg, Recompute::none, false, B, T, M, 99);
   for (Recompute rc : {Recompute::none, Recompute::selective, Recompute::full})
-    for (bool defer : {false, true}) {
-      INFO("recompute " << recompute_name(rc) << " defer " << defer << " tp " << world.size());
-      const Run ref = run_model(*self, cfg, Recompute::none, false, B, T, M, 99);
-      const Run got = run_model(grid.tp(), cfg, rc, defer, B, T, M, 99);
+    for (bool defer : {false, true})
+    for (bool sp : {false, true}) {
+      INFO("recompute " << recompute_name(rc) << " defer " << defer << " sp " << sp << " tp " << world.size());
+      const Run got = run_model(grid.tp(), cfg, rc, defer, B, T, M, 99, sp);
       REQUIRE(std::isfinite(ref.loss));
       REQUIRE(ref.loss > 3.0f);  // ~ln(67) for a fresh model
       CHECK(std::abs(got.loss - ref.loss) <= 1e-5 * std::abs(ref.loss));

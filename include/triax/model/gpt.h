@@ -5,6 +5,7 @@
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <initializer_list>
 #include <map>
 #include <memory>
 #include <string>
@@ -37,8 +38,11 @@ class GptChunk {
   // Several chunks of one stage may share a store; the tied embedding is registered once per store.
   // wte_norm_owner: whether this stage's copy of the tied embedding counts in the gradient norm
   // (false on the last stage when the first stage holds the other copy).
+  // sequence_parallel: between the TP GEMMs the residual stream (and this chunk's input and
+  // output) holds only this rank's B*T/tp rows; LayerNorm, dropout-free residual adds and the
+  // embedding run on those rows, and all-gather / reduce-scatter replace the TP all-reduces.
   GptChunk(const GptConfig& cfg, const ChunkSpec& spec, Communicator& tp, ParamStore& store, Recompute rc,
-           bool wte_norm_owner = true);
+           bool wte_norm_owner = true, bool sequence_parallel = false);
   ~GptChunk();
   GptChunk(const GptChunk&) = delete;
   GptChunk& operator=(const GptChunk&) = delete;
@@ -47,8 +51,8 @@ class GptChunk {
   void init_params(uint64_t seed);
 
   // Forward of one micro-batch of B sequences of T tokens. tokens (B, T) when spec.embedding;
-  // targets (B, T) when spec.head; x_in (B, T, C) otherwise; x_out (B, T, C) is written unless
-  // spec.head. Returns the mean cross-entropy of the micro-batch on head chunks, else 0.
+  // targets (B, T) when spec.head; x_in (io_rows, C) otherwise; x_out (io_rows, C) is written
+  // unless spec.head (io_rows = B*T, or B*T/tp with sequence parallelism). Returns the mean cross-entropy of the micro-batch on head chunks, else 0.
   // training: keep activations in `slot` for backward. On head chunks the loss gradient is known
   // now (dloss = d total / d this micro-batch's mean loss), so the head's backward runs fused
   // with its forward and only the (B, T, C) input gradient is kept, never the logits.
@@ -67,6 +71,9 @@ class GptChunk {
   // data-parallel buckets can start reducing while backward goes on.
   void set_grad_ready_hook(std::function<void(size_t param_index)> hook) { grad_ready_ = std::move(hook); }
 
+  // Rows of the hidden states this chunk takes and returns (B*T, or B*T/tp under SP).
+  int io_rows(int B, int T) const { return sp_ ? B * T / tp_.size() : B * T; }
+  bool sequence_parallel() const { return sp_; }
   // Floats of activations one in-flight micro-batch keeps, for this recompute mode.
   size_t activation_floats(int B, int T) const;
   const ChunkSpec& spec() const { return spec_; }
@@ -85,6 +92,9 @@ class GptChunk {
   Slot& slot(int s, bool create);
   void layer_forward(const Layer& L, Acts& a, const float* x, float* out, int B, int T, bool keep_all);
   void layer_backward(const Layer& L, Acts& a, Slot& s, const float* dout, float* dx, int B, int T, bool defer);
+  void layernorm_gathered(const float* x, size_t w, size_t b, std::vector<float>& full, std::vector<float>& mean,
+                          std::vector<float>& rstd, int Nl);
+  void add_sp_grads(std::initializer_list<size_t> params, std::vector<float>& partial);
   void linear_bwd(Slot& s, bool defer, float* dinp, size_t w, size_t b, const float* dout, const float* inp, int N,
                   int IC, int OC);
   void ready(size_t idx);
@@ -94,6 +104,8 @@ class GptChunk {
   Communicator& tp_;
   ParamStore& store_;
   Recompute rc_;
+  bool sp_ = false;
+  std::vector<float> scratch_;  // (B*T, C) partial sums before a reduce-scatter
   int C_, F_, NH_, Cl_, Fl_, NHl_;
   int vp_, v0_, v1_;
   std::vector<Layer> layers_;

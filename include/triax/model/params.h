@@ -27,6 +27,10 @@ struct ParamSpec {
   // Counted once in the global gradient norm: false on the copies that another rank also
   // holds (TP-replicated params on tp rank > 0, the tied embedding on the last stage).
   bool norm_owner = true;
+  // An expert of a MoE layer (model/moe.h): held by one rank of each expert-parallel group, so
+  // its gradient is reduced over the expert-data-parallel group (dp / ep ranks) instead of DP,
+  // and counted in the gradient norm by the first such group (docs/MOE.md).
+  bool expert = false;
 };
 
 struct ParamInfo {

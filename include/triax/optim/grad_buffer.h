@@ -41,6 +41,14 @@ struct GradBufferOptions {
   // DP collective. Ignored when embedding is null or has one rank (pp == 1: one copy only).
   std::optional<size_t> tied_param;
   Communicator* embedding = nullptr;
+  // MoE experts (ParamSpec::expert): each rank of an expert-parallel group holds different
+  // experts, so their gradients are reduced over the expert-data-parallel group (dp / ep ranks
+  // holding the same experts; grid.expert_dp()) in buckets of their own. Under avg they are
+  // pre-scaled by expert_dp / dp first, so the result is sum over expert_dp / dp: the gradient of
+  // the global-batch mean loss, since an expert's local gradient already sums its EP group's
+  // tokens. Required when the store holds experts and dp > 1; when it has dp ranks (ep = 1) experts
+  // are reduced like every other parameter. Not supported with reduce_scatter (ZeRO-1) when ep > 1.
+  Communicator* expert_dp = nullptr;
 };
 
 // One bucket: the flat element range [begin, end) of the gradient buffer. Under
@@ -51,6 +59,7 @@ struct GradBucket {
   size_t shard_offset = 0;
   std::vector<size_t> params;  // parameters overlapping [begin, end), ascending
   bool tied = false;           // the tied-embedding bucket (launched last)
+  bool expert = false;         // holds MoE expert parameters only (reduced over expert_dp)
   size_t size() const { return end - begin; }
 };
 
@@ -67,9 +76,12 @@ struct ShardSegment {
 // Splits the flat range [0, padded) into buckets, in launch order. align: every interior
 // boundary is a multiple of it (dp for reduce_scatter, 1 for all_reduce, where boundaries fall on
 // parameter starts). A tied parameter gets one bucket (its range widened to align) placed last.
+// split_experts: a boundary also goes wherever ParamSpec::expert changes, so no bucket mixes
+// experts with other parameters, and GradBucket::expert marks the expert buckets (align must be 1).
 // Throws ConfigError if padded is not a multiple of align or smaller than the parameters.
 std::vector<GradBucket> plan_grad_buckets(const std::vector<ParamInfo>& params, size_t padded, size_t align,
-                                          size_t target_elems, std::optional<size_t> tied_param = std::nullopt);
+                                          size_t target_elems, std::optional<size_t> tied_param = std::nullopt,
+                                          bool split_experts = false);
 // Sets shard_offset of every bucket (pieces concatenated in bucket order) and returns the
 // segments of DP rank `rank` of `dp`. Requires every bucket size to be a multiple of dp.
 std::vector<ShardSegment> plan_shard_segments(std::vector<GradBucket>& buckets, const std::vector<ParamInfo>& params,
@@ -131,6 +143,8 @@ class GradBuffer {
   const GradBufferOptions& options() const { return opts_; }
   ParamStore& store() { return store_; }
   Communicator& dp() { return dp_; }
+  // The group bucket b is reduced over: expert_dp for expert buckets when ep > 1, else dp.
+  Communicator& comm_of(size_t b) { return buckets_.at(b).expert && experts_split_ ? *opts_.expert_dp : dp_; }
 
   // reduce_scatter only: this rank's shard of the reduced gradients (shard_size() elements)
   // and how it maps onto parameters.
@@ -161,6 +175,7 @@ class GradBuffer {
   Communicator& dp_;
   GradBufferOptions opts_;
   bool tied_active_ = false;
+  bool experts_split_ = false;  // expert buckets reduce over expert_dp (ep > 1)
   std::vector<GradBucket> buckets_;
   std::vector<std::vector<size_t>> buckets_of_param_;
   std::vector<ShardSegment> segments_;

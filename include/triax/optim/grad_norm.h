@@ -18,7 +18,9 @@ double local_grad_sumsq(const ParamStore& store, const GradBuffer& zero);
 // L2 norm of the full gradient of the model, after the DP reduction, identical on every rank.
 //  - without ZeRO (zero == nullptr): the DP replicas hold the same reduced gradients, so the sum
 //    runs over the model-parallel group (tp x pp) of DP rank 0; the other replicas add 0, or
-//    their own NaN/inf, so a non-finite value anywhere reaches every rank.
+//    their own NaN/inf, so a non-finite value anywhere reaches every rank. MoE expert parameters
+//    (ParamSpec::expert) are counted by the ranks of the first EP group (expert_dp rank 0), which
+//    together hold every expert once.
 //  - with ZeRO: every rank holds a distinct shard of the reduced gradients; the sum runs over
 //    tp x pp x dp.
 // Both are one all-reduce of one double on grid.world() (tp x pp x dp = world).

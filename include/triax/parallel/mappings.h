@@ -3,6 +3,7 @@
 //   reduce_from_tp:  forward all-reduce, backward identity    (output of a row-parallel layer)
 // Each forward function has its backward twin, so a layer's code reads like the math.
 #pragma once
+#include <algorithm>
 #include <span>
 
 #include "triax/dist/comm.h"
@@ -26,6 +27,28 @@ inline void max_over_tp(Communicator& tp, std::span<float> v) {
 }
 inline void sum_over_tp(Communicator& tp, std::span<float> v) {
   if (tp.size() > 1) tp.all_reduce(v, ReduceOp::sum).wait();
+}
+
+}  // namespace triax::tp
+
+namespace triax::tp {
+
+// Sequence parallelism (Korthikanti et al. 2022): outside the TP GEMMs the residual stream is
+// split by rows (tokens) over the TP group. Entering a column-parallel GEMM gathers the rows
+// (backward: reduce-scatter); leaving a row-parallel GEMM reduce-scatters the partial sums
+// (backward: all-gather). Rank r holds rows [r*n/tp, (r+1)*n/tp).
+inline void gather_from_sequence_parallel(Communicator& tp, std::span<const float> local, std::span<float> full) {
+  if (tp.size() > 1)
+    tp.all_gather(local, full).wait();
+  else
+    std::copy(local.begin(), local.end(), full.begin());
+}
+inline void reduce_scatter_to_sequence_parallel(Communicator& tp, std::span<const float> full,
+                                                std::span<float> local) {
+  if (tp.size() > 1)
+    tp.reduce_scatter(full, local, ReduceOp::sum).wait();
+  else
+    std::copy(full.begin(), full.end(), local.begin());
 }
 
 }  // namespace triax::tp

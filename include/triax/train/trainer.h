@@ -48,6 +48,7 @@ struct TrainConfig {
   double bucket_mb = 16.0;
   bool overlap_grad_reduce = true;
   std::string recompute = "none";
+  bool sequence_parallel = false;
   // Data: "" or "synthetic" (built in), llm.c shards "a.bin,b.bin", or a text file.
   std::string data;
   std::string metrics_jsonl;

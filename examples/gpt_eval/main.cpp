@@ -1,0 +1,228 @@
+// gpt_eval: the mean next-token cross-entropy of a GPT-2 checkpoint (HF safetensors or llm.c .bin)
+// over K consecutive batches of an llm.c token shard, forward only, tensor-, pipeline- and
+// data-parallel. Batch k uses tokens [k*B*T, k*B*T + B*T + 1): inputs and next-token targets.
+//   mpirun -np 4 gpt_eval --tp 4 --weights gpt2.safetensors --data val.bin --batch 4 --seq 64 --batches 8
+// The last line of stdout is "loss <value>"; --json prints a JSON object line before it.
+// --save FILE also writes the loaded weights (gathered over the layout) as HF safetensors or, for
+// a .bin name, an llm.c checkpoint: a converter between the two formats.
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <triax/core/error.h>
+#include <triax/core/log.h>
+#include <triax/dist/bootstrap.h>
+#include <triax/dist/grid.h>
+#include <triax/io/token_shard.h>
+#include <triax/model/checkpoint_io.h>
+#include <triax/model/gpt.h>
+
+namespace {
+
+struct Options {
+  std::string weights, data;
+  int batch = 0, seq = 0;
+  int64_t batches = 0;  // 0 = every whole batch in the shard
+  int tp = 1, pp = 1, heads = 0;
+  bool json = false;
+  std::string save;  // write the loaded weights here (.bin: llm.c, else safetensors)
+};
+
+// Before MPI starts, the launcher's environment says whether this process is rank 0: only it
+// prints command-line errors, so mpirun -np 8 shows one message, not eight.
+bool launcher_rank0() {
+  for (const char* v : {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "RANK"})
+    if (const char* s = std::getenv(v)) return std::string(s) == "0";
+  return true;
+}
+
+struct Result {
+  std::vector<double> per_batch;  // (K) mean loss of each batch
+  double seconds = 0;
+};
+
+// Runs the forward passes of this rank's share of the batches. Batch k belongs to data-parallel
+// replica k % dp; inside a replica the activations flow stage to stage, and the last stage's TP
+// rank 0 records the batch's loss. The per-batch losses are then summed over the world, so every
+// rank holds all K of them.
+Result evaluate(const Options& o, triax::ProcessGrid& grid, const triax::GptConfig& cfg, triax::GptChunk& chunk,
+                const triax::io::TokenShard& shard, int64_t K) {
+  const int B = o.batch, T = o.seq;
+  const size_t N = static_cast<size_t>(B) * T, NC = N * static_cast<size_t>(cfg.n_embd);
+  const auto co = grid.coord();
+  const int dp = grid.layout().size(triax::Axis::dp);
+  const bool first = grid.is_first_stage(), last = grid.is_last_stage();
+  const bool reporter = last && co.tp == 0;
+  std::vector<int32_t> inputs(N), targets(N);
+  std::vector<float> x_in(first ? 0 : NC), x_out(last ? 0 : NC);  // (B, T, C)
+  Result r;
+  r.per_batch.assign(static_cast<size_t>(K), 0.0);
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int64_t k = 0; k < K; ++k) {
+    if (k % dp != co.dp) continue;
+    const auto tb = std::chrono::steady_clock::now();
+    shard.batch(k, B, T, inputs, targets);
+    if (!first) grid.pp().recv(std::span<float>(x_in), grid.prev_stage()).wait();
+    const float loss = chunk.forward(0, B, T, first ? inputs.data() : nullptr, last ? targets.data() : nullptr,
+                                     first ? nullptr : x_in.data(), last ? nullptr : x_out.data(), false);
+    if (!last) grid.pp().send(std::span<const float>(x_out), grid.next_stage()).wait();
+    if (reporter) {
+      r.per_batch[static_cast<size_t>(k)] = loss;
+      const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - tb).count();
+      std::fprintf(stderr, "gpt_eval: batch %lld/%lld loss %.6f (%.1f ms)\n", static_cast<long long>(k + 1),
+                   static_cast<long long>(K), static_cast<double>(loss), ms);
+    }
+  }
+  grid.world().all_reduce(std::span<double>(r.per_batch), triax::ReduceOp::sum).wait();
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return r;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"gpt_eval: mean cross-entropy of a GPT-2 checkpoint on an llm.c token shard (forward only)"};
+  Options o;
+  app.add_option("--weights", o.weights, "weights: HF GPT-2 .safetensors or llm.c .bin (format read from the file)")
+      ->required();
+  app.add_option("--data", o.data, "llm.c token shard (magic 20240520, uint16 tokens)")->required();
+  app.add_option("--batch", o.batch, "sequences per batch (B)")->required()->check(CLI::PositiveNumber);
+  app.add_option("--seq", o.seq, "tokens per sequence (T), at most the model's positions")
+      ->required()
+      ->check(CLI::PositiveNumber);
+  app.add_option("--batches", o.batches, "consecutive batches to average (default: every whole batch in the shard)")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--tp", o.tp, "tensor-parallel size")->check(CLI::PositiveNumber);
+  app.add_option("--pp", o.pp, "pipeline-parallel size (layers split evenly, earlier stages take the remainder)")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--heads", o.heads, "attention heads, for safetensors files without n_head metadata whose hidden "
+                                     "size is not a GPT-2 size")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--save", o.save,
+                 "also write the loaded weights to this file before evaluating (a format converter): .bin -> "
+                 "llm.c checkpoint, anything else -> HF safetensors");
+  app.add_flag("--json", o.json, "also print one JSON object line (before the final 'loss' line)");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    if (launcher_rank0()) std::fprintf(stderr, "gpt_eval: error: %s\nRun with --help for the options.\n", e.what());
+    return 2;
+  }
+
+  std::unique_ptr<triax::Bootstrap> boot;
+  std::shared_ptr<triax::Communicator> world;
+  try {
+    boot = triax::Bootstrap::create();
+    world = boot->world();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "gpt_eval: error: start-up failed: %s\n", e.what());
+    return 1;
+  }
+  triax::log::set_rank(world->size() > 1 ? world->rank() : -1);
+  const int W = world->size();
+
+  // Set-up (flags against the world, files, model) may fail on some ranks only; they agree before
+  // anyone goes on, and the lowest failing rank prints its message.
+  std::optional<triax::ProcessGrid> grid;
+  std::optional<triax::WeightFile> wf;
+  std::optional<triax::io::TokenShard> shard;
+  std::unique_ptr<triax::GptChunk> chunk;
+  triax::ParamStore store;
+  triax::GptConfig cfg;
+  int64_t K = 0;
+  std::string error;
+  int code = 0;
+  try {
+    if (W % (o.tp * o.pp) != 0)
+      TRIAX_THROW(ConfigError, "--tp {} x --pp {} = {} does not divide the {} processes", o.tp, o.pp,
+                  o.tp * o.pp, W);
+    wf.emplace(o.weights, o.heads);
+    cfg = wf->config();
+    if (o.seq > cfg.max_seq)
+      TRIAX_THROW(ConfigError, "--seq {} is longer than the model's {} positions ({})", o.seq, cfg.max_seq,
+                  o.weights);
+    if (o.pp > cfg.n_layer)
+      TRIAX_THROW(ConfigError, "--pp {} is more than the model's {} layers", o.pp, cfg.n_layer);
+    cfg.validate(o.tp);
+    shard.emplace(o.data, cfg.vocab);
+    const int64_t avail = shard->num_batches(o.batch, o.seq);
+    K = o.batches > 0 ? o.batches : avail;
+    if (avail < 1 || K > avail)
+      TRIAX_THROW(IoError, "{}: {} tokens hold {} whole batches of {} x {} (+1 target), {} asked for",
+                  o.data, shard->size(), avail, o.batch, o.seq, o.batches > 0 ? o.batches : 1);
+    grid.emplace(world, triax::GridShape{o.tp, o.pp, W / (o.tp * o.pp), 1, "tp-dp-pp"});
+    const int s = grid->coord().pp;
+    const int per = cfg.n_layer / o.pp, extra = cfg.n_layer % o.pp;
+    const int first_layer = s * per + std::min(s, extra);
+    const triax::ChunkSpec spec{first_layer, per + (s < extra ? 1 : 0), s == 0, s == o.pp - 1};
+    chunk = std::make_unique<triax::GptChunk>(cfg, spec, grid->tp(), store, triax::Recompute::none);
+    store.finalize();
+    wf->load(store, cfg, grid->tp());
+    if (!o.save.empty()) {
+      const auto fmt_out = triax::weight_format_for_path(o.save);
+      triax::save_weights(o.save, fmt_out, cfg, store, *grid);
+      if (world->rank() == 0)
+        std::fprintf(stderr, "gpt_eval: wrote %s (%s)\n", o.save.c_str(),
+                     std::string(triax::weight_format_name(fmt_out)).c_str());
+    }
+  } catch (const triax::Error& e) {
+    error = e.what();
+    code = 1;
+  } catch (const std::exception& e) {
+    error = e.what();
+    code = 1;
+  }
+  int first_bad[1] = {code ? world->rank() : W};
+  world->all_reduce(std::span<int>(first_bad), triax::ReduceOp::min).wait();
+  if (first_bad[0] < W) {
+    if (world->rank() == first_bad[0]) std::fprintf(stderr, "gpt_eval: error: %s\n", error.c_str());
+    return 1;
+  }
+
+  try {
+    if (world->rank() == 0)
+      std::fprintf(stderr, "gpt_eval: %s (%s): %s; tp %d pp %d dp %d; %lld batches of %d x %d\n", o.weights.c_str(),
+                   std::string(triax::weight_format_name(wf->format())).c_str(), cfg.describe().c_str(), o.tp, o.pp,
+                   W / (o.tp * o.pp), static_cast<long long>(K), o.batch, o.seq);
+    const Result r = evaluate(o, *grid, cfg, *chunk, *shard, K);
+    double sum = 0;
+    for (double l : r.per_batch) sum += l;  // fixed order: the same on every layout
+    const double loss = sum / static_cast<double>(K);
+    if (world->rank() == 0) {
+      if (o.json) {
+        nlohmann::json j;
+        j["loss"] = loss;
+        j["batch_losses"] = r.per_batch;
+        j["batches"] = K;
+        j["batch"] = o.batch;
+        j["seq"] = o.seq;
+        j["tokens"] = K * o.batch * o.seq;
+        j["seconds"] = r.seconds;
+        j["tokens_per_second"] = r.seconds > 0 ? static_cast<double>(K * o.batch * o.seq) / r.seconds : 0.0;
+        j["weights"] = o.weights;
+        j["format"] = std::string(triax::weight_format_name(wf->format()));
+        j["data"] = o.data;
+        j["layout"] = {{"tp", o.tp}, {"pp", o.pp}, {"dp", W / (o.tp * o.pp)}, {"world", W}};
+        j["model"] = {{"n_layer", cfg.n_layer}, {"n_head", cfg.n_head},   {"n_embd", cfg.n_embd},
+                      {"ffn", cfg.ffn_size()},  {"vocab", cfg.vocab},     {"padded_vocab", cfg.padded_vocab(o.tp)},
+                      {"max_seq", cfg.max_seq}, {"params", cfg.num_params()}};
+        std::printf("%s\n", j.dump().c_str());
+      }
+      std::printf("loss %.9g\n", loss);
+      std::fflush(stdout);
+    }
+    return 0;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "gpt_eval: error (rank %d): %s\n", world->rank(), e.what());
+    return 1;
+  }
+}

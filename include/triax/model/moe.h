@@ -1,0 +1,156 @@
+// MoeMlp: a mixture-of-experts MLP in place of a GPT layer's dense MLP - a linear router, top-k
+// gating, per-expert capacity, the Switch load-balancing loss - with the experts split over the
+// expert-parallel (EP) group and tokens moved by all_to_all_v, in chunks so that the exchange of
+// one chunk overlaps the expert compute of another. Conventions: docs/MOE.md.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "triax/dist/comm.h"
+#include "triax/model/params.h"
+
+namespace triax {
+
+struct MoeConfig {
+  int experts = 8;  // E; a multiple of the EP group size
+  int top_k = 2;    // 1 or 2
+  // Drop mode: each expert takes at most ceil(capacity_factor * N * k / E) of the N local tokens'
+  // N * k assignments (per source rank: every rank routes its own tokens).
+  double capacity_factor = 1.25;
+  // false: no-drop mode, capacity = the largest load, so no assignment is dropped. Dispatch is
+  // variable-sized (all_to_all_v), so the padding up to that capacity is never sent or computed.
+  bool drop_tokens = true;
+  // Weight of the load-balancing loss in the training loss: total += aux_loss_coef * aux.
+  float aux_loss_coef = 0.01f;
+  // Token chunks pipelined through dispatch -> experts -> combine (1: no overlap). A knob of
+  // speed only: any value gives the same results (up to float summation order of weight grads).
+  int chunks = 1;
+
+  // ConfigError naming the field unless experts % ep == 0, top_k in {1, 2} and <= experts,
+  // capacity_factor > 0 (drop mode), aux_loss_coef >= 0 and finite, chunks >= 1.
+  void validate(int ep) const;
+};
+
+// Routing of N tokens over E experts from router logits: the pure, single-process first step of
+// MoeMlp::forward (public so tests can check it against hand-computed cases).
+struct Routing {
+  int N = 0, E = 0, k = 0;
+  std::vector<float> probs;     // (N, E) softmax of the logits
+  std::vector<int32_t> expert;  // (N, k) selected experts, descending probability, ties to the lower index
+  std::vector<float> gate;      // (N, k) k = 1: the raw probability; k = 2: renormalised to sum 1
+  std::vector<int32_t> slot;    // (N, k) position in the expert's capacity buffer; -1 = dropped
+  std::vector<int64_t> load;    // (E) assignments per expert before capacity (what the router asked)
+  int64_t capacity = 0;         // per expert
+  int64_t dropped = 0;          // assignments over capacity
+  float aux_loss = 0;           // E * sum_e f_e P_e, f_e = load_e / (N k), P_e = mean_n probs[n, e]
+  bool kept(int n, int j) const { return slot[static_cast<size_t>(n) * k + j] >= 0; }
+};
+
+// ceil(capacity_factor * N * k / E), computed so that decimal factors (1.1 x 10 / 11) do not round
+// an exact integer up.
+int64_t expert_capacity(int64_t N, int E, int k, double capacity_factor);
+
+// Softmax, top-k, gates, capacity slots (priority: every token's first choice in token order,
+// then every second choice in token order) and the aux loss. capacity < 0: no-drop (the largest
+// load). logits (N, E).
+Routing route_tokens(const float* logits, int N, int E, int k, int64_t capacity);
+
+// What one forward or backward did on this rank (seconds, steady clock).
+struct MoeStats {
+  int64_t tokens = 0;       // N
+  int64_t assignments = 0;  // N * k
+  int64_t dropped = 0;      // assignments dropped by capacity (forward)
+  int64_t capacity = 0;
+  int64_t sent_rows = 0;    // token rows sent to expert owners (this rank included)
+  int64_t recv_rows = 0;    // token rows this rank's experts processed
+  float aux_loss = 0;       // unweighted, of this rank's tokens
+  double a2a_wait_s = 0;    // blocked in Work::wait on the counts, dispatch and combine exchanges:
+                            // the exposed all-to-all time
+  double a2a_call_s = 0;    // inside the calls that start or test them (driving MPI)
+  // Each wait in issue order (forward: counts, then dispatch / combine waits; backward: dispatch /
+  // combine waits). The same length on every EP rank, so a benchmark can take the minimum over
+  // ranks: the last rank to arrive waits only for the transfer, not for a slower peer.
+  std::vector<double> a2a_waits;
+  double expert_s = 0;      // expert GEMMs and GELU
+  double total_s = 0;
+};
+
+class MoeMlp {
+ public:
+  // Registers the router "transformer.h.{layer}.moe.router.weight" (E, C), replicated, and this
+  // EP rank's experts "transformer.h.{layer}.moe.experts.{e}.{c_fc,c_proj}.{weight,bias}" (C -> F
+  // -> C, GELU) for e in [rank * E/ep, (rank + 1) * E/ep), marked ParamSpec::expert. Call before
+  // store.finalize(). norm_owner: whether this copy counts in the gradient norm (false on tp
+  // ranks > 0: MoE layers are replicated over TP). ep: the expert-parallel group (carved from DP).
+  MoeMlp(const MoeConfig& cfg, int layer, int C, int F, Communicator& ep, ParamStore& store,
+         bool norm_owner = true);
+  ~MoeMlp();
+  MoeMlp(const MoeMlp&) = delete;
+  MoeMlp& operator=(const MoeMlp&) = delete;
+
+  // From (seed, name) on each tensor's full shape: router and c_fc weights N(0, 0.02), c_proj
+  // weights N(0, 0.02 / sqrt(2 n_layer)) as in GPT-2, biases 0. The same model for every ep.
+  void init_params(uint64_t seed, int n_layer);
+
+  // y (N, C) = MoE(x (N, C)). Collective over the EP group: every rank calls it for the same
+  // slots in the same order (N may differ between ranks). Returns the unweighted aux loss of
+  // these tokens; the trainer adds aux_loss_coef * it to the micro-batch's loss. training: keep
+  // activations in `slot` for backward.
+  float forward(int slot, int N, const float* x, float* y, bool training);
+
+  // dx (N, C) (written) from dy (N, C) for the micro-batch in slot, collective like forward.
+  // dloss: d total / d this micro-batch's loss (e.g. 1 / micro-batches); the aux loss's gradient
+  // is aux_loss_coef * dloss. Parameter gradients accumulate into the store; the slot is released.
+  void backward(int slot, const float* dy, float* dx, float dloss = 1.0f);
+  void release(int slot);
+
+  // Called after each parameter's gradient is final for this backward (experts, then router).
+  void set_grad_ready_hook(std::function<void(size_t param_index)> hook) { grad_ready_ = std::move(hook); }
+
+  const MoeConfig& config() const { return cfg_; }
+  // Knob of speed only; every EP rank must use the same value for a slot's forward and backward.
+  void set_chunks(int chunks);
+  int local_experts() const { return El_; }
+  int first_expert() const { return e0_; }
+  // Store indices: router, then per local expert c_fc.weight, c_fc.bias, c_proj.weight, c_proj.bias.
+  const std::vector<size_t>& param_indices() const { return owned_; }
+  size_t router_param() const { return router_; }
+  // The routing of the last forward (for tests and metrics).
+  const Routing& last_routing() const { return last_routing_; }
+  const MoeStats& forward_stats() const { return fwd_stats_; }
+  const MoeStats& backward_stats() const { return bwd_stats_; }
+
+ private:
+  struct Expert {
+    size_t fcw, fcb, pw, pb;
+  };
+  struct Slot;
+  using ExpertFn = std::function<void(int chunk, const float* in, float* out, const std::function<void()>& poll)>;
+  void exchange(Slot& s, const float* send, float* back, float* ein, const ExpertFn& fn, MoeStats& st);
+  void ready(size_t idx);
+
+  MoeConfig cfg_;
+  int layer_;
+  int C_, F_;
+  Communicator& ep_;
+  ParamStore& store_;
+  int P_, El_, e0_;
+  size_t router_ = 0;
+  std::vector<Expert> experts_;
+  std::vector<size_t> owned_;
+  std::map<int, std::unique_ptr<Slot>> slots_;
+  std::vector<std::unique_ptr<Slot>> free_slots_;  // released slots keep their buffers' capacity
+  // Scratch reused by every call (grow-only: fresh pages for tens of MB per call cost more than
+  // the copies themselves). Exchange: received rows, expert outputs, rows going back; forward /
+  // backward: rows to send, rows coming back, expert-side gradient rows.
+  std::vector<float> recv_, eout_, ret_, send_, back_, ein_;
+  Routing last_routing_;
+  MoeStats fwd_stats_, bwd_stats_;
+  std::function<void(size_t)> grad_ready_;
+};
+
+}  // namespace triax

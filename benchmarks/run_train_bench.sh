@@ -27,6 +27,7 @@ mkdir -p "$OUT"
 # (schedule_bench shows the extra bubble; see benchmarks/results/train_bench_cpu.md).
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_pml=ob1 OMPI_MCA_btl=self,vader
 export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
+unset OMPI_MCA_btl_vader_single_copy_mechanism  # the A/B below sets it explicitly
 MPIRUN=${MPIRUN:-mpirun --oversubscribe}
 SB="$BUILD/benchmarks/schedule_bench"
 TB="$BUILD/benchmarks/train_bench"
@@ -34,24 +35,27 @@ for exe in "$SB" "$TB"; do
   [[ -x $exe ]] || { echo "run_train_bench: $exe not built (cmake --build $BUILD --target schedule_bench train_bench)" >&2; exit 2; }
 done
 
-run() {  # run NAME NP ARGS...: REPEATS runs, JSON to OUT/NAME.rK.json, log to OUT/NAME.rK.log
-  local name=$1 np=$2; shift 2
-  for ((k = 1; k <= REPEATS; k++)); do
-    echo "== $name (np $np) run $k/$REPEATS: $*" >&2
-    echo "\$ mpirun -np $np $*" > "$OUT/$name.r$k.log"
-    $MPIRUN -np "$np" "$@" --json "$OUT/$name.r$k.json" >> "$OUT/$name.r$k.log" 2>&1 || {
-      echo "run_train_bench: $name failed, see $OUT/$name.r$k.log" >&2; tail -20 "$OUT/$name.r$k.log" >&2; exit 1; }
-  done
+# Invocations are queued, then run round by round (every invocation once per round, REPEATS
+# rounds), so a burst of other load on the shared machine hits one run of several invocations
+# rather than every run of one.
+NAMES=() NPS=() ARGV=()
+queue() {  # queue NAME NP ARGS...
+  NAMES+=("$1"); NPS+=("$2"); shift 2; ARGV+=("$*")
 }
 
 ITERS=5
 [[ $QUICK == 1 ]] && ITERS=3
 # 1. Pipeline bubble per schedule. pp 2 on 2 ranks (one core each); m 8 and m 4.
-run sched_pp2_m8 2 "$SB" --pp 2 --schedule all --micro-batches 8 --iters $ITERS --warmup 2 --trace "$OUT/sched_pp2_m8_trace.json"
+queue sched_pp2_m8 2 "$SB" --pp 2 --schedule all --micro-batches 8 --iters $ITERS --warmup 2 --trace "$OUT/sched_pp2_m8_trace.json"
 if [[ $QUICK != 1 ]]; then
-  run sched_pp2_m4 2 "$SB" --pp 2 --schedule all --micro-batches 4 --iters $ITERS --warmup 2
+  # A/B: the same pp 2 runs with Open MPI's single-copy mechanism off (as the ctest environment).
+  queue sched_pp2_m8_nocma 2 env OMPI_MCA_btl_vader_single_copy_mechanism=none "$SB" --pp 2 --schedule 1f1b,interleaved --micro-batches 8 --iters $ITERS --warmup 2
+  # A/B: glibc keeps freed memory instead of returning it (no fresh pages for the buffers the
+  # executor and the model allocate per micro-batch; ZB-H1's B pass copies W's inputs into new ones).
+  queue sched_pp2_m8_malloc 2 env MALLOC_MMAP_THRESHOLD_=33554432 MALLOC_TRIM_THRESHOLD_=4294967296 "$SB" --pp 2 --schedule all --micro-batches 8 --iters $ITERS --warmup 2
+  queue sched_pp2_m4 2 "$SB" --pp 2 --schedule all --micro-batches 4 --iters $ITERS --warmup 2
   # Oversubscribed: 4 stages on 2 cores (reported, not a clean measurement).
-  run sched_pp4_m8 4 "$SB" --pp 4 --schedule all --micro-batches 8 --iters 3 --warmup 1
+  queue sched_pp4_m8 4 "$SB" --pp 4 --schedule all --micro-batches 8 --iters 3 --warmup 1
 fi
 
 # 2. Throughput, DP overlap and planner prediction per layout (global batch 32 x 128 tokens).
@@ -71,12 +75,23 @@ LAYOUTS=(
 for l in "${LAYOUTS[@]}"; do
   read -r name np rest <<< "$l"
   # shellcheck disable=SC2086
-  run "train_$name" "$np" "$TB" $rest --iters $ITERS --warmup 2 --predict --label "$name"
+  queue "train_$name" "$np" "$TB" $rest --iters $ITERS --warmup 2 --predict --label "$name"
 done
 
 # DP overlap can only hide the reduction behind the LAST micro-batch's backward: one micro-batch
 # of 16 samples per rank makes that backward long (~10x the all-reduce of the 6.5 MB gradients).
-run train_overlap_dp2_mbs16 2 "$TB" --dp 2 --micro-batch-size 16 --global-batch-size 32 --iters $ITERS --warmup 2 --label overlap_dp2_mbs16
+queue train_overlap_dp2_mbs16 2 "$TB" --dp 2 --micro-batch-size 16 --global-batch-size 32 --iters $ITERS --warmup 2 --label overlap_dp2_mbs16
+
+for ((k = 1; k <= REPEATS; k++)); do
+  for i in "${!NAMES[@]}"; do
+    name=${NAMES[$i]} np=${NPS[$i]}
+    echo "== round $k/$REPEATS: $name (np $np): ${ARGV[$i]}" >&2
+    echo "\$ mpirun -np $np ${ARGV[$i]}" > "$OUT/$name.r$k.log"
+    # shellcheck disable=SC2086
+    $MPIRUN -np "$np" ${ARGV[$i]} --json "$OUT/$name.r$k.json" >> "$OUT/$name.r$k.log" 2>&1 || {
+      echo "run_train_bench: $name failed, see $OUT/$name.r$k.log" >&2; tail -20 "$OUT/$name.r$k.log" >&2; exit 1; }
+  done
+done
 
 python3 "$HERE/train_bench_tables.py" "$OUT" > "$OUT/train_bench_cpu.md"
 echo "wrote $OUT/train_bench_cpu.md and $OUT/planner_cpu.md" >&2

@@ -24,6 +24,10 @@ if(TRIAX_WITH_MPI AND TARGET schedule_bench AND TARGET train_bench)
             "-DOUT2=hidden: -?[0-9.]+% of the no-overlap DP communication.*losses of both modes agree"
             "-DOUT3=planner +overlap: predicted [0-9.]+ ms .*measured/predicted [0-9.]+"
             "-DOUT4=fitted: all-reduce alpha" -P ${_check})
-  set_tests_properties(bench.schedule_bench.np2 bench.schedule_bench.bad_layout bench.train_bench.np2 PROPERTIES
-    TIMEOUT 180 LABELS "bench;dist" PROCESSORS 2 ENVIRONMENT "${TRIAX_MPIRUN_ENV}")
+  foreach(_t bench.schedule_bench.np2 bench.schedule_bench.bad_layout bench.train_bench.np2)
+    set(_sess ${CMAKE_BINARY_DIR}/ompi-sessions/${_t})
+    file(MAKE_DIRECTORY ${_sess})
+    set_tests_properties(${_t} PROPERTIES TIMEOUT 180 LABELS "bench;dist" PROCESSORS 2
+      ENVIRONMENT "${TRIAX_MPIRUN_ENV};OMPI_MCA_orte_tmpdir_base=${_sess}")
+  endforeach()
 endif()

@@ -1,7 +1,7 @@
 # train_gpt end to end (tests/train/train_cli_test.sh): the README's main job, a TOML config,
 # and the clear errors for bad flags, layouts and data files.
 if(TRIAX_WITH_MPI AND TRIAX_BUILD_EXAMPLES)
-  foreach(case main_job config errors)
+  foreach(case main_job config errors moe)
     add_test(NAME train.cli.${case}
       COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/train/train_cli_test.sh $<TARGET_FILE:train_gpt> ${MPIEXEC_EXECUTABLE} ${case})
     set(_sess ${CMAKE_BINARY_DIR}/ompi-sessions/train.${case})

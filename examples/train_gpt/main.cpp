@@ -73,6 +73,14 @@ int main(int argc, char** argv) {
   app.add_flag("--no-overlap-grad-reduce", no_overlap, "reduce gradients after backward instead of during it");
   app.add_flag("--sequence-parallel", c.sequence_parallel, "split LayerNorm/residual regions over TP by tokens");
   app.add_option("--recompute", c.recompute, "none | selective | full")->capture_default_str();
+  app.add_option("--moe-every", c.moe_every, "every K-th layer is a mixture-of-experts layer (0: none)");
+  app.add_option("--experts", c.experts, "experts per MoE layer")->capture_default_str();
+  app.add_option("--topk", c.topk, "experts per token (1 or 2)")->capture_default_str();
+  app.add_option("--capacity-factor", c.capacity_factor, "expert capacity factor")->capture_default_str();
+  app.add_flag("--no-drop", c.no_drop, "no token dropping (capacity = the largest load)");
+  app.add_option("--moe-aux-coef", c.moe_aux_coef, "weight of the load-balancing loss")->capture_default_str();
+  app.add_option("--moe-chunks", c.moe_chunks, "token chunks overlapping all-to-all with expert compute")->capture_default_str();
+  app.add_option("--ep", c.ep, "expert-parallel size (divides dp)")->capture_default_str();
   app.add_option("--data", c.data, "llm.c token shards (a.bin,b.bin), a text file, or synthetic (default)");
   app.add_option("--metrics-jsonl", c.metrics_jsonl, "write one JSON object per iteration here");
   try {

@@ -59,9 +59,11 @@ CallInfo Communicator::next(const char* op, size_t count, DType dt) {
 }
 CallInfo Communicator::next(const char* op, size_t count, DType dt, ReduceOp rop) {
   check_alive(op);
-  if (!dtype_is_float(dt) && rop == ReduceOp::avg) {
-    // integer average truncates like NCCL's ncclAvg; allowed, but say so in the detail
-  }
+  // Refused here, before numbering, so every backend agrees (Self would otherwise copy silently).
+  // Integer avg is allowed: it truncates like NCCL's ncclAvg.
+  if (dt == DType::u8)
+    TRIAX_THROW(CommError, "{} ({}) on {}: uint8 buffers move but cannot be reduced", op, reduce_op_name(rop),
+                describe());
   return CallInfo{seq_++, op, fmt::format("{} x {}, {}", dtype_name(dt), count, reduce_op_name(rop)), -1};
 }
 CallInfo Communicator::next(const char* op, size_t count, DType dt, int peer) {
@@ -160,16 +162,15 @@ void Work::wait(std::chrono::milliseconds timeout) {
   if (!impl_ || finished_) return;
   const auto start = std::chrono::steady_clock::now();
   const auto deadline = start + timeout;
-  // Poll (yielding, as MPI_Wait does when oversubscribed) for the first second, so progress of
-  // long transfers is not slowed; after that back off so a hung peer does not burn a core.
+  // Spin on test() for the first second, as MPI_Wait does: Open MPI's progress loop already
+  // yields when the node is oversubscribed, and a sched_yield after every poll here handed the
+  // core to other processes between the steps of large transfers, slowing them several-fold on
+  // a busy machine. After a second, back off so a hung peer does not burn a core.
   const auto busy_until = start + std::chrono::seconds(1);
   while (!test()) {
     const auto now = std::chrono::steady_clock::now();
     if (now >= deadline) comm_->raise_timeout(info_, timeout);
-    if (now < busy_until)
-      std::this_thread::yield();
-    else
-      std::this_thread::sleep_for(std::chrono::microseconds(100));
+    if (now >= busy_until) std::this_thread::sleep_for(std::chrono::microseconds(100));
   }
 }
 

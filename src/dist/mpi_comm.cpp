@@ -1,9 +1,14 @@
 // MPI backend: each call starts a nonblocking MPI operation and returns a Work that polls it.
 // bf16/fp16 reductions use user-defined MPI ops that accumulate in float; avg is a sum divided
 // on completion. All counts are checked against MPI's int limit before a call starts.
+// Large all-reduces and reduce-scatters run triax's own ring on point-to-point messages (see
+// RingWork) because Open MPI's nonblocking versions are several times slower there.
 #include "triax/dist/mpi_comm.h"
 
+#include <algorithm>
 #include <climits>
+#include <cstdlib>
+#include <exception>
 #include <numeric>
 
 namespace triax {
@@ -123,20 +128,125 @@ class MpiWork final : public WorkImpl {
   MpiCommunicator* comm_;
   CallInfo info_;
   bool collective_ = true;
+  std::vector<MPI_Status> statuses_;  // reused by every poll: test() runs in a tight loop
   friend class MpiCommunicator;
 };
+
+// Ring reduce-scatter, and ring all-reduce (reduce-scatter then all-gather), on point-to-point
+// messages of the communicator's private ring duplicate. Why not MPI_Iallreduce: Open MPI's
+// libnbc runs every in-place all-reduce, and every reduce-scatter, as a binomial tree of
+// full-size buffers (log2(n) serial hops up, then down), 2-3x slower than the ring the blocking
+// MPI_Allreduce uses. Here each rank sends and receives (n-1)/n of the buffer per phase, in
+// n-1 steps; a step is a send to the right neighbour and a receive from the left one, then a
+// local MPI_Reduce_local. Steps advance whenever any MPI-backend call of this process is
+// polled (see progress_rings), as MPI's progress engine advances every nonblocking collective,
+// so ranks may wait on several in-flight rings in different orders.
+class RingWork final : public WorkImpl {
+ public:
+  enum class Kind { all_reduce, reduce_scatter };
+  RingWork(MpiCommunicator* comm, CallInfo info, Kind kind, Buffer in, Buffer out, MPI_Op op);
+  ~RingWork() override;
+  bool test() override;
+  void finish() override;
+  // Advances as far as the messages allow; never throws (a failure is kept for test()).
+  bool advance() noexcept;
+
+  Buffer avg_{};
+  int avg_by_ = 1;
+
+ private:
+  void post_step();
+  void complete_step();
+  // Element range of chunk c (all-reduce: n balanced chunks of the buffer).
+  size_t chunk_off(int c) const { return static_cast<size_t>(c) * count_ / static_cast<size_t>(n_); }
+  size_t chunk_len(int c) const { return chunk_off(c + 1) - chunk_off(c); }
+  std::byte* at(Buffer b, size_t elem) const { return static_cast<std::byte*>(b.data) + elem * es_; }
+
+  MpiCommunicator* comm_;
+  CallInfo info_;
+  Kind kind_;
+  Buffer in_, out_;  // all_reduce: both the data (in place)
+  MPI_Op op_;
+  MPI_Datatype type_;
+  MPI_Comm ring_;
+  int tag_, r_, n_;
+  size_t es_, count_;  // element size; all_reduce: elements; reduce_scatter: block size
+  int step_ = 0, steps_ = 0;
+  std::vector<std::byte> scratch_;
+  MPI_Request reqs_[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
+  std::exception_ptr error_;
+  bool registered_ = false;
+};
+
+// Every ring in flight in this process (MPI is used from one thread: MPI_THREAD_FUNNELED).
+std::vector<RingWork*>& active_rings() {
+  static std::vector<RingWork*> rings;
+  return rings;
+}
+
+void progress_rings(const RingWork* except) {
+  auto& rings = active_rings();
+  // advance() may finish a ring but never unregisters it here, so iterating by index is safe.
+  for (size_t i = 0; i < rings.size(); ++i)
+    if (rings[i] != except) rings[i]->advance();
+}
+
+// The ring's n-1 (or 2(n-1)) steps are latency-bound on small buffers, where libnbc's tree
+// wins: the ring starts at this many bytes per step, i.e. at (n-1) x 64 KiB (measured on 2 cores:
+// the ring wins from 64 KiB at np 2; oversubscribed np 8 loses below a few hundred KiB).
+// TRIAX_MPI_RING_MIN_BYTES overrides the 64 KiB (the tests set 0 to run the ring on every size);
+// it must be the same on every rank.
+size_t ring_min_bytes() {
+  static const size_t v = [] {
+    if (const char* e = std::getenv("TRIAX_MPI_RING_MIN_BYTES")) {
+      char* end = nullptr;
+      const long long x = std::strtoll(e, &end, 10);
+      if (end == e || *end != '\0' || x < 0)
+        TRIAX_THROW(ConfigError, "TRIAX_MPI_RING_MIN_BYTES='{}' is not a byte count", e);
+      return static_cast<size_t>(x);
+    }
+    return size_t{64} << 10;
+  }();
+  return v;
+}
 
 class MpiCommunicator final : public Communicator {
  public:
   MpiCommunicator(MPI_Comm comm, int rank, int size, std::string name, std::vector<int> world_ranks, CommOptions opts)
-      : Communicator(rank, size, std::move(name), std::move(world_ranks), opts), comm_(comm), opts_(opts) {}
+      : Communicator(rank, size, std::move(name), std::move(world_ranks), opts), comm_(comm), opts_(opts) {
+    // The rings' messages travel on their own duplicate, apart from the user's sends and
+    // receives (any tag) and from libnbc's traffic.
+    if (int code = MPI_Comm_dup(comm_, &ring_); code != MPI_SUCCESS)
+      TRIAX_THROW(CommError, "MPI_Comm_dup (ring) for {} failed: {}", describe(), mpi_error_string(code));
+    MPI_Comm_set_errhandler(ring_, MPI_ERRORS_RETURN);
+  }
   ~MpiCommunicator() override {
     int finalized = 0;
     MPI_Finalized(&finalized);
-    if (!finalized && comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
+    if (finalized) return;
+    if (ring_ != MPI_COMM_NULL) MPI_Comm_free(&ring_);
+    if (comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
   }
   Backend backend() const override { return Backend::mpi; }
   MPI_Comm handle() const { return comm_; }
+  MPI_Comm ring_handle() const { return ring_; }
+  // Tag of the next ring collective. Every member starts the same rings in the same order (as
+  // MPI requires of collectives), so the counters agree; distinct tags keep two rings in flight
+  // apart.
+  int next_ring_tag() { return static_cast<int>(ring_calls_++ % 32768); }
+  // Scratch buffers kept between rings, so a large all-reduce does not fault in fresh pages.
+  std::vector<std::byte> take_scratch(size_t bytes) {
+    std::vector<std::byte> b;
+    if (!scratch_.empty()) {
+      b = std::move(scratch_.back());
+      scratch_.pop_back();
+    }
+    if (b.size() < bytes) b.resize(bytes);
+    return b;
+  }
+  void give_scratch(std::vector<std::byte> b) {
+    if (scratch_.size() < 4) scratch_.push_back(std::move(b));
+  }
 
   std::unique_ptr<Communicator> split(int color, int key, std::string name) override {
     MPI_Comm sub = MPI_COMM_NULL;
@@ -170,6 +280,14 @@ class MpiCommunicator final : public Communicator {
 
  protected:
   Work all_reduce_impl(Buffer d, ReduceOp op, CallInfo info) override {
+    if (use_ring(d.count >= static_cast<size_t>(size()), d.bytes())) {
+      auto w = std::make_shared<RingWork>(this, info, RingWork::Kind::all_reduce, d, d, mpi_op(d.dtype, op, info));
+      if (op == ReduceOp::avg) {
+        w->avg_ = d;
+        w->avg_by_ = size();
+      }
+      return make_work(std::move(w), std::move(info));
+    }
     auto w = start(info);
     const int n = checked_int(d.count, info);
     w->reqs.emplace_back();
@@ -182,6 +300,16 @@ class MpiCommunicator final : public Communicator {
     return make_work(std::move(w), std::move(info));
   }
   Work reduce_scatter_impl(Buffer in, Buffer out, ReduceOp op, CallInfo info) override {
+    if (use_ring(out.count > 0, in.bytes())) {
+      checked_int(in.count, info);
+      auto w = std::make_shared<RingWork>(this, info, RingWork::Kind::reduce_scatter, in, out,
+                                          mpi_op(in.dtype, op, info));
+      if (op == ReduceOp::avg) {
+        w->avg_ = out;
+        w->avg_by_ = size();
+      }
+      return make_work(std::move(w), std::move(info));
+    }
     auto w = start(info);
     const int n = checked_int(out.count, info);
     w->reqs.emplace_back();
@@ -269,6 +397,11 @@ class MpiCommunicator final : public Communicator {
   }
 
  private:
+  // The ring needs something to cut (an all-reduce at least one element per rank) and enough
+  // bytes to pay for its steps; every member decides alike, from the same counts.
+  bool use_ring(bool enough_elements, size_t bytes) const {
+    return size() > 1 && enough_elements && bytes >= ring_min_bytes() * static_cast<size_t>(size() - 1);
+  }
   std::shared_ptr<MpiWork> start(const CallInfo& info, bool collective = true) {
     auto w = std::make_shared<MpiWork>(this, info);
     w->collective_ = collective;
@@ -294,12 +427,17 @@ class MpiCommunicator final : public Communicator {
   }
 
   MPI_Comm comm_;
+  MPI_Comm ring_ = MPI_COMM_NULL;
   CommOptions opts_;
+  uint64_t ring_calls_ = 0;
+  std::vector<std::vector<std::byte>> scratch_;
 };
 
 bool MpiWork::test() {
+  progress_rings(nullptr);
   int done = 0;
-  std::vector<MPI_Status> st(reqs.size());
+  statuses_.resize(reqs.size());
+  auto& st = statuses_;
   const int code = MPI_Testall(static_cast<int>(reqs.size()), reqs.data(), &done, st.data());
   if (code == MPI_ERR_IN_STATUS) {
     for (const auto& s : st)
@@ -331,6 +469,129 @@ MpiWork::~MpiWork() {
     MPI_Cancel(&r);
     MPI_Request_free(&r);
   }
+}
+
+RingWork::RingWork(MpiCommunicator* comm, CallInfo info, Kind kind, Buffer in, Buffer out, MPI_Op op)
+    : comm_(comm), info_(std::move(info)), kind_(kind), in_(in), out_(out), op_(op), type_(mpi_type(in.dtype)),
+      ring_(comm->ring_handle()), tag_(comm->next_ring_tag()), r_(comm->rank()), n_(comm->size()),
+      es_(dtype_size(in.dtype)) {
+  if (kind_ == Kind::all_reduce) {
+    count_ = in_.count;
+    steps_ = 2 * (n_ - 1);
+    scratch_ = comm_->take_scratch(chunk_len(n_ - 1) * es_);  // the last chunk is the largest
+  } else {
+    count_ = out_.count;
+    steps_ = n_ - 1;
+    // Two partial blocks: one travels right while the next arrives from the left.
+    scratch_ = comm_->take_scratch(n_ > 2 ? 2 * count_ * es_ : 0);
+  }
+  post_step();
+  active_rings().push_back(this);
+  registered_ = true;
+}
+
+RingWork::~RingWork() {
+  if (registered_) {
+    auto& rings = active_rings();
+    rings.erase(std::remove(rings.begin(), rings.end(), this), rings.end());
+  }
+  // Left behind by a timeout or a failure: cancel what is still posted (as MpiWork does), so a
+  // late message cannot land in freed memory.
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (finalized) return;
+  for (auto& r : reqs_) {
+    if (r == MPI_REQUEST_NULL) continue;
+    MPI_Cancel(&r);
+    MPI_Request_free(&r);
+  }
+}
+
+// Step k of an all-reduce: k < n-1 reduce-scatter (send chunk r-k, receive chunk r-k-1 into
+// scratch, reduce it into the data); then all-gather (send chunk r+1-s, receive chunk r-s in
+// place). After the reduce-scatter rank r holds the full reduction of chunk r+1.
+// Step s of a reduce-scatter: send the partial block r-s-1 (at s = 0 straight from the input),
+// receive the partial block r-s-2 and reduce the input's block into it; the last step receives
+// block r into the output.
+void RingWork::post_step() {
+  const int right = (r_ + 1) % n_, left = (r_ + n_ - 1) % n_;
+  auto mod = [&](int c) { return ((c % n_) + n_) % n_; };
+  const std::byte* send_buf;
+  std::byte* recv_buf;
+  size_t send_n, recv_n;
+  if (kind_ == Kind::all_reduce) {
+    int sc, rc;
+    if (step_ < n_ - 1) {
+      sc = mod(r_ - step_);
+      rc = mod(r_ - step_ - 1);
+      recv_buf = scratch_.data();
+    } else {
+      const int s = step_ - (n_ - 1);
+      sc = mod(r_ + 1 - s);
+      rc = mod(r_ - s);
+      recv_buf = at(out_, chunk_off(rc));
+    }
+    send_buf = at(out_, chunk_off(sc));
+    send_n = chunk_len(sc);
+    recv_n = chunk_len(rc);
+  } else {
+    send_buf = step_ == 0 ? at(in_, static_cast<size_t>(mod(r_ - 1)) * count_)
+                          : scratch_.data() + static_cast<size_t>((step_ - 1) % 2) * count_ * es_;
+    recv_buf = step_ == n_ - 2 ? at(out_, 0) : scratch_.data() + static_cast<size_t>(step_ % 2) * count_ * es_;
+    send_n = recv_n = count_;
+  }
+  int code = MPI_Irecv(recv_buf, static_cast<int>(recv_n), type_, left, tag_, ring_, &reqs_[0]);
+  if (code == MPI_SUCCESS)
+    code = MPI_Isend(send_buf, static_cast<int>(send_n), type_, right, tag_, ring_, &reqs_[1]);
+  if (code != MPI_SUCCESS) comm_->raise(info_, code, "ring step MPI_Irecv/MPI_Isend");
+}
+
+void RingWork::complete_step() {
+  auto mod = [&](int c) { return ((c % n_) + n_) % n_; };
+  int code = MPI_SUCCESS;
+  if (kind_ == Kind::all_reduce) {
+    if (step_ >= n_ - 1) return;  // all-gather: the data arrived in place
+    const int rc = mod(r_ - step_ - 1);
+    code = MPI_Reduce_local(scratch_.data(), at(out_, chunk_off(rc)), static_cast<int>(chunk_len(rc)), type_, op_);
+  } else {
+    void* acc = step_ == n_ - 2 ? at(out_, 0) : scratch_.data() + static_cast<size_t>(step_ % 2) * count_ * es_;
+    const size_t block = static_cast<size_t>(mod(r_ - step_ - 2));
+    code = MPI_Reduce_local(at(in_, block * count_), acc, static_cast<int>(count_), type_, op_);
+  }
+  if (code != MPI_SUCCESS) comm_->raise(info_, code, "MPI_Reduce_local");
+}
+
+bool RingWork::advance() noexcept {
+  if (error_) return false;
+  try {
+    while (step_ < steps_) {
+      int done = 0;
+      const int code = MPI_Testall(2, reqs_, &done, MPI_STATUSES_IGNORE);
+      if (code != MPI_SUCCESS) comm_->raise(info_, code, "MPI_Testall (ring step)");
+      if (!done) return false;
+      complete_step();
+      if (++step_ < steps_) post_step();
+    }
+    return true;
+  } catch (...) {
+    error_ = std::current_exception();
+    return false;
+  }
+}
+
+bool RingWork::test() {
+  progress_rings(this);
+  const bool done = advance();
+  if (error_) std::rethrow_exception(error_);
+  return done;
+}
+
+void RingWork::finish() {
+  if (avg_.data) divide_buffer(avg_, avg_by_);
+  comm_->give_scratch(std::move(scratch_));
+  auto& rings = active_rings();
+  rings.erase(std::remove(rings.begin(), rings.end(), this), rings.end());
+  registered_ = false;
 }
 
 }  // namespace

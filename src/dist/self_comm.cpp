@@ -45,8 +45,12 @@ class SelfCommunicator final : public Communicator {
     copy(out, in);
     return done(std::move(info));
   }
-  Work all_to_all_v_impl(Buffer in, std::span<const int64_t>, Buffer out, std::span<const int64_t>,
+  Work all_to_all_v_impl(Buffer in, std::span<const int64_t> sc, Buffer out, std::span<const int64_t> rc,
                          CallInfo info) override {
+    // What this rank sends to itself is what it receives from itself; a mismatch would copy past
+    // the end of out (or leave part of it stale).
+    if (sc[0] != rc[0])
+      fail(info, fmt::format("sends {} elements to itself but expects to receive {}", sc[0], rc[0]));
     copy(out, in);
     return done(std::move(info));
   }

@@ -41,7 +41,9 @@ std::string_view recompute_name(Recompute r) {
 
 struct GptChunk::Layer {
   int index;
-  size_t ln1w, ln1b, qkvw, qkvb, projw, projb, ln2w, ln2b, fcw, fcb, fpw, fpb;
+  size_t ln1w, ln1b, qkvw, qkvb, projw, projb, ln2w, ln2b;
+  size_t fcw = SIZE_MAX, fcb = SIZE_MAX, fpw = SIZE_MAX, fpb = SIZE_MAX;  // dense MLP
+  std::unique_ptr<MoeMlp> moe;                                            // or a MoE MLP
 };
 
 // One layer's activations for one micro-batch. Which are kept depends on the recompute mode.
@@ -64,6 +66,7 @@ struct GptChunk::Deferred {
 
 struct GptChunk::Slot {
   int B = 0, T = 0;
+  float dloss = 1.0f;            // the micro-batch's loss weight (MoE aux gradients)
   std::vector<Acts> acts;        // per layer
   std::vector<int32_t> tokens;   // (B, T) embedding chunks
   std::vector<float> dx_head;    // (N, C) gradient at the head's input, from the fused head backward
@@ -93,8 +96,15 @@ void colsum_add(float* db, const float* d, int N, int C) {
 }  // namespace
 
 GptChunk::GptChunk(const GptConfig& cfg, const ChunkSpec& spec, Communicator& tp, ParamStore& store, Recompute rc,
-                   bool wte_norm_owner, bool sequence_parallel)
-    : cfg_(cfg), spec_(spec), tp_(tp), store_(store), rc_(rc), sp_(sequence_parallel && tp.size() > 1) {
+                   bool wte_norm_owner, bool sequence_parallel, const ChunkMoe& moe)
+    : cfg_(cfg), spec_(spec), tp_(tp), store_(store), rc_(rc), sp_(sequence_parallel && tp.size() > 1), moe_(moe) {
+  if (moe.every > 0) {
+    if (!moe.ep) TRIAX_THROW(ConfigError, "MoE layers need the expert-parallel communicator");
+    moe.cfg.validate(moe.ep->size());
+    if (sp_)
+      TRIAX_THROW(ConfigError, "MoE layers are replicated over TP and need the whole sequence: sequence parallelism "
+                  "with MoE is not supported");
+  }
   const int tps = tp.size();
   cfg.validate(tps);
   if (spec.num_layers < 0 || spec.first_layer < 0 || spec.first_layer + spec.num_layers > cfg.n_layer)
@@ -135,11 +145,18 @@ GptChunk::GptChunk(const GptConfig& cfg, const ChunkSpec& spec, Communicator& tp
     L.projb = add(p + "attn.c_proj.bias", {C}, TpSplit::none, false);
     L.ln2w = add(p + "ln_2.weight", {C}, TpSplit::none, false);
     L.ln2b = add(p + "ln_2.bias", {C}, TpSplit::none, false);
-    L.fcw = add(p + "mlp.c_fc.weight", {F, C}, TpSplit::rows, true);
-    L.fcb = add(p + "mlp.c_fc.bias", {F}, TpSplit::rows, false);
-    L.fpw = add(p + "mlp.c_proj.weight", {C, F}, TpSplit::cols, true);
-    L.fpb = add(p + "mlp.c_proj.bias", {C}, TpSplit::none, false);
-    layers_.push_back(L);
+    if (moe.every > 0 && (l + 1) % moe.every == 0) {
+      // Replicated over TP: every TP rank runs the whole block with its own EP group.
+      L.moe = std::make_unique<MoeMlp>(moe.cfg, l, C_, F_, *moe.ep, store_, tp0);
+      for (size_t i : L.moe->param_indices()) owned_.push_back(i);
+      L.moe->set_grad_ready_hook([this](size_t i) { ready(i); });
+    } else {
+      L.fcw = add(p + "mlp.c_fc.weight", {F, C}, TpSplit::rows, true);
+      L.fcb = add(p + "mlp.c_fc.bias", {F}, TpSplit::rows, false);
+      L.fpw = add(p + "mlp.c_proj.weight", {C, F}, TpSplit::cols, true);
+      L.fpb = add(p + "mlp.c_proj.bias", {C}, TpSplit::none, false);
+    }
+    layers_.push_back(std::move(L));
   }
   if (spec.head) {
     lnf_w_ = add("transformer.ln_f.weight", {C}, TpSplit::none, false);
@@ -170,9 +187,12 @@ GptChunk::~GptChunk() = default;
 void GptChunk::init_params(uint64_t seed) {
   const int tps = tp_.size(), r = tp_.rank();
   const float proj_std = 0.02f / std::sqrt(2.0f * static_cast<float>(cfg_.n_layer));
+  for (auto& L : layers_)
+    if (L.moe) L.moe->init_params(seed, cfg_.n_layer);
   for (size_t i : owned_) {
     const auto& info = store_.info(i);
     const auto& name = info.spec.name;
+    if (info.spec.expert || name.find(".moe.") != std::string::npos) continue;  // MoeMlp's own
     const auto& full = info.spec.full_shape;
     size_t n = 1;
     for (auto d : full) n *= static_cast<size_t>(d);
@@ -258,7 +278,8 @@ void GptChunk::add_sp_grads(std::initializer_list<size_t> params, std::vector<fl
 
 // Runs one layer forward on this rank's rows x (Nl, C) into out (Nl, C). keep_all: store every
 // activation (none-mode, or a recompute pass); otherwise store what the recompute mode keeps.
-void GptChunk::layer_forward(const Layer& L, Acts& a, const float* x, float* out, int B, int T, bool keep_all) {
+void GptChunk::layer_forward(Layer& L, Acts& a, int slot, const float* x, float* out, int B, int T, bool keep_all,
+                             bool training) {
   const int Nf = B * T, Nl = io_rows(B, T);
   const size_t NCf = static_cast<size_t>(Nf) * C_, NCl = static_cast<size_t>(Nl) * C_;
   auto& P = store_;
@@ -285,6 +306,16 @@ void GptChunk::layer_forward(const Layer& L, Acts& a, const float* x, float* out
   add_bias(a.x2.data(), P.param(L.projb).data(), Nl, C_);
   ops::residual_forward(a.x2.data(), x, a.x2.data(), static_cast<int64_t>(NCl));
   layernorm_gathered(a.x2.data(), L.ln2w, L.ln2b, a.ln2, a.m2, a.r2, Nl);
+  if (L.moe) {
+    // MoE MLP, replicated over TP (no TP collective): out = x2 + MoE(ln2). It keeps its own
+    // activations in its slot under every recompute mode.
+    aux_sum_ += L.moe->forward(slot, Nf, a.ln2.data(), out, training);
+    ops::residual_forward(out, a.x2.data(), out, static_cast<int64_t>(NCl));
+    std::vector<float>().swap(a.h);
+    std::vector<float>().swap(a.g);
+    if (!keep_all && rc_ != Recompute::none) std::vector<float>().swap(a.ln2);
+    return;
+  }
   ops::linear_forward(a.h.data(), a.ln2.data(), P.param(L.fcw).data(), P.param(L.fcb).data(), Nf, C_, Fl_);
   ops::gelu_forward(a.g.data(), a.h.data(), static_cast<int64_t>(a.h.size()));
   float* z = sp_ ? scratch_.data() : out;
@@ -321,15 +352,19 @@ void GptChunk::linear_bwd(Slot& s, bool defer, float* dinp, size_t w, size_t b, 
   s.deferred.push_back(std::move(d));
 }
 
-void GptChunk::layer_backward(const Layer& L, Acts& a, Slot& s, const float* dout, float* dx, int B, int T,
+void GptChunk::layer_backward(Layer& L, Acts& a, Slot& s, int slot, const float* dout, float* dx, int B, int T,
                               bool defer) {
   const int Nf = B * T, Nl = io_rows(B, T);
   const size_t NCf = static_cast<size_t>(Nf) * C_, NCl = static_cast<size_t>(Nl) * C_;
   auto& P = store_;
-  if (rc_ == Recompute::full) {
+  if (L.moe) {
+    // MoE layers keep the attention half's activations whatever the mode (recomputing would
+    // re-run the all-to-alls); only the first LayerNorm output is recomputed when dropped.
+    if (rc_ != Recompute::none) layernorm_gathered(a.x.data(), L.ln1w, L.ln1b, a.ln1, a.m1, a.r1, Nl);
+  } else if (rc_ == Recompute::full) {
     // Recompute the whole layer (TP collectives included) from its saved input.
     std::vector<float> out(NCl);
-    layer_forward(L, a, a.x.data(), out.data(), B, T, true);
+    layer_forward(L, a, slot, a.x.data(), out.data(), B, T, true, true);
   } else if (rc_ == Recompute::selective) {
     layernorm_gathered(a.x.data(), L.ln1w, L.ln1b, a.ln1, a.m1, a.r1, Nl);
     layernorm_gathered(a.x2.data(), L.ln2w, L.ln2b, a.ln2, a.m2, a.r2, Nl);
@@ -349,8 +384,15 @@ void GptChunk::layer_backward(const Layer& L, Acts& a, Slot& s, const float* dou
   // MLP: out = x2 + (gelu(h) Wfp^T + bfp). The row-parallel output's gradient reaches every
   // shard whole: identity (all-reduce's backward) or all-gather (reduce-scatter's backward).
   std::vector<float> dx2(dout, dout + NCl);  // residual branch
-  colsum_add(g_fpb, dout, Nl, C_);
   std::vector<float> dfull;
+  if (L.moe) {
+    // The MoE output's gradient is whole on every TP rank, and so is dln2: no TP collective.
+    std::vector<float> dln2(NCf);
+    L.moe->backward(slot, dout, dln2.data(), s.dloss);
+    ops::layernorm_backward(dx2.data(), P.grad(L.ln2w).data(), P.grad(L.ln2b).data(), dln2.data(), a.x2.data(),
+                            P.param(L.ln2w).data(), a.m2.data(), a.r2.data(), Nl, C_, ops::GradMode::accumulate);
+  } else {
+  colsum_add(g_fpb, dout, Nl, C_);
   const float* dz = dout;
   if (sp_) {
     dfull.resize(NCf);
@@ -373,6 +415,7 @@ void GptChunk::layer_backward(const Layer& L, Acts& a, Slot& s, const float* dou
   }
   ops::layernorm_backward(dx2.data(), g_ln2w, g_ln2b, sp_ ? dln2_local.data() : dln2.data(), a.x2.data(),
                           P.param(L.ln2w).data(), a.m2.data(), a.r2.data(), Nl, C_, ops::GradMode::accumulate);
+  }
   // Attention: x2 = x + (att Wproj^T + bproj)
   std::memcpy(dx, dx2.data(), NCl * sizeof(float));
   colsum_add(g_projb, dx2.data(), Nl, C_);
@@ -399,7 +442,8 @@ void GptChunk::layer_backward(const Layer& L, Acts& a, Slot& s, const float* dou
   ops::layernorm_backward(dx, g_ln1w, g_ln1b, sp_ ? dln1_local.data() : dln1.data(), a.x.data(),
                           P.param(L.ln1w).data(), a.m1.data(), a.r1.data(), Nl, C_, ops::GradMode::accumulate);
   if (sp_) add_sp_grads({L.ln1w, L.ln1b, L.projb, L.ln2w, L.ln2b, L.fpb}, spg);
-  for (size_t p : {L.fpb, L.ln2b, L.ln2w, L.projb, L.ln1b, L.ln1w}) ready(p);
+  if (!L.moe) ready(L.fpb);
+  for (size_t p : {L.ln2b, L.ln2w, L.projb, L.ln1b, L.ln1w}) ready(p);
   if (rc_ != Recompute::none) {
     auto drop = [](std::vector<float>& v) { std::vector<float>().swap(v); };
     drop(a.ln1); drop(a.ln2); drop(a.g);
@@ -457,16 +501,17 @@ float GptChunk::forward(int sl, int B, int T, const int32_t* tokens, const int32
   } else {
     std::memcpy(cur.data(), x_in, NCl * sizeof(float));
   }
+  s.dloss = dloss;
   if (training) {
     for (size_t l = 0; l < layers_.size(); ++l) {
-      layer_forward(layers_[l], s.acts[l], cur.data(), next.data(), B, T, false);
+      layer_forward(layers_[l], s.acts[l], sl, cur.data(), next.data(), B, T, false, true);
       std::swap(cur, next);
     }
   } else {
     // Forward only: one scratch set of activations serves every layer.
     s.acts.resize(1);
-    for (const auto& L : layers_) {
-      layer_forward(L, s.acts[0], cur.data(), next.data(), B, T, true);
+    for (auto& L : layers_) {
+      layer_forward(L, s.acts[0], sl, cur.data(), next.data(), B, T, true, false);
       std::swap(cur, next);
     }
     s.acts.clear();
@@ -538,7 +583,7 @@ void GptChunk::backward(int sl, const float* dx_out, float* dx_in, bool defer) {
     std::memcpy(d.data(), dx_out, NCl * sizeof(float));
   }
   for (size_t l = layers_.size(); l-- > 0;) {
-    layer_backward(layers_[l], s.acts[l], s, d.data(), dnext.data(), B, T, defer);
+    layer_backward(layers_[l], s.acts[l], s, sl, d.data(), dnext.data(), B, T, defer);
     std::swap(d, dnext);
   }
   if (spec_.embedding) {
@@ -590,6 +635,18 @@ void GptChunk::backward_weight(int sl) {
     ready(d.w);
   }
   release(sl);
+}
+
+double GptChunk::take_aux_loss() {
+  const double a = aux_sum_;
+  aux_sum_ = 0;
+  return a;
+}
+
+int GptChunk::moe_layers() const {
+  int n = 0;
+  for (const auto& L : layers_) n += L.moe != nullptr;
+  return n;
 }
 
 size_t GptChunk::activation_floats(int B, int T) const {

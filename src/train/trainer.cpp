@@ -23,9 +23,9 @@ std::string IterationMetrics::log_line() const {
       " iteration {:>8}/{:>8} | consumed samples: {:>12} | elapsed time per iteration (ms): {:.1f} | "
       "throughput (tokens/s): {:.0f} | TFLOP/s per rank: {:.4f} | learning rate: {:.6E} | global batch size: {:>5} | "
       "lm loss: {:.6E} | grad norm: {:.3f} | number of skipped iterations: {:>3} | "
-      "dp exposed (ms): {:.2f} | p2p wait (ms): {:.2f} |",
+      "dp exposed (ms): {:.2f} | p2p wait (ms): {:.2f} |{}",
       iteration, train_iters, consumed_samples, elapsed_ms, tokens_per_s, tflops, lr, global_batch, loss, grad_norm,
-      skipped, dp_exposed_ms, p2p_wait_ms);
+      skipped, dp_exposed_ms, p2p_wait_ms, moe ? fmt::format(" load balancing loss: {:.6E} |", moe_aux_loss) : "");
 }
 
 std::string IterationMetrics::json() const {
@@ -39,6 +39,7 @@ std::string IterationMetrics::json() const {
   j["global_batch_size"] = global_batch;
   j["micro_batches"] = micro_batches;
   j["loss"] = loss;
+  if (moe) j["moe_aux_loss"] = moe_aux_loss;
   j["grad_norm"] = grad_norm;
   j["skipped_iterations"] = skipped;
   j["dp_exposed_ms"] = dp_exposed_ms;
@@ -104,7 +105,12 @@ Trainer::Trainer(std::shared_ptr<Communicator> world, const TrainConfig& cfg) : 
     stage_layers_.assign(static_cast<size_t>(P * V), L / (P * V));
   }
 
-  grid_ = std::make_unique<ProcessGrid>(world, GridShape{cfg.tp, P, dp, 1, cfg.order},
+  if (cfg.moe_every > 0) {
+    require(cfg.ep >= 1 && dp % cfg.ep == 0, "expert-parallel size ep={} must divide dp={}", cfg.ep, dp);
+  } else {
+    require(cfg.ep == 1, "--ep {} needs MoE layers (--moe-every K)", cfg.ep);
+  }
+  grid_ = std::make_unique<ProcessGrid>(world, GridShape{cfg.tp, P, dp, cfg.ep, cfg.order},
                                         GridOptions{cfg.allow_tp_across_hosts});
   // One thread pool per core: unless the user chose (OMP_NUM_THREADS), ranks sharing a host
   // split its cores, so oversubscribed runs do not spin against each other.
@@ -133,12 +139,25 @@ Trainer::Trainer(std::shared_ptr<Communicator> world, const TrainConfig& cfg) : 
 
   const int s = grid_->coord().pp;
   const Recompute rc = parse_recompute(cfg.recompute);
+  ChunkMoe moe;
+  if (cfg.moe_every > 0) {
+    moe.every = cfg.moe_every;
+    moe.cfg.experts = cfg.experts;
+    moe.cfg.top_k = cfg.topk;
+    moe.cfg.capacity_factor = cfg.capacity_factor;
+    moe.cfg.drop_tokens = !cfg.no_drop;
+    moe.cfg.aux_loss_coef = static_cast<float>(cfg.moe_aux_coef);
+    moe.cfg.chunks = cfg.moe_chunks;
+    moe.ep = &grid_->ep();
+    moe.cfg.validate(cfg.ep);
+    for (int l = 0; l < L; ++l) moe_layers_ += (l + 1) % cfg.moe_every == 0;
+  }
   for (int c = 0; c < V; ++c) {
     const int vs = c * P + s;
     const auto [first, count] = virtual_stage_layers(vs);
     const ChunkSpec spec{first, count, vs == 0, vs == P * V - 1};
     chunks_.push_back(std::make_unique<GptChunk>(model_, spec, grid_->tp(), store_, rc, /*wte_norm_owner=*/P == 1,
-                                                 cfg.sequence_parallel));
+                                                 cfg.sequence_parallel, moe));
   }
   store_.finalize(cfg.zero1 ? static_cast<size_t>(dp) : 1);
   for (auto& ch : chunks_) ch->init_params(cfg.seed);
@@ -199,6 +218,11 @@ std::string Trainer::resolved_config() const {
   s += fmt::format("zero1 = {}\nbucket_mb = {}\noverlap_grad_reduce = {}\nrecompute = \"{}\"\nsequence_parallel = {}\n",
                    c.zero1, c.bucket_mb, c.overlap_grad_reduce, c.recompute, c.sequence_parallel);
   s += fmt::format("data = \"{}\"  # {}\nmetrics_jsonl = \"{}\"\n", c.data, data_->describe(), c.metrics_jsonl);
+  if (c.moe_every > 0)
+    s += fmt::format("moe_every = {}\nexperts = {}\ntopk = {}\ncapacity_factor = {}\nno_drop = {}\nmoe_aux_coef = {}\n"
+                     "moe_chunks = {}\nep = {}  # {} MoE layers\n",
+                     c.moe_every, c.experts, c.topk, c.capacity_factor, c.no_drop, c.moe_aux_coef, c.moe_chunks, c.ep,
+                     moe_layers_);
   s += fmt::format("# threads per rank: {} ({} ranks on this host)\n", omp_get_max_threads(), grid_->local_size());
   size_t act = 0;
   for (auto& ch : chunks_) act += ch->activation_floats(static_cast<int>(p.micro_batch), T_);
@@ -229,7 +253,10 @@ IterationMetrics Trainer::step(bool record_events) {
 
   // Loss from the last stage (one TP rank per pipeline), averaged over DP; times: max over ranks.
   const bool reporter = grid_->is_last_stage() && grid_->coord().tp == 0;
-  double sums[1] = {reporter ? last_.loss_sum / m / plan.dp : 0.0};
+  double aux = 0;
+  for (auto& ch : chunks_) aux += ch->take_aux_loss();
+  double sums[2] = {reporter ? last_.loss_sum / m / plan.dp : 0.0,
+                    grid_->coord().tp == 0 ? aux / m / plan.dp : 0.0};
   grid_->world().all_reduce(std::span<double>(sums), ReduceOp::sum).wait();
   double maxes[5] = {elapsed, rep.sync.exposed_s + rep.gather_s, rep.sync.comm_span_s, last_.p2p_wait_s,
                      last_.compute_s};
@@ -249,6 +276,8 @@ IterationMetrics Trainer::step(bool record_events) {
   mt.global_batch = plan.global_batch;
   mt.micro_batches = m;
   mt.loss = sums[0];
+  mt.moe = moe_layers_ > 0;
+  mt.moe_aux_loss = moe_layers_ > 0 ? sums[1] / moe_layers_ : 0.0;
   mt.grad_norm = rep.grad_norm;
   mt.skipped = rep.skipped_steps;
   mt.dp_exposed_ms = maxes[1] * 1e3;

@@ -2,3 +2,4 @@
 # model as one process. Plus the trainer's configuration errors.
 triax_add_dist_test(test_3d_equivalence SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_3d_equivalence.cpp NP 4 8 TIMEOUT 900)
 triax_add_dist_test(test_train_errors SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_train_errors.cpp NP 4 TIMEOUT 120)
+triax_add_dist_test(test_moe_train SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_moe_train.cpp NP 4 8 TIMEOUT 600)

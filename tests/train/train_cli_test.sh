@@ -52,6 +52,13 @@ TOML
   [ "$(grep -c 'lm loss:' "$tmp/out")" -eq 3 ] || fail "expected 3 iterations"
   echo "ok: config file + override"
   ;;
+moe)
+  run -np 4 "$exe" --moe-every 2 --experts 4 --topk 2 --capacity-factor 1.25 --ep 2 --moe-chunks 2 --train-iters 3 >"$tmp/out" 2>&1 || { tail -20 "$tmp/out"; fail "MoE run failed"; }
+  grep -q "ep = 2" "$tmp/out" || fail "MoE config not printed"
+  [ "$(grep -c 'load balancing loss:' "$tmp/out")" -eq 3 ] || fail "no load-balancing loss in the log lines"
+  expect_error "ep=3 must divide dp=4" -np 4 "$exe" --moe-every 2 --experts 6 --ep 3
+  expect_error "needs MoE layers" -np 4 "$exe" --ep 2
+  ;;
 errors)
   expect_error "tp x pp x dp = 2 x 2 x 2 = 8 but the world has 4 ranks" -np 4 "$exe" --tp 2 --pp 2 --dp 2
   expect_error "cannot be split evenly" -np 4 "$exe" --pp 4 --num-layers 6

@@ -475,3 +475,33 @@ TEST_CASE("MoE layer rejects misuse", "[moe]") {
   cfg.chunks = -1;
   CHECK_THROWS_WITH(MoeMlp(cfg, 0, 4, 8, *self, s2), Contains("chunks"));
 }
+
+TEST_CASE("MoE grad-ready hook reports every parameter once, experts before the router", "[moe]") {
+  auto self = make_self_communicator("ep", 0);
+  ParamStore store;
+  MoeConfig cfg;
+  cfg.experts = 3;
+  cfg.top_k = 2;
+  cfg.chunks = 2;
+  MoeMlp moe(cfg, 1, 4, 8, *self, store);
+  store.finalize();
+  fill_params(store, 3);
+  std::vector<size_t> seen;
+  moe.set_grad_ready_hook([&](size_t i) { seen.push_back(i); });
+  const auto x = random_floats(20);
+  std::vector<float> y(20), dx(20);
+  moe.forward(0, 5, x.data(), y.data(), true);
+  CHECK(seen.empty());
+  moe.backward(0, x.data(), dx.data());
+  REQUIRE(seen.size() == store.size());
+  CHECK(seen.back() == moe.router_param());
+  std::vector<size_t> sorted = seen;
+  std::sort(sorted.begin(), sorted.end());
+  CHECK(std::adjacent_find(sorted.begin(), sorted.end()) == sorted.end());
+  // Slots: two micro-batches in flight, backward in any order; release drops one.
+  moe.forward(4, 5, x.data(), y.data(), true);
+  moe.forward(7, 5, x.data(), y.data(), true);
+  moe.release(4);
+  CHECK_THROWS_WITH(moe.backward(4, x.data(), dx.data()), Contains("no forward"));
+  CHECK_NOTHROW(moe.backward(7, x.data(), dx.data()));
+}

@@ -13,6 +13,7 @@
 
 #include "triax/dist/comm.h"
 #include "triax/model/config.h"
+#include "triax/model/moe.h"
 #include "triax/model/params.h"
 
 namespace triax {
@@ -32,6 +33,14 @@ struct ChunkSpec {
   bool head = false;       // final LayerNorm, tied LM head and loss at the end
 };
 
+// Mixture-of-experts layers (docs/MOE.md): layer l uses a MoeMlp instead of the dense MLP when
+// every > 0 and (l + 1) % every == 0. ep: the expert-parallel group (carved from DP).
+struct ChunkMoe {
+  int every = 0;
+  MoeConfig cfg;
+  Communicator* ep = nullptr;
+};
+
 class GptChunk {
  public:
   // Registers this chunk's parameters (TP-sharded) in store; call before store.finalize().
@@ -42,7 +51,7 @@ class GptChunk {
   // output) holds only this rank's B*T/tp rows; LayerNorm, dropout-free residual adds and the
   // embedding run on those rows, and all-gather / reduce-scatter replace the TP all-reduces.
   GptChunk(const GptConfig& cfg, const ChunkSpec& spec, Communicator& tp, ParamStore& store, Recompute rc,
-           bool wte_norm_owner = true, bool sequence_parallel = false);
+           bool wte_norm_owner = true, bool sequence_parallel = false, const ChunkMoe& moe = {});
   ~GptChunk();
   GptChunk(const GptChunk&) = delete;
   GptChunk& operator=(const GptChunk&) = delete;
@@ -71,6 +80,10 @@ class GptChunk {
   // data-parallel buckets can start reducing while backward goes on.
   void set_grad_ready_hook(std::function<void(size_t param_index)> hook) { grad_ready_ = std::move(hook); }
 
+  // Sum of the MoE layers' (unweighted) load-balancing losses over forwards since the last call;
+  // resets it. Zero without MoE layers.
+  double take_aux_loss();
+  int moe_layers() const;
   // Rows of the hidden states this chunk takes and returns (B*T, or B*T/tp under SP).
   int io_rows(int B, int T) const { return sp_ ? B * T / tp_.size() : B * T; }
   bool sequence_parallel() const { return sp_; }
@@ -90,8 +103,9 @@ class GptChunk {
   struct Slot;
   struct Deferred;
   Slot& slot(int s, bool create);
-  void layer_forward(const Layer& L, Acts& a, const float* x, float* out, int B, int T, bool keep_all);
-  void layer_backward(const Layer& L, Acts& a, Slot& s, const float* dout, float* dx, int B, int T, bool defer);
+  void layer_forward(Layer& L, Acts& a, int slot, const float* x, float* out, int B, int T, bool keep_all,
+                     bool training);
+  void layer_backward(Layer& L, Acts& a, Slot& s, int slot, const float* dout, float* dx, int B, int T, bool defer);
   void layernorm_gathered(const float* x, size_t w, size_t b, std::vector<float>& full, std::vector<float>& mean,
                           std::vector<float>& rstd, int Nl);
   void add_sp_grads(std::initializer_list<size_t> params, std::vector<float>& partial);
@@ -116,6 +130,8 @@ class GptChunk {
   std::map<int, std::unique_ptr<Slot>> slots_;
   std::vector<std::unique_ptr<Slot>> free_slots_;
   std::function<void(size_t)> grad_ready_;
+  ChunkMoe moe_;
+  double aux_sum_ = 0;
 };
 
 }  // namespace triax

@@ -49,6 +49,15 @@ struct TrainConfig {
   bool overlap_grad_reduce = true;
   std::string recompute = "none";
   bool sequence_parallel = false;
+  // Mixture of experts (docs/MOE.md): layer l is MoE when moe_every > 0 and (l + 1) % moe_every == 0.
+  int moe_every = 0;
+  int experts = 8;
+  int topk = 2;
+  double capacity_factor = 1.25;
+  bool no_drop = false;
+  double moe_aux_coef = 0.01;
+  int moe_chunks = 1;
+  int ep = 1;  // expert-parallel size, carved from dp
   // Data: "" or "synthetic" (built in), llm.c shards "a.bin,b.bin", or a text file.
   std::string data;
   std::string metrics_jsonl;
@@ -64,7 +73,9 @@ struct IterationMetrics {
   double lr = 0;
   int64_t global_batch = 0;
   int64_t micro_batches = 0;
-  double loss = 0;                // mean over the global batch
+  double loss = 0;                // LM loss, mean over the global batch
+  double moe_aux_loss = 0;        // load-balancing loss, mean over MoE layers and micro-batches
+  bool moe = false;
   double grad_norm = 0;
   int64_t skipped = 0;            // skipped iterations so far
   double dp_exposed_ms = 0;       // DP gradient communication not hidden behind backward
@@ -123,6 +134,7 @@ class Trainer {
   StepResult last_;
   StepReport last_report_;
   double flops_per_token_ = 0;
+  int moe_layers_ = 0;
 };
 
 }  // namespace triax

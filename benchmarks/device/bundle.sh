@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# Run HERE (the Debian build machine), in the repository that will be sent to the device: packs
+# the build dependencies the H200 image lacks (fmt, OpenBLAS + libgfortran/libquadmath, Catch2,
+# nlohmann-json, CLI11, toml++; NCCL's header as a fallback) from the installed Debian packages
+# into <repo>/.deps/triax-deps.tar.xz (ignored by git; pass ".deps" in the device tool's carry).
+# The tarball unpacks to usr/... (a relocatable prefix: the packages' CMake configs compute their
+# prefix from their own location) plus nccl/include/nccl.h and a MANIFEST.
+# Usage: benchmarks/device/bundle.sh [output-dir]    (default <repo>/.deps)
+set -euo pipefail
+root=$(cd "$(dirname "$0")/../.." && pwd)
+out=${1:-$root/.deps}
+arch=x86_64-linux-gnu
+lib=/usr/lib/$arch
+
+need() { [ -e "$1" ] || { echo "bundle.sh: $1 is missing (install the Debian package that provides it)" >&2; exit 1; }; }
+for f in /usr/include/fmt/format.h $lib/libfmt.so.9 $lib/cmake/fmt /usr/include/catch2/catch.hpp /usr/lib/cmake/Catch2 \
+         /usr/include/nlohmann/json.hpp /usr/share/cmake/nlohmann_json /usr/include/CLI/CLI.hpp /usr/share/cmake/CLI11 \
+         /usr/include/toml++/toml.h $lib/libtomlplusplus.so.3 $lib/cmake/tomlplusplus $lib/libopenblas.so.0 \
+         /usr/include/$arch/openblas-pthread/cblas.h $lib/libgfortran.so.5 $lib/libquadmath.so.0 /usr/local/cuda/include/nccl.h; do
+  need "$f"
+done
+
+stage=$(mktemp -d)
+trap 'rm -rf "$stage"' EXIT
+p=$stage/usr
+# Whole packages (headers, CMake configs, shared and static libraries the configs reference), as
+# dpkg lists them, documentation left out.
+pkgs="libfmt-dev libfmt9 catch2 nlohmann-json3-dev libcli11-dev libtomlplusplus-dev libtomlplusplus3"
+for pkg in $pkgs; do
+  dpkg -L "$pkg" | grep -Ev '^/usr/share/(doc|man|lintian)/' | while read -r f; do
+    if [ -f "$f" ] || [ -L "$f" ]; then mkdir -p "$stage$(dirname "$f")" && cp -a "$f" "$stage$f"; fi
+  done
+done
+# OpenBLAS: the library libopenblas.so.0 resolves to here (Debian alternatives) and its cblas.h,
+# plus the libraries it needs at run time that a CUDA image does not have. Not the 58 MB .a.
+mkdir -p "$p/include/$arch" "$stage/nccl/include"
+cp "$(readlink -f $lib/libopenblas.so.0)" "$p/lib/$arch/libopenblas.so.0"
+ln -s libopenblas.so.0 "$p/lib/$arch/libopenblas.so"
+cp -a /usr/include/$arch/openblas-pthread "$p/include/$arch/"
+cp -a $lib/libgfortran.so.5* $lib/libquadmath.so.0* "$p/lib/$arch/"
+# NCCL's header, used only when the image's nvidia-nccl wheel has none (the library comes from it).
+cp /usr/local/cuda/include/nccl.h "$stage/nccl/include/"
+{
+  echo "# triax device dependencies, packed $(date -u +%FT%TZ) on $(. /etc/os-release && echo "$PRETTY_NAME")"
+  dpkg-query -W -f='# ${Package} ${Version}\n' libfmt-dev libfmt9 catch2 nlohmann-json3-dev libcli11-dev \
+    libtomlplusplus-dev libtomlplusplus3 libopenblas0-pthread libopenblas-pthread-dev libgfortran5 2>/dev/null || true
+  (cd "$stage" && find . \( -type f -o -type l \) ! -name MANIFEST | sort)
+} > "$stage/MANIFEST"
+
+mkdir -p "$out"
+tar -C "$stage" -cf - . | xz -T2 -6 > "$out/triax-deps.tar.xz.tmp"
+mv "$out/triax-deps.tar.xz.tmp" "$out/triax-deps.tar.xz"
+echo "bundle.sh: $(du -h "$out/triax-deps.tar.xz" | cut -f1) in $out/triax-deps.tar.xz ($(du -sh "$stage" | cut -f1) unpacked, $(grep -vc '^#' "$stage/MANIFEST") files)"

@@ -1,0 +1,36 @@
+// Causal multi-head self-attention on the GPU (kernels/attention.cu), flash-style like
+// ops/attention.h: keys are visited in shared-memory tiles with an online softmax, so the (T, T)
+// score matrix is never stored; forward saves one log-sum-exp per query row and backward
+// recomputes the probabilities from it. A plain CUDA-core kernel (fp32 arithmetic, one thread per
+// query or key): correctness first, not the fast path (see docs/CUDA.md).
+#pragma once
+#include "triax/core/dtype.h"
+#include "triax/cuda/stream.h"
+
+namespace triax::cuda {
+
+// Head sizes the kernels are compiled for (C / NH must be one of them).
+bool attention_supports_head_size(int hs);
+
+// qkv layout and scores as ops::attention_forward: per token [q | k | v], head h in channels
+// [h*hs, (h+1)*hs) of each part, scores q.k / sqrt(hs), key <= query. Real is float or bf16.
+// ConfigError for a non-positive size, NH not dividing C, an unsupported head size, a null pointer.
+template <class Real>
+void attention_forward(Real* out,        // (B, T, C)
+                       float* lse,       // (B, NH, T) saved for backward
+                       const Real* qkv,  // (B, T, 3C)
+                       int B, int T, int C, int NH, cudaStream_t stream);
+
+// dqkv written in full. Unlike the CPU op this takes the forward output `out` as well:
+// D_i = dout_i . out_i (= rowsum(P * dP)) is precomputed from it, so the dQ and dK/dV kernels
+// each make one pass (no atomics: dQ by query blocks, dK/dV by key blocks; deterministic).
+// Scratch for D (B*NH*T floats) comes from cudaMallocAsync on the stream.
+template <class Real>
+void attention_backward(Real* dqkv,        // (B, T, 3C)
+                        const Real* dout,  // (B, T, C)
+                        const Real* qkv,   // (B, T, 3C) the forward input
+                        const Real* out,   // (B, T, C) the forward output
+                        const float* lse,  // (B, NH, T) from attention_forward
+                        int B, int T, int C, int NH, cudaStream_t stream);
+
+}  // namespace triax::cuda

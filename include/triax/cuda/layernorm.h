@@ -1,0 +1,37 @@
+// LayerNorm over the last dimension on the GPU (kernels/layernorm.cu), the contract of
+// ops/layernorm.h (eps 1e-5, biased two-pass variance): out = (x - mean) * rstd * weight + bias.
+// mean and rstd are fp32 whatever the activation type. Host launchers; the stream comes last.
+#pragma once
+#include "triax/core/dtype.h"
+#include "triax/cuda/stream.h"
+#include "triax/ops/grad_mode.h"
+
+namespace triax::cuda {
+
+// Real is float or bf16 (statistics and arithmetic in fp32). One block per row.
+// ConfigError for a non-positive size or a null pointer.
+template <class Real>
+void layernorm_forward(Real* out,           // (N, C)
+                       float* mean,         // (N) saved for backward
+                       float* rstd,         // (N) 1 / sqrt(var + eps)
+                       const Real* inp,     // (N, C)
+                       const Real* weight,  // (C)
+                       const Real* bias,    // (C)
+                       int N, int C, cudaStream_t stream);
+
+// dinp (=, or += with GradMode::accumulate); dweight and dbias accumulated (+=), either may be
+// nullptr. The weight and bias sums are deterministic without atomics: fixed chunks of rows give
+// fp32 partial sums (rows in order), then one thread per column adds the chunks in order.
+// Scratch for the partials comes from cudaMallocAsync on the stream.
+template <class Real>
+void layernorm_backward(Real* dinp,          // (N, C)
+                        Real* dweight,       // (C)
+                        Real* dbias,         // (C)
+                        const Real* dout,    // (N, C)
+                        const Real* inp,     // (N, C)
+                        const Real* weight,  // (C)
+                        const float* mean,   // (N)
+                        const float* rstd,   // (N)
+                        int N, int C, ops::GradMode dinp_mode, cudaStream_t stream);
+
+}  // namespace triax::cuda

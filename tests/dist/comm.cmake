@@ -1,0 +1,50 @@
+# Multi-rank tests of the communicators: under mpirun at np 1, 2, 4, 8 (MPI backend), and once
+# more without a launcher (".self": the Self backend runs the same checks). A hung collective
+# fails its wait after TRIAX_COMM_TIMEOUT_S instead of running into the ctest timeout.
+set(_triax_comm_tests comm_collectives comm_random comm_async comm_grid comm_errors comm_timeout)
+foreach(_t ${_triax_comm_tests})
+  triax_add_dist_test(${_t} SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/dist/test_${_t}.cpp NP 1 2 4 8 TIMEOUT 120)
+  foreach(_np 1 2 4 8)
+    if(TEST dist.${_t}.np${_np})
+      set_property(TEST dist.${_t}.np${_np} APPEND PROPERTY ENVIRONMENT TRIAX_COMM_TIMEOUT_S=60)
+    endif()
+  endforeach()
+  if(TRIAX_WITH_MPI)
+    add_test(NAME dist.${_t}.self COMMAND ${_t})
+    set_tests_properties(dist.${_t}.self PROPERTIES TIMEOUT 120 LABELS "dist" ENVIRONMENT "TRIAX_COMM_TIMEOUT_S=60")
+  endif()
+endforeach()
+
+# The MPI backend's ring all-reduce / reduce-scatter normally starts at 64 KiB; these runs force
+# it on every size (TRIAX_MPI_RING_MIN_BYTES=0), at an odd group size (uneven chunks) and at 8;
+# comm_timeout then times out inside a ring (its skipped all_reduce has 8 elements).
+if(TRIAX_WITH_MPI)
+  foreach(_t comm_collectives comm_random comm_async comm_timeout)
+    foreach(_np 3 8)
+      add_test(NAME dist.${_t}.ring.np${_np}
+        COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} ${_np} --oversubscribe $<TARGET_FILE:${_t}>)
+      set_tests_properties(dist.${_t}.ring.np${_np} PROPERTIES TIMEOUT 120 LABELS "dist" PROCESSORS ${_np}
+        ENVIRONMENT "${TRIAX_MPIRUN_ENV};TRIAX_COMM_TIMEOUT_S=60;TRIAX_MPI_RING_MIN_BYTES=0")
+    endforeach()
+  endforeach()
+endif()
+
+# comm_bench, quickly: small sizes (both the libnbc and the ring paths) at np 2 and, for uneven
+# ring chunks, bf16 avg at np 3; its exit code says whether every result checked out. The
+# --corrupt run proves the check catches a wrong element (it must exit 1 and say ERROR).
+if(TRIAX_WITH_MPI AND TARGET comm_bench)
+  set(_bench_quick -b 8 -e 512K -f 8 -n 3 -w 1 -r 3)
+  add_test(NAME dist.comm_bench.np2
+    COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} 2 --oversubscribe $<TARGET_FILE:comm_bench> ${_bench_quick}
+            --json ${CMAKE_CURRENT_BINARY_DIR}/comm_bench_np2.json)
+  add_test(NAME dist.comm_bench.bf16_avg.np3
+    COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} 3 --oversubscribe $<TARGET_FILE:comm_bench> ${_bench_quick}
+            --dtype bfloat16 --op avg)
+  add_test(NAME dist.comm_bench.detects_wrong.np2
+    COMMAND sh -c "out=$(\"$0\" ${MPIEXEC_NUMPROC_FLAG} 2 --oversubscribe \"$1\" -b 1K -e 256K -f 16 -n 1 -w 0 -r 1 --corrupt 2>&1); rc=$?; echo \"$out\"; test $rc -eq 1 && echo \"$out\" | grep -q 'out of bounds values: [1-9].*ERROR'"
+            ${MPIEXEC_EXECUTABLE} $<TARGET_FILE:comm_bench>)
+  foreach(_b np2 bf16_avg.np3 detects_wrong.np2)
+    set_tests_properties(dist.comm_bench.${_b} PROPERTIES TIMEOUT 120 LABELS "dist;bench" PROCESSORS 2
+      ENVIRONMENT "${TRIAX_MPIRUN_ENV};TRIAX_COMM_TIMEOUT_S=60")
+  endforeach()
+endif()

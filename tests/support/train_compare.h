@@ -1,0 +1,133 @@
+// Helpers of the trainer equivalence tests: train a configuration on the world, train its serial
+// counterpart (one rank, same global batch) in-process, and compare losses and every parameter
+// (this rank's TP shard of the serial full tensor; experts by their global names) to 1e-5 relative.
+#pragma once
+#include <catch2/catch.hpp>
+#include <fmt/format.h>
+
+#include <cmath>
+#include <map>
+
+#include "support/dist.h"
+#include "triax/dist/self_comm.h"
+#include "triax/model/shard.h"
+#include "triax/train/trainer.h"
+
+namespace triax::test {
+
+struct Result {
+  std::vector<double> losses;
+  std::map<std::string, std::vector<float>> params;  // full shape (serial) or local shard
+};
+
+inline Result train(std::shared_ptr<Communicator> world, const TrainConfig& cfg) {
+  Trainer t(std::move(world), cfg);
+  Result r;
+  t.train([&](const IterationMetrics& m) { r.losses.push_back(m.loss); });
+  for (size_t i = 0; i < t.store().size(); ++i) {
+    const auto p = t.store().param(i);
+    r.params[t.store().info(i).spec.name].assign(p.begin(), p.end());
+  }
+  return r;
+}
+
+// The serial run of a configuration (tp = pp = dp = 1, the same global batch by gradient
+// accumulation), computed once per process for each distinct serial configuration.
+inline const Result& serial(TrainConfig cfg) {
+  cfg.tp = cfg.pp = cfg.vpp = 1;
+  cfg.dp = 1;
+  cfg.ep = 1;
+  cfg.schedule = "1f1b";
+  cfg.zero1 = false;
+  cfg.sequence_parallel = false;
+  cfg.recompute = "none";
+  cfg.moe_chunks = 1;
+  const std::string key = fmt::format("{}/{}/{}/{}/{}/{}", cfg.moe_every, cfg.experts, cfg.topk, cfg.no_drop,
+                                      cfg.capacity_factor, cfg.global_batch);
+  static std::map<std::string, Result> cache;
+  auto it = cache.find(key);
+  if (it == cache.end()) {
+    auto self = make_self_communicator("serial", test::world().rank());
+    it = cache.emplace(key, train(std::shared_ptr<Communicator>(std::move(self)), cfg)).first;
+  }
+  return it->second;
+}
+
+inline double rel_err(std::span<const float> a, std::span<const float> b) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    num += (double(a[i]) - b[i]) * (double(a[i]) - b[i]);
+    den += double(b[i]) * b[i];
+  }
+  return std::sqrt(num / std::max(den, 1e-30));
+}
+
+// Compares this rank's parameters with its shard of the serial model's.
+inline void compare(const TrainConfig& cfg, const Result& got, int tp_rank) {
+  const Result& ref = serial(cfg);
+  REQUIRE(got.losses.size() == ref.losses.size());
+  for (size_t i = 0; i < ref.losses.size(); ++i) {
+    INFO("iteration " << i + 1 << " loss " << got.losses[i] << " serial " << ref.losses[i]);
+    CHECK(std::abs(got.losses[i] - ref.losses[i]) <= 1e-5 * std::abs(ref.losses[i]));
+  }
+  // The model learned something, so equal weights are not equal initial weights.
+  REQUIRE(ref.losses.back() < ref.losses.front());
+  GptConfig m = GptConfig::preset(cfg.model);
+  m.n_layer = cfg.layers;
+  const int C = m.n_embd;
+  for (const auto& [name, mine] : got.params) {
+    INFO(name);
+    REQUIRE(ref.params.count(name) == 1);
+    const auto& full = ref.params.at(name);
+    // Recreate the full shape of this parameter in the serial model from its element count.
+    std::vector<int64_t> shape;
+    TpSplit split = TpSplit::none;
+    if (name == "transformer.wte.weight") {
+      // Padded rows differ with tp (zeros either way); compare the real vocabulary rows.
+      const int vp = m.padded_vocab(cfg.tp), vl = vp / cfg.tp;
+      const int r0 = tp_rank * vl, r1 = std::min(r0 + vl, m.vocab);
+      if (r1 <= r0) continue;
+      std::span<const float> a(mine.data(), static_cast<size_t>(r1 - r0) * C);
+      std::span<const float> b(full.data() + static_cast<size_t>(r0) * C, static_cast<size_t>(r1 - r0) * C);
+      CHECK(rel_err(a, b) <= 1e-5);
+      continue;
+    }
+    if (name.ends_with("c_attn.weight")) { shape = {3 * C, C}; split = TpSplit::qkv_rows; }
+    else if (name.ends_with("c_attn.bias")) { shape = {3 * C}; split = TpSplit::qkv_rows; }
+    else if (name.ends_with("attn.c_proj.weight")) { shape = {C, C}; split = TpSplit::cols; }
+    else if (name.ends_with("mlp.c_fc.weight")) { shape = {m.ffn_size(), C}; split = TpSplit::rows; }
+    else if (name.ends_with("mlp.c_fc.bias")) { shape = {m.ffn_size()}; split = TpSplit::rows; }
+    else if (name.ends_with("mlp.c_proj.weight")) { shape = {C, m.ffn_size()}; split = TpSplit::cols; }
+    else shape = {static_cast<int64_t>(full.size())};
+    const auto want = shard_of(full, shape, split, tp_rank, cfg.tp);
+    REQUIRE(want.size() == mine.size());
+    if (name.ends_with("c_attn.bias")) {
+      // The key bias's gradient is exactly zero in exact arithmetic (softmax is invariant to a
+      // shift shared by all keys), so in fp32 it is rounding noise (~1e-10) that AdamW's eps turns
+      // into tiny, layout-dependent updates. Q and V parts: 1e-5 relative; K part: absolute.
+      const size_t part = mine.size() / 3;
+      std::span<const float> a(mine), b(want);
+      CHECK(rel_err(a.subspan(0, part), b.subspan(0, part)) <= 1e-5);
+      CHECK(rel_err(a.subspan(2 * part, part), b.subspan(2 * part, part)) <= 1e-5);
+      for (size_t i = part; i < 2 * part; ++i) CHECK(std::abs(a[i] - b[i]) <= 1e-6);
+      continue;
+    }
+    if (name.find(".moe.experts.") != std::string::npos && name.ends_with(".bias")) {
+      // An expert's bias starts at zero and is fed by the few tokens routed to that expert, whose
+      // gradient sum cancels: it is compared as part of its linear layer (weight and bias
+      // together), still to 1e-5 relative.
+      const std::string wname = name.substr(0, name.size() - 4) + "weight";
+      const auto& wm = got.params.at(wname);
+      const auto& wr = ref.params.at(wname);
+      std::vector<float> a(mine), b(want);
+      a.insert(a.end(), wm.begin(), wm.end());
+      b.insert(b.end(), wr.begin(), wr.end());
+      CHECK(rel_err(a, b) <= 1e-5);
+      continue;
+    }
+    CHECK(rel_err(mine, want) <= 1e-5);
+  }
+}
+
+
+}  // namespace triax::test

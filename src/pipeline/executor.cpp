@@ -5,11 +5,19 @@
 #include "triax/pipeline/executor.h"
 
 #include <chrono>
+#include <ctime>
 
 namespace triax {
 namespace {
 using Clock = std::chrono::steady_clock;
 double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+// CPU seconds of this thread (the one running the compute: BLAS and ops use the caller's thread
+// when OMP_NUM_THREADS=1, as under mpirun).
+double thread_cpu_s() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
 
 struct Key {
   int mb, chunk;
@@ -46,7 +54,12 @@ StepResult PipelineExecutor::run(const Schedule& sch, const MicroBatchFn& data, 
   bool armed = false;
   for (auto* c : chunks_)
     c->set_grad_ready_hook([&armed, grads](size_t idx) {
-      if (armed && grads) grads->mark_ready(idx);
+      if (!armed || !grads) return;
+      grads->mark_ready(idx);
+      // On the CPU backend a started all-reduce moves only while this rank is inside MPI: drive
+      // the buckets already in flight at every parameter, or they all wait for finish() (the last
+      // backward is one instruction, with no progress() call inside it).
+      grads->progress();
     });
 
   std::map<Key, std::vector<float>> act_in, act_out, grad_in, grad_out;
@@ -56,6 +69,7 @@ StepResult PipelineExecutor::run(const Schedule& sch, const MicroBatchFn& data, 
   StepResult res;
   res.micro_batches = sch.micro_batches;
   const auto t0 = Clock::now();
+  res.origin_s = std::chrono::duration<double>(t0.time_since_epoch()).count();
 
   auto wait_recv = [&](std::map<Key, Work>& works, Key k, const char* what) {
     auto it = works.find(k);
@@ -64,8 +78,10 @@ StepResult PipelineExecutor::run(const Schedule& sch, const MicroBatchFn& data, 
                   k.chunk);
     const auto w0 = Clock::now();
     it->second.wait();
-    res.p2p_wait_s += since(w0);
+    const double waited = since(w0);
+    res.p2p_wait_s += waited;
     works.erase(it);
+    return waited;
   };
   auto progress = [&] {
     if (grads) grads->progress();
@@ -79,7 +95,8 @@ StepResult PipelineExecutor::run(const Schedule& sch, const MicroBatchFn& data, 
     const bool first = sch.is_first_virtual(stage, in.chunk);
     const bool last = sch.is_last_virtual(stage, in.chunk);
     const int tag = message_tag(sch, stage, in);
-    const double start = since(t0);
+    double start = since(t0), waited = 0;
+    double cpu0 = record && is_compute(in.op) ? thread_cpu_s() : 0;
     switch (in.op) {
       case PipeOp::recv_activation: {
         auto& buf = act_in[k];
@@ -102,8 +119,10 @@ StepResult PipelineExecutor::run(const Schedule& sch, const MicroBatchFn& data, 
       case PipeOp::forward: {
         const float* x_in = nullptr;
         if (!first) {
-          wait_recv(recv_act, k, "the activation");
+          waited = wait_recv(recv_act, k, "the activation");
           x_in = act_in[k].data();
+          start = since(t0);
+          if (record) cpu0 = thread_cpu_s();
         }
         if (first || last) data(in.mb, tokens, targets);
         float* x_out = nullptr;
@@ -124,8 +143,10 @@ StepResult PipelineExecutor::run(const Schedule& sch, const MicroBatchFn& data, 
       case PipeOp::backward_input: {
         const float* dx_out = nullptr;
         if (!last) {
-          wait_recv(recv_grad, k, "the output gradient");
+          waited = wait_recv(recv_grad, k, "the output gradient");
           dx_out = grad_in[k].data();
+          start = since(t0);
+          if (record) cpu0 = thread_cpu_s();
         }
         float* dx_in = nullptr;
         if (!first) {
@@ -150,7 +171,7 @@ StepResult PipelineExecutor::run(const Schedule& sch, const MicroBatchFn& data, 
         break;
       }
     }
-    if (record && is_compute(in.op)) res.events.push_back({in, start, since(t0)});
+    if (record && is_compute(in.op)) res.events.push_back({in, start, since(t0), waited, thread_cpu_s() - cpu0});
     progress();
   }
   const auto w0 = Clock::now();

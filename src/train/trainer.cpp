@@ -248,6 +248,7 @@ IterationMetrics Trainer::step(bool record_events) {
   const auto t0 = Clock::now();
   last_ = executor_->run(*schedule_, data, &optimizer_->grad_buffer(), 1.0f / static_cast<float>(m), record_events);
   const StepReport rep = optimizer_->step(lr);
+  last_report_ = rep;
   const double elapsed = std::chrono::duration<double>(Clock::now() - t0).count();
 
   // Loss from the last stage (one TP rank per pipeline), averaged over DP; times: max over ranks.

@@ -20,10 +20,16 @@ namespace triax {
 // micro-batch mb of this step (for this DP rank).
 using MicroBatchFn = std::function<void(int mb, std::vector<int32_t>& tokens, std::vector<int32_t>& targets)>;
 
-// One compute or wait interval, for timelines and bubble measurement (seconds from step start).
+// One compute instruction, for timelines and bubble measurement (seconds from the step's start).
+// start is taken after the instruction's receive completed, so [start, end) is busy time only
+// (the consumed micro-batch's data fetch included); wait is how long the receive blocked before.
+// cpu: CPU time of the calling thread during [start, end): below end - start when the rank lost
+// its core to other processes (an oversubscribed or shared machine), which stretches the interval.
 struct ExecEvent {
   PipeInstr instr;
   double start = 0, end = 0;
+  double wait = 0;
+  double cpu = 0;
 };
 
 struct StepResult {
@@ -32,7 +38,10 @@ struct StepResult {
   double compute_s = 0;     // inside forward/backward/W
   double p2p_wait_s = 0;    // blocked on receives (and on sends at the end)
   double wall_s = 0;
-  std::vector<ExecEvent> events;  // compute instructions in execution order
+  // The step's start on std::chrono::steady_clock (seconds since its epoch): events are relative
+  // to it. One host's ranks share that clock, so origin + start puts every rank on one time axis.
+  double origin_s = 0;
+  std::vector<ExecEvent> events;  // compute instructions in execution order (record_events)
 };
 
 class PipelineExecutor {

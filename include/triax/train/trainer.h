@@ -106,6 +106,9 @@ class Trainer {
   ParamStore& store() { return store_; }
   const std::vector<std::unique_ptr<GptChunk>>& chunks() const { return chunks_; }
   const StepResult& last_step() const { return last_; }
+  // This rank's own optimizer report of the last step (IterationMetrics hold the max over ranks);
+  // benchmarks use it to separate DP communication from waiting for a slower rank.
+  const StepReport& last_report() const { return last_report_; }
   const Schedule& last_schedule() const { return *schedule_; }
   int64_t iteration() const { return iteration_; }
   int64_t consumed_samples() const { return consumed_; }
@@ -129,6 +132,7 @@ class Trainer {
   int T_ = 0;
   int64_t iteration_ = 0, consumed_ = 0;
   StepResult last_;
+  StepReport last_report_;
   double flops_per_token_ = 0;
   int moe_layers_ = 0;
 };

@@ -1,0 +1,484 @@
+// train_bench: end-to-end training throughput of one layout of the real trainer, its exposed
+// data-parallel communication with and without bucket overlap, and the planner's prediction of
+// its step time from costs measured on this machine in the same run.
+//
+//   mpirun -np 4 train_bench --tp 2 --pp 2 --dp 1 --predict --json out.json
+//
+// Modes: with dp > 1 two trainers (overlap on / off) run alternately, step by step, so both see
+// the same machine load. Per step every rank reports its exposed DP time (inside the gradient
+// sync's finish) and how long it waited there for the slowest rank to end its backward (skew,
+// load imbalance rather than communication): net = exposed - skew. Hidden = 1 - net(overlap) /
+// net(no overlap) on the worst rank's medians.
+//
+// --predict: measures, concurrently on every rank (so ranks that share a core see their share),
+// OpenBLAS sgemm on the model's linear-layer shapes, a streaming triad, MPI all-reduce over the
+// world at several sizes and point-to-point ping-pong between ranks 0 and 1; fits the alpha-beta
+// collective model (plan::fit_samples); builds the cpu-local cluster with these numbers (one
+// "device" per rank); and prints triax::plan::estimate next to the measured step time.
+#include <CLI/CLI.hpp>
+#include <cblas.h>
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <chrono>
+#include <ctime>
+#include <thread>
+#include <cstdio>
+#include <fstream>
+
+#include "bench_common.h"
+#include "triax/dist/bootstrap.h"
+#include "triax/ops/gelu.h"
+#include "triax/ops/layernorm.h"
+#include "triax/ops/residual.h"
+#include "triax/plan/collective_model.h"
+#include "triax/plan/cost_model.h"
+#include "triax/train/trainer.h"
+
+#if defined(TRIAX_HAVE_MPI)
+
+using namespace triax;
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double now_s() { return std::chrono::duration<double>(Clock::now().time_since_epoch()).count(); }
+double thread_cpu_s() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
+
+// A rate measured two ways: per second of CPU time the rank got (what a core does when it is
+// ours: stable on a shared machine) and per second of wall time (what the rank got under the
+// machine's load at that moment). Medians over ranks.
+struct Rate {
+  double cpu = 0, wall = 0;
+};
+
+struct ModeStats {
+  std::string name;
+  bool overlap = true;
+  std::vector<double> step_ms, tokens_s, compute_ms, p2p_ms, exposed_ms, comm_ms, net_ms, skew_ms, loss;
+  std::vector<double> compute_cpu_ms, cpu_share;  // from the executor's per-instruction CPU times
+};
+
+// Median over ranks of a per-rank value.
+double median_over_ranks(Communicator& world, double v) {
+  std::vector<double> in{v}, all(static_cast<size_t>(world.size()));
+  world.all_gather(std::span<const double>(in), std::span<double>(all)).wait();
+  return bench::median(all);
+}
+
+// Achieved sgemm FLOP/s on the linear layers of one micro-batch (forward NT, input gradient NN,
+// weight gradient TN for QKV, projection, fc1, fc2), all ranks at once.
+Rate measure_gemm(Communicator& world, int rows, int C, int F, double seconds) {
+  const int shapes[4][2] = {{C, 3 * C}, {C, C}, {C, F}, {F, C}};  // (in, out)
+  size_t most = 0;
+  for (auto& s : shapes) most = std::max(most, static_cast<size_t>(std::max(s[0], s[1])));
+  std::vector<float> A(static_cast<size_t>(rows) * most, 0.5f), W(most * most, 0.25f), O(static_cast<size_t>(rows) * most);
+  auto pass = [&] {
+    double flops = 0;
+    for (auto& s : shapes) {
+      const int in = s[0], out = s[1];
+      // forward: O(rows, out) = A(rows, in) W(out, in)^T
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, out, in, 1.0f, A.data(), in, W.data(), in, 0.0f,
+                  O.data(), out);
+      // input gradient: A(rows, in) = O(rows, out) W(out, in)
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, in, out, 1.0f, O.data(), out, W.data(), in, 0.0f,
+                  A.data(), in);
+      // weight gradient: W(out, in) += O^T(out, rows) A(rows, in)
+      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, out, in, rows, 1e-6f, O.data(), out, A.data(), in, 0.0f,
+                  W.data(), in);
+      flops += 3 * 2.0 * rows * in * out;
+    }
+    return flops;
+  };
+  pass();
+  world.barrier().wait();
+  double flops = 0;
+  const double t0 = now_s(), c0 = thread_cpu_s();
+  while (now_s() - t0 < seconds) flops += pass();
+  const double wall = now_s() - t0, cpu = thread_cpu_s() - c0;
+  return {median_over_ranks(world, flops / cpu), median_over_ranks(world, flops / wall)};
+}
+
+// Streaming triad a = b + s c over arrays far larger than the caches, all ranks at once (bytes/s).
+Rate measure_triad(Communicator& world, double seconds) {
+  const size_t n = size_t{4} << 20;  // 16 MiB per array
+  std::vector<float> a(n, 0.0f), b(n, 1.0f), c(n, 2.0f);
+  world.barrier().wait();
+  double bytes = 0;
+  const double t0 = now_s(), c0 = thread_cpu_s();
+  while (now_s() - t0 < seconds) {
+    for (size_t i = 0; i < n; ++i) a[i] = b[i] + 0.5f * c[i];
+    bytes += 12.0 * static_cast<double>(n);
+    b[n / 2] = a[n / 3];  // keep the loop's result alive
+  }
+  const double wall = now_s() - t0, cpu = thread_cpu_s() - c0;
+  return {median_over_ranks(world, bytes / cpu), median_over_ranks(world, bytes / wall)};
+}
+
+// The trainer's element-wise kernels of one layer and micro-batch (2 LayerNorms, 2 residual adds,
+// GeLU; forward and backward), as an effective bandwidth in the planner's byte accounting
+// (docs/PLANNER.md: forward 2 x 2eMh + 2 x 3eMh + 2eMf, backward twice that). On this CPU these
+// kernels are bound by arithmetic (GeLU's tanh), not by memory, so a triad overstates their rate.
+Rate measure_elementwise(Communicator& world, int M, int h, int f, double seconds) {
+  const size_t nh = static_cast<size_t>(M) * h, nf = static_cast<size_t>(M) * f;
+  std::vector<float> x(nh), y(nh), z(nh), dx(nh), dy(nh), mean(M), rstd(M), w(h, 1.0f), b(h, 0.0f), dw(h), db(h);
+  std::vector<float> u(nf), v(nf), du(nf), dv(nf);
+  for (size_t i = 0; i < nh; ++i) x[i] = dy[i] = 0.01f * static_cast<float>(i % 97) - 0.4f;
+  for (size_t i = 0; i < nf; ++i) u[i] = dv[i] = 0.02f * static_cast<float>(i % 89) - 0.8f;
+  auto pass = [&] {
+    for (int k = 0; k < 2; ++k) {
+      ops::layernorm_forward(y.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), M, h);
+      ops::residual_forward(z.data(), x.data(), y.data(), static_cast<int64_t>(nh));
+    }
+    ops::gelu_forward(v.data(), u.data(), static_cast<int64_t>(nf));
+    ops::gelu_backward(du.data(), u.data(), dv.data(), static_cast<int64_t>(nf));
+    for (int k = 0; k < 2; ++k) {
+      ops::residual_backward(dx.data(), z.data(), dy.data(), static_cast<int64_t>(nh));
+      ops::layernorm_backward(dx.data(), dw.data(), db.data(), dy.data(), x.data(), w.data(), mean.data(), rstd.data(),
+                              M, h);
+    }
+    const double e = 4;
+    return 3 * (2 * 2 * e * M * h + 2 * 3 * e * M * h + 2 * e * M * static_cast<double>(f));
+  };
+  pass();
+  world.barrier().wait();
+  double bytes = 0;
+  const double t0 = now_s(), c0 = thread_cpu_s();
+  while (now_s() - t0 < seconds) bytes += pass();
+  const double wall = now_s() - t0, cpu = thread_cpu_s() - c0;
+  return {median_over_ranks(world, bytes / cpu), median_over_ranks(world, bytes / wall)};
+}
+
+// Median time of `reps` calls of fn after one warm-up, all ranks in step (barrier each time).
+template <class Fn>
+double timed(Communicator& world, int reps, Fn&& fn) {
+  fn();
+  std::vector<double> t;
+  for (int i = 0; i < reps; ++i) {
+    world.barrier().wait();
+    const double t0 = now_s();
+    fn();
+    t.push_back(now_s() - t0);
+  }
+  double v[1] = {bench::median(t)};
+  world.all_reduce(std::span<double>(v), ReduceOp::max).wait();
+  return v[0];
+}
+
+struct CommSamples {
+  std::vector<plan::Sample> all_reduce, p2p;
+};
+
+CommSamples measure_comm(Communicator& world) {
+  CommSamples s;
+  if (world.size() < 2) return s;
+  for (size_t bytes : {size_t{16} << 10, size_t{256} << 10, size_t{1} << 20, size_t{4} << 20}) {
+    std::vector<float> buf(bytes / 4, 1.0f);
+    const double t = timed(world, 7, [&] { world.all_reduce(std::span<float>(buf), ReduceOp::sum).wait(); });
+    s.all_reduce.push_back({static_cast<double>(bytes), t * 1e6});
+    const double pp = timed(world, 7, [&] {
+      if (world.rank() == 0) {
+        world.send(std::span<const float>(buf), 1, 777).wait();
+        world.recv(std::span<float>(buf), 1, 778).wait();
+      } else if (world.rank() == 1) {
+        world.recv(std::span<float>(buf), 0, 777).wait();
+        world.send(std::span<const float>(buf), 0, 778).wait();
+      }
+    });
+    s.p2p.push_back({static_cast<double>(bytes), pp / 2 * 1e6});
+  }
+  return s;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"train_bench: trainer throughput, exposed DP communication with/without overlap, planner prediction"};
+  bench::ModelFlags mf;
+  mf.add(app);
+  int tp = 1, pp = 1, dp = 0, vpp = 1, iters = 5, warmup = 2;
+  int64_t mbs = 4, gbs = 32;
+  double bucket_mb = 0.5, calib_s = 0.4;
+  std::string schedule = "1f1b", overlap = "auto", json_path, label;
+  bool predict = false;
+  app.add_option("--tp", tp)->capture_default_str();
+  app.add_option("--pp", pp)->capture_default_str();
+  app.add_option("--dp", dp, "data-parallel size (default world / (tp pp))");
+  app.add_option("--vpp", vpp)->capture_default_str();
+  app.add_option("--schedule", schedule)->capture_default_str();
+  app.add_option("--micro-batch-size", mbs)->capture_default_str();
+  app.add_option("--global-batch-size", gbs)->capture_default_str();
+  app.add_option("--iters", iters, "timed iterations per mode")->capture_default_str();
+  app.add_option("--warmup", warmup, "untimed iterations per mode")->capture_default_str();
+  app.add_option("--bucket-mb", bucket_mb, "DP gradient bucket size (MiB)")->capture_default_str();
+  app.add_option("--overlap", overlap, "on, off, both, or auto (both when dp > 1)")->capture_default_str();
+  app.add_flag("--predict", predict, "calibrate cpu-local from measurements and print the planner's prediction");
+  app.add_option("--calibration-seconds", calib_s, "time per compute calibration")->capture_default_str();
+  app.add_option("--json", json_path, "write the results as JSON (rank 0)");
+  app.add_option("--label", label, "name of this run in the JSON");
+  CLI11_PARSE(app, argc, argv);
+
+  int rc = 0;
+  try {
+    auto boot = Bootstrap::create();
+    auto world = boot->world();
+    const int W = world->size();
+    const int D = dp ? dp : W / (tp * pp);
+    std::vector<bool> modes;
+    if (overlap == "on") modes = {true};
+    else if (overlap == "off") modes = {false};
+    else if (overlap == "both" || (overlap == "auto" && D > 1)) modes = {true, false};
+    else if (overlap == "auto") modes = {true};
+    else TRIAX_THROW(ConfigError, "--overlap must be on, off, both or auto, got '{}'", overlap);
+
+    std::vector<std::unique_ptr<Trainer>> trainers;
+    std::vector<ModeStats> stats;
+    TrainConfig c;
+    for (bool ov : modes) {
+      mf.apply(c);
+      c.tp = tp;
+      c.pp = pp;
+      c.dp = dp;
+      c.vpp = vpp;
+      c.schedule = schedule;
+      c.micro_batch = mbs;
+      c.global_batch = gbs;
+      c.train_iters = warmup + iters;
+      c.lr = 1e-3;
+      c.bucket_mb = bucket_mb;
+      c.overlap_grad_reduce = ov;
+      trainers.push_back(std::make_unique<Trainer>(world, c));
+      ModeStats s;
+      s.name = ov ? "overlap" : "no-overlap";
+      s.overlap = ov;
+      stats.push_back(std::move(s));
+    }
+    Trainer& t0 = *trainers.front();
+    const GptConfig& g = t0.model_config();
+    const int T = c.seq;
+    bool oversub = false;
+    const std::string machine = bench::machine_line(t0.grid().local_size(), &oversub);
+    if (world->rank() == 0)
+      fmt::print("# train_bench: {} | {} ranks: tp {} pp {} dp {} vpp {} {} | global batch {} x {} tokens, micro-batch "
+                 "{} | bucket {} MiB | {} timed iterations after {} warm-up per mode\n# {}\n",
+                 g.describe(), W, tp, pp, D, vpp, schedule, gbs, T, mbs, bucket_mb, iters, warmup, machine);
+
+    for (int it = 0; it < warmup + iters; ++it) {
+      for (size_t k = 0; k < trainers.size(); ++k) {
+        Trainer& tr = *trainers[k];
+        world->barrier().wait();
+        const IterationMetrics mt = tr.step(true);
+        // This rank's exposed DP time and its wait for the slowest rank's end of backward.
+        const StepResult& st = tr.last_step();
+        const StepReport& rep = tr.last_report();
+        double end[1] = {st.origin_s + st.wall_s};
+        world->all_reduce(std::span<double>(end), ReduceOp::max).wait();
+        const double skew = end[0] - (st.origin_s + st.wall_s);
+        const double exposed = rep.sync.exposed_s + rep.gather_s;
+        double cpu = 0, wall = 0;
+        for (const auto& e : st.events) {
+          cpu += e.cpu;
+          wall += e.end - e.start;
+        }
+        double worst[3] = {std::max(0.0, exposed - skew), skew, cpu};
+        world->all_reduce(std::span<double>(worst), ReduceOp::max).wait();
+        double share[2] = {cpu, wall};
+        world->all_reduce(std::span<double>(share), ReduceOp::sum).wait();
+        if (it < warmup) continue;
+        auto& s = stats[k];
+        s.step_ms.push_back(mt.elapsed_ms);
+        s.tokens_s.push_back(mt.tokens_per_s);
+        s.compute_ms.push_back(mt.compute_ms);
+        s.p2p_ms.push_back(mt.p2p_wait_ms);
+        s.exposed_ms.push_back(mt.dp_exposed_ms);
+        s.comm_ms.push_back(mt.dp_comm_ms);
+        s.net_ms.push_back(worst[0] * 1e3);
+        s.skew_ms.push_back(worst[1] * 1e3);
+        s.loss.push_back(mt.loss);
+        s.compute_cpu_ms.push_back(worst[2] * 1e3);
+        s.cpu_share.push_back(share[1] > 0 ? share[0] / share[1] : 0);
+        if (!std::isfinite(mt.loss)) rc = 1;
+      }
+    }
+    // Correctness beside the timing: both modes train the same model on the same data, so their
+    // losses agree to float rounding (the reduction order is the same; only its timing differs).
+    double loss_gap = 0;
+    if (stats.size() == 2)
+      for (size_t i = 0; i < stats[0].loss.size(); ++i)
+        loss_gap = std::max(loss_gap, std::abs(stats[0].loss[i] - stats[1].loss[i]) / std::abs(stats[1].loss[i]));
+    if (loss_gap > 1e-5) rc = 1;
+
+    nlohmann::json out = {{"label", label}, {"ranks", W}, {"tp", tp}, {"pp", pp}, {"dp", D}, {"vpp", vpp},
+                          {"schedule", schedule}, {"global_batch", gbs}, {"micro_batch", mbs}, {"seq", T},
+                          {"model", g.describe()}, {"oversubscribed", oversub}, {"load_average", bench::load_average()},
+                          {"loss_gap", loss_gap}};
+    if (world->rank() == 0) {
+      fmt::print("{:>11} {:>9} {:>9} {:>11} {:>9} {:>9} {:>9} {:>10} {:>10} {:>9} {:>9}\n", "mode", "step(ms)",
+                 "tokens/s", "compute(ms)", "cpu(ms)", "cpu-share", "p2p(ms)", "dp-exp(ms)", "dp-net(ms)", "skew(ms)",
+                 "span(ms)");
+      for (const auto& s : stats) {
+        fmt::print("{:>11} {:>9.1f} {:>9.0f} {:>11.1f} {:>9.1f} {:>9.3f} {:>9.1f} {:>10.2f} {:>10.2f} {:>9.2f} {:>9.2f}\n",
+                   s.name, bench::median(s.step_ms), bench::median(s.tokens_s), bench::median(s.compute_ms),
+                   bench::median(s.compute_cpu_ms), bench::median(s.cpu_share), bench::median(s.p2p_ms),
+                   bench::median(s.exposed_ms), bench::median(s.net_ms), bench::median(s.skew_ms),
+                   bench::median(s.comm_ms));
+        out[s.name] = {{"step_ms", bench::median(s.step_ms)}, {"tokens_per_s", bench::median(s.tokens_s)},
+                       {"compute_ms", bench::median(s.compute_ms)}, {"p2p_wait_ms", bench::median(s.p2p_ms)},
+                       {"dp_exposed_ms", bench::median(s.exposed_ms)}, {"dp_net_ms", bench::median(s.net_ms)},
+                       {"skew_ms", bench::median(s.skew_ms)}, {"dp_span_ms", bench::median(s.comm_ms)},
+                       {"compute_cpu_ms", bench::median(s.compute_cpu_ms)}, {"cpu_share", bench::median(s.cpu_share)},
+                       {"step_ms_all", s.step_ms}, {"tokens_per_s_max", *std::max_element(s.tokens_s.begin(), s.tokens_s.end())}};
+      }
+      if (stats.size() == 2) {
+        const double on = bench::median(stats[0].net_ms), off = bench::median(stats[1].net_ms);
+        const double hidden = off > 0 ? 1 - on / off : 0;
+        fmt::print("hidden: {:.1f}% of the no-overlap DP communication ({:.2f} ms -> {:.2f} ms exposed, net of skew); "
+                   "step {:.1f} -> {:.1f} ms; losses of both modes agree to {:.1e} (relative)\n",
+                   100 * hidden, off, on, bench::median(stats[1].step_ms), bench::median(stats[0].step_ms), loss_gap);
+        out["hidden_fraction"] = hidden;
+      }
+    }
+
+    if (predict) {
+      // Measure, all ranks at once.
+      const Rate gemm = measure_gemm(*world, static_cast<int>(mbs) * T, g.n_embd, g.ffn_size(), calib_s);
+      const Rate triad = measure_triad(*world, calib_s / 2);
+      const Rate ew = measure_elementwise(*world, static_cast<int>(mbs) * T, g.n_embd, g.ffn_size(), calib_s / 2);
+      // A core's rate (CPU-time based), shared by the ranks that share cores: the planner sees a
+      // machine of W "devices" each with cores / W of a core when ranks outnumber cores.
+      const double cores = std::max(1u, std::thread::hardware_concurrency());
+      const double share = std::min(1.0, cores / t0.grid().local_size());
+      const CommSamples cs = measure_comm(*world);
+      plan::Cluster cl = plan::cluster_preset("cpu-local");
+      cl.name = "cpu-local (calibrated in this run)";
+      cl.gpus_per_node = W;  // one "device" per rank; shared cores show up in the measured rates
+      cl.nodes = 1;
+      cl.peak_tflops_fp32 = cl.peak_tflops_bf16 = gemm.cpu * share / 1e12;
+      cl.gemm_efficiency = 1.0;
+      // Element-wise kernels are the planner's memory-bound work; on this CPU their own measured rate
+      // (not the triad's) is what they reach. The optimizer is costed at the same rate (pessimistic).
+      cl.memory_gbps = ew.cpu * share / 1e9;
+      cl.memory_efficiency = 1.0;
+      plan::Calibration cal;
+      std::string fit_note;
+      if (W > 1) {
+        const plan::GroupPlacement all{W, W, 1, 0}, pair{2, 2, 1, 0};
+        try {
+          cal.set(plan::CollectiveOp::all_reduce, plan::LinkClass::intra, plan::Algorithm::ring,
+                  plan::fit_samples(plan::CollectiveOp::all_reduce, plan::Algorithm::ring, all, cs.all_reduce));
+        } catch (const ConfigError& e) {
+          fit_note += fmt::format(" all-reduce fit failed ({}), cluster defaults used;", e.what());
+        }
+        try {
+          cal.set(plan::CollectiveOp::p2p, plan::LinkClass::intra, plan::Algorithm::direct,
+                  plan::fit_samples(plan::CollectiveOp::p2p, plan::Algorithm::direct, pair, cs.p2p));
+        } catch (const ConfigError& e) {
+          fit_note += fmt::format(" p2p fit failed ({}), cluster defaults used;", e.what());
+        }
+      }
+      plan::CollectiveModel net(cl, cal);
+      plan::ModelShape ms;
+      ms.name = "bench";
+      ms.layers = g.n_layer;
+      ms.hidden = g.n_embd;
+      ms.heads = g.n_head;
+      ms.ffn = g.ffn_size();
+      ms.vocab = g.padded_vocab(tp);
+      ms.seq = T;
+      ms.global_batch = gbs;
+      if (world->rank() == 0) {
+        fmt::print("measured (all ranks at once): sgemm {:.1f} GFLOP/s per CPU second ({:.1f} per wall second now) on the "
+                   "linear shapes of one micro-batch; triad {:.2f} GB/s per CPU second ({:.2f} wall); element-wise "
+                   "ops {:.2f} GB/s per CPU second ({:.2f} wall); per-rank share of a core {:.2f}",
+                   gemm.cpu / 1e9, gemm.wall / 1e9, triad.cpu / 1e9, triad.wall / 1e9, ew.cpu / 1e9, ew.wall / 1e9,
+                   share);
+        for (size_t i = 0; i < cs.all_reduce.size(); ++i)
+          fmt::print("{} all-reduce {} KiB {:.0f} us, p2p {:.0f} us", i ? ";" : " |", cs.all_reduce[i].bytes / 1024,
+                     cs.all_reduce[i].time_us, cs.p2p[i].time_us);
+        fmt::print("\n");
+        if (auto a = cal.find(plan::CollectiveOp::all_reduce, plan::LinkClass::intra, plan::Algorithm::ring))
+          fmt::print("fitted: all-reduce alpha {:.1f} us/step busbw {:.2f} GB/s", a->alpha_us, a->bus_gbps);
+        if (auto p = cal.find(plan::CollectiveOp::p2p, plan::LinkClass::intra, plan::Algorithm::direct))
+          fmt::print("; p2p alpha {:.1f} us bw {:.2f} GB/s", p->alpha_us, p->bus_gbps);
+        if (W > 1) fmt::print("{}\n", fit_note);
+        out["calibration"] = {{"gemm_gflops_cpu", gemm.cpu / 1e9}, {"gemm_gflops_wall", gemm.wall / 1e9},
+                              {"triad_gbps_cpu", triad.cpu / 1e9}, {"triad_gbps_wall", triad.wall / 1e9},
+                              {"elementwise_gbps_cpu", ew.cpu / 1e9}, {"elementwise_gbps_wall", ew.wall / 1e9},
+                              {"core_share", share}};
+        nlohmann::json jar = nlohmann::json::array(), jp = nlohmann::json::array();
+        for (size_t i = 0; i < cs.all_reduce.size(); ++i) {
+          jar.push_back({cs.all_reduce[i].bytes, cs.all_reduce[i].time_us});
+          jp.push_back({cs.p2p[i].bytes, cs.p2p[i].time_us});
+        }
+        out["calibration"]["all_reduce_samples"] = jar;
+        out["calibration"]["p2p_samples"] = jp;
+        if (auto a = cal.find(plan::CollectiveOp::all_reduce, plan::LinkClass::intra, plan::Algorithm::ring)) {
+          out["calibration"]["allreduce_alpha_us"] = a->alpha_us;
+          out["calibration"]["allreduce_busbw_gbps"] = a->bus_gbps;
+        }
+        if (auto p = cal.find(plan::CollectiveOp::p2p, plan::LinkClass::intra, plan::Algorithm::direct)) {
+          out["calibration"]["p2p_alpha_us"] = p->alpha_us;
+          out["calibration"]["p2p_gbps"] = p->bus_gbps;
+        }
+      }
+      for (const auto& s : stats) {
+        plan::Layout l;
+        l.tp = tp;
+        l.pp = pp;
+        l.dp = D;
+        l.vpp = vpp;
+        l.micro_batch = static_cast<int>(mbs);
+        l.schedule = plan::parse_schedule(schedule);
+        l.recompute = plan::Recompute::none;
+        l.precision = plan::Precision::fp32;
+        l.attention = plan::AttentionKernel::fused;  // the CPU attention never stores the scores
+        l.dp_overlap = s.overlap;
+        const plan::Estimate e = plan::estimate(ms, net, l);
+        const double measured = bench::median(s.step_ms) / 1e3;
+        if (world->rank() == 0) {
+          // Compute on its own: the planner's compute + TP time of the busiest rank against the CPU
+          // time of the compute intervals (unaffected by other processes taking the core).
+          const double pc = e.time.compute + e.time.tp_comm, mc = bench::median(s.compute_cpu_ms) / 1e3 / share;
+          fmt::print("planner {:>10}: predicted {:.1f} ms (compute {:.1f}, bubble {:.1f}, tp {:.1f}, pp {:.1f}, dp {:.1f}, "
+                     "optimizer {:.1f}) | measured {:.1f} ms | measured/predicted {:.2f} | compute+tp: predicted {:.1f} "
+                     "ms, measured CPU time {:.1f} ms{} ({:.2f})\n",
+                     s.name, e.seconds_per_iteration * 1e3, e.time.compute * 1e3, e.time.bubble * 1e3,
+                     e.time.tp_comm * 1e3, e.time.pp_comm * 1e3, e.time.dp_comm * 1e3, e.time.optimizer * 1e3,
+                     measured * 1e3, measured / e.seconds_per_iteration, pc * 1e3, mc * 1e3,
+                     share < 1 ? fmt::format(" / core share") : "", mc / pc);
+          out[s.name]["predicted"] = {{"seconds", e.seconds_per_iteration}, {"compute", e.time.compute},
+                                      {"bubble", e.time.bubble}, {"tp_comm", e.time.tp_comm},
+                                      {"pp_comm", e.time.pp_comm}, {"dp_comm", e.time.dp_comm},
+                                      {"optimizer", e.time.optimizer}};
+          out[s.name]["predicted_compute_tp"] = pc;
+          out[s.name]["measured_compute_cpu_scaled"] = mc;
+        }
+      }
+    }
+    if (world->rank() == 0) {
+      if (oversub) fmt::print("NOTE: more ranks than cores; these timings include time slicing between ranks.\n");
+      if (loss_gap > 1e-5) fmt::print(stderr, "train_bench: overlap changed the losses by {:.2e} (relative)\n", loss_gap);
+      if (!json_path.empty()) std::ofstream(json_path) << out.dump(2) << "\n";
+    }
+  } catch (const ConfigError& e) {
+    fmt::print(stderr, "train_bench: configuration error: {}\n", e.what());
+    bench::abort_job(2);
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "train_bench: {}\n", e.what());
+    bench::abort_job(1);
+  }
+  return rc;
+}
+
+#else
+
+int main() {
+  std::fputs("train_bench needs MPI (build with -DTRIAX_WITH_MPI=ON and launch with mpirun)\n", stderr);
+  return 77;
+}
+
+#endif

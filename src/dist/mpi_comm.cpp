@@ -6,6 +6,7 @@
 #include "triax/dist/mpi_comm.h"
 
 #include <algorithm>
+#include <bit>
 #include <climits>
 #include <cstdlib>
 #include <exception>
@@ -141,6 +142,10 @@ class MpiWork final : public WorkImpl {
 // local MPI_Reduce_local. Steps advance whenever any MPI-backend call of this process is
 // polled (see progress_rings), as MPI's progress engine advances every nonblocking collective,
 // so ranks may wait on several in-flight rings in different orders.
+// On a power-of-two group the all-reduce uses recursive halving, then doubling, instead of the
+// ring: the same bytes per rank in 2 log2(n) steps instead of 2(n-1), which matters when every
+// step waits for a descheduled neighbour (np 8 on 2 cores: 1 MiB went from 0.85 to ~1 of
+// MPI_Allreduce).
 class RingWork final : public WorkImpl {
  public:
   enum class Kind { all_reduce, reduce_scatter };
@@ -160,6 +165,13 @@ class RingWork final : public WorkImpl {
   // Element range of chunk c (all-reduce: n balanced chunks of the buffer).
   size_t chunk_off(int c) const { return static_cast<size_t>(c) * count_ / static_cast<size_t>(n_); }
   size_t chunk_len(int c) const { return chunk_off(c + 1) - chunk_off(c); }
+  // Elements of chunks [c, c + k).
+  size_t chunks_len(int c, int k) const { return chunk_off(c + k) - chunk_off(c); }
+  // Halving-doubling: chunk range kept (first) and sent (second) at reduce-scatter step k.
+  std::pair<int, int> halving(int k) const {
+    const int d = n_ >> (k + 1), lo = r_ / (2 * d) * (2 * d);
+    return (r_ & d) ? std::pair{lo + d, lo} : std::pair{lo, lo + d};
+  }
   std::byte* at(Buffer b, size_t elem) const { return static_cast<std::byte*>(b.data) + elem * es_; }
 
   MpiCommunicator* comm_;
@@ -172,6 +184,7 @@ class RingWork final : public WorkImpl {
   int tag_, r_, n_;
   size_t es_, count_;  // element size; all_reduce: elements; reduce_scatter: block size
   int step_ = 0, steps_ = 0;
+  int log2n_ = 0;  // > 0: halving-doubling all-reduce (n a power of two)
   std::vector<std::byte> scratch_;
   MPI_Request reqs_[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
   std::exception_ptr error_;
@@ -191,9 +204,11 @@ void progress_rings(const RingWork* except) {
     if (rings[i] != except) rings[i]->advance();
 }
 
-// The ring's n-1 (or 2(n-1)) steps are latency-bound on small buffers, where libnbc's tree
-// wins: the ring starts at this many bytes per step, i.e. at (n-1) x 64 KiB (measured on 2 cores:
-// the ring wins from 64 KiB at np 2; oversubscribed np 8 loses below a few hundred KiB).
+// The ring's steps are latency-bound on small buffers, where libnbc's tree wins: the ring
+// starts at this many bytes per step of a phase, e.g. (n-1) x 64 KiB for a reduce-scatter ring,
+// log2(n) x 64 KiB for a halving-doubling all-reduce (measured on 2 cores: from 64 KiB at np 2
+// and 128-256 KiB at np 4 the ring or halving beats libnbc; a ring at oversubscribed np 8 loses
+// below a few hundred KiB).
 // TRIAX_MPI_RING_MIN_BYTES overrides the 64 KiB (the tests set 0 to run the ring on every size);
 // it must be the same on every rank.
 size_t ring_min_bytes() {
@@ -280,7 +295,7 @@ class MpiCommunicator final : public Communicator {
 
  protected:
   Work all_reduce_impl(Buffer d, ReduceOp op, CallInfo info) override {
-    if (use_ring(d.count >= static_cast<size_t>(size()), d.bytes())) {
+    if (use_ring(d.count >= static_cast<size_t>(size()), d.bytes(), true)) {
       auto w = std::make_shared<RingWork>(this, info, RingWork::Kind::all_reduce, d, d, mpi_op(d.dtype, op, info));
       if (op == ReduceOp::avg) {
         w->avg_ = d;
@@ -300,7 +315,7 @@ class MpiCommunicator final : public Communicator {
     return make_work(std::move(w), std::move(info));
   }
   Work reduce_scatter_impl(Buffer in, Buffer out, ReduceOp op, CallInfo info) override {
-    if (use_ring(out.count > 0, in.bytes())) {
+    if (use_ring(out.count > 0, in.bytes(), false)) {
       checked_int(in.count, info);
       auto w = std::make_shared<RingWork>(this, info, RingWork::Kind::reduce_scatter, in, out,
                                           mpi_op(in.dtype, op, info));
@@ -398,9 +413,14 @@ class MpiCommunicator final : public Communicator {
 
  private:
   // The ring needs something to cut (an all-reduce at least one element per rank) and enough
-  // bytes to pay for its steps; every member decides alike, from the same counts.
-  bool use_ring(bool enough_elements, size_t bytes) const {
-    return size() > 1 && enough_elements && bytes >= ring_min_bytes() * static_cast<size_t>(size() - 1);
+  // bytes to pay for its steps: ring_min_bytes() per step of one phase (n-1 on a ring, log2(n)
+  // halving). Every member decides alike, from the same counts.
+  bool use_ring(bool enough_elements, size_t bytes, bool halving) const {
+    const int n = size();
+    const int steps = halving && std::has_single_bit(static_cast<unsigned>(n))
+                          ? std::countr_zero(static_cast<unsigned>(n))  // log2(n)
+                          : n - 1;
+    return n > 1 && enough_elements && bytes >= ring_min_bytes() * static_cast<size_t>(steps);
   }
   std::shared_ptr<MpiWork> start(const CallInfo& info, bool collective = true) {
     auto w = std::make_shared<MpiWork>(this, info);
@@ -477,8 +497,15 @@ RingWork::RingWork(MpiCommunicator* comm, CallInfo info, Kind kind, Buffer in, B
       es_(dtype_size(in.dtype)) {
   if (kind_ == Kind::all_reduce) {
     count_ = in_.count;
-    steps_ = 2 * (n_ - 1);
-    scratch_ = comm_->take_scratch(chunk_len(n_ - 1) * es_);  // the last chunk is the largest
+    if (std::has_single_bit(static_cast<unsigned>(n_))) {
+      log2n_ = std::countr_zero(static_cast<unsigned>(n_));
+      steps_ = 2 * log2n_;
+      // The largest range received: half the chunks, each at most the last (largest) one.
+      scratch_ = comm_->take_scratch(static_cast<size_t>(n_ / 2) * chunk_len(n_ - 1) * es_);
+    } else {
+      steps_ = 2 * (n_ - 1);
+      scratch_ = comm_->take_scratch(chunk_len(n_ - 1) * es_);  // the last chunk is the largest
+    }
   } else {
     count_ = out_.count;
     steps_ = n_ - 1;
@@ -519,7 +546,28 @@ void RingWork::post_step() {
   const std::byte* send_buf;
   std::byte* recv_buf;
   size_t send_n, recv_n;
-  if (kind_ == Kind::all_reduce) {
+  int to = right, from = left;
+  if (log2n_ > 0) {
+    // Reduce-scatter step k: exchange halves of the current range with partner r ^ (n >> k+1).
+    // All-gather step j: exchange the ranges of 2^j chunks with partner r ^ 2^j.
+    if (step_ < log2n_) {
+      const int d = n_ >> (step_ + 1);
+      const auto [keep, give] = halving(step_);
+      to = from = r_ ^ d;
+      send_buf = at(out_, chunk_off(give));
+      send_n = chunks_len(give, d);
+      recv_buf = scratch_.data();
+      recv_n = chunks_len(keep, d);
+    } else {
+      const int d = 1 << (step_ - log2n_);
+      const int mine = r_ / d * d, theirs = (r_ ^ d) / d * d;
+      to = from = r_ ^ d;
+      send_buf = at(out_, chunk_off(mine));
+      send_n = chunks_len(mine, d);
+      recv_buf = at(out_, chunk_off(theirs));
+      recv_n = chunks_len(theirs, d);
+    }
+  } else if (kind_ == Kind::all_reduce) {
     int sc, rc;
     if (step_ < n_ - 1) {
       sc = mod(r_ - step_);
@@ -540,16 +588,21 @@ void RingWork::post_step() {
     recv_buf = step_ == n_ - 2 ? at(out_, 0) : scratch_.data() + static_cast<size_t>(step_ % 2) * count_ * es_;
     send_n = recv_n = count_;
   }
-  int code = MPI_Irecv(recv_buf, static_cast<int>(recv_n), type_, left, tag_, ring_, &reqs_[0]);
+  int code = MPI_Irecv(recv_buf, static_cast<int>(recv_n), type_, from, tag_, ring_, &reqs_[0]);
   if (code == MPI_SUCCESS)
-    code = MPI_Isend(send_buf, static_cast<int>(send_n), type_, right, tag_, ring_, &reqs_[1]);
+    code = MPI_Isend(send_buf, static_cast<int>(send_n), type_, to, tag_, ring_, &reqs_[1]);
   if (code != MPI_SUCCESS) comm_->raise(info_, code, "ring step MPI_Irecv/MPI_Isend");
 }
 
 void RingWork::complete_step() {
   auto mod = [&](int c) { return ((c % n_) + n_) % n_; };
   int code = MPI_SUCCESS;
-  if (kind_ == Kind::all_reduce) {
+  if (log2n_ > 0) {
+    if (step_ >= log2n_) return;  // all-gather: the data arrived in place
+    const int keep = halving(step_).first, d = n_ >> (step_ + 1);
+    code = MPI_Reduce_local(scratch_.data(), at(out_, chunk_off(keep)), static_cast<int>(chunks_len(keep, d)), type_,
+                            op_);
+  } else if (kind_ == Kind::all_reduce) {
     if (step_ >= n_ - 1) return;  // all-gather: the data arrived in place
     const int rc = mod(r_ - step_ - 1);
     code = MPI_Reduce_local(scratch_.data(), at(out_, chunk_off(rc)), static_cast<int>(chunk_len(rc)), type_, op_);

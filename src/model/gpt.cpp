@@ -78,7 +78,11 @@ struct GptChunk::Slot {
   std::vector<Acts> acts;        // per layer
   std::vector<int32_t> tokens;   // (B, T) embedding chunks
   std::vector<float> dx_head;    // (N, C) gradient at the head's input, from the fused head backward
+  // Deferred weight GEMMs of ZB-H1's B pass; entries [0, n_deferred) are live. Entries are kept
+  // (with their buffers' capacity) across micro-batches: fresh pages for these copies every step
+  // made B + W far slower than a fused backward.
   std::vector<Deferred> deferred;
+  size_t n_deferred = 0;
   bool pending_weights = false;
   bool has_forward = false;
 };
@@ -243,7 +247,7 @@ GptChunk::Slot& GptChunk::slot(int s, bool create) {
 void GptChunk::release(int s) {
   auto it = slots_.find(s);
   if (it == slots_.end()) return;
-  it->second->deferred.clear();
+  it->second->n_deferred = 0;
   it->second->pending_weights = false;
   it->second->has_forward = false;
   free_slots_.push_back(std::move(it->second));
@@ -356,9 +360,14 @@ void GptChunk::linear_bwd(Slot& s, bool defer, float* dinp, size_t w, size_t b, 
     return;
   }
   ops::linear_backward(dinp, static_cast<float*>(nullptr), dbias, dout, inp, P.param(w).data(), N, IC, OC);
-  Deferred d{w, std::vector<float>(dout, dout + static_cast<size_t>(N) * OC),
-             std::vector<float>(inp, inp + static_cast<size_t>(N) * IC), N, IC, OC};
-  s.deferred.push_back(std::move(d));
+  if (s.n_deferred == s.deferred.size()) s.deferred.emplace_back();
+  Deferred& d = s.deferred[s.n_deferred++];
+  d.w = w;
+  d.dout.assign(dout, dout + static_cast<size_t>(N) * OC);
+  d.inp.assign(inp, inp + static_cast<size_t>(N) * IC);
+  d.N = N;
+  d.IC = IC;
+  d.OC = OC;
 }
 
 void GptChunk::layer_backward(Layer& L, Acts& a, Slot& s, int slot, const float* dout, float* dx, int B, int T,
@@ -634,7 +643,7 @@ void GptChunk::backward(int sl, const float* dx_out, float* dx_in, bool defer) {
   } else {
     std::memcpy(dx_in, d.data(), NCl * sizeof(float));
   }
-  if (defer && !s.deferred.empty()) {
+  if (defer && s.n_deferred > 0) {
     s.pending_weights = true;
     s.acts.clear();
     s.has_forward = false;
@@ -649,7 +658,8 @@ void GptChunk::backward_weight(int sl) {
     return;  // nothing deferred (the B pass ran without deferral, or there are no layers)
   }
   Slot& s = *it->second;
-  for (auto& d : s.deferred) {
+  for (size_t i = 0; i < s.n_deferred; ++i) {
+    Deferred& d = s.deferred[i];
     ops::linear_backward(static_cast<float*>(nullptr), store_.grad(d.w).data(), static_cast<float*>(nullptr),
                          d.dout.data(), d.inp.data(), store_.param(d.w).data(), d.N, d.IC, d.OC);
     ready(d.w);

@@ -67,3 +67,35 @@ TEST_CASE("every 3D layout, schedule and ZeRO-1 setting trains the serial model"
     }
   REQUIRE(runs >= 8);
 }
+
+TEST_CASE("uneven pipeline splits and batch-size ramp-up train the serial model", "[train][equivalence]") {
+  const int W = test::world().size();
+  // pp 2: stage 0 holds 3 layers, stage 1 five (the head's stage is often given fewer in
+  // practice; either way the math must not change).
+  TrainConfig cfg = base_config();
+  cfg.pp = 2;
+  cfg.dp = W / 2;
+  cfg.pipeline_layers = {3, 5};
+  cfg.schedule = "1f1b";
+  const Result uneven = train(test::world_ptr(), cfg);
+  compare(cfg, uneven, 0);
+  // Ramp-up: the global batch grows 4 -> 6 -> 8 over the first 10 samples, so the number of
+  // micro-batches (and the schedule) changes between iterations; the serial run ramps alike.
+  TrainConfig ramp = base_config();
+  ramp.pp = 2;
+  ramp.dp = W / 2;
+  ramp.schedule = "zb-h1";
+  ramp.rampup = BatchRampup{W / 2 * 2, W / 2, 10};
+  ramp.global_batch = W / 2 * 4;
+  std::vector<int64_t> batches;
+  {
+    Trainer t(test::world_ptr(), ramp);
+    t.train([&](const IterationMetrics& m) { batches.push_back(m.global_batch); });
+  }
+  REQUIRE(batches.size() == 3);
+  CHECK(batches.front() == ramp.rampup->start);
+  CHECK(batches.back() > batches.front());  // the ramp moved: the schedule changed mid-run
+  CHECK(batches.back() <= ramp.global_batch);
+  const Result ramped = train(test::world_ptr(), ramp);
+  compare(ramp, ramped, 0);
+}

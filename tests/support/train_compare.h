@@ -42,8 +42,12 @@ inline const Result& serial(TrainConfig cfg) {
   cfg.sequence_parallel = false;
   cfg.recompute = "none";
   cfg.moe_chunks = 1;
-  const std::string key = fmt::format("{}/{}/{}/{}/{}/{}", cfg.moe_every, cfg.experts, cfg.topk, cfg.no_drop,
-                                      cfg.capacity_factor, cfg.global_batch);
+  cfg.pipeline_layers.clear();
+  const std::string key = fmt::format("{}/{}/{}/{}/{}/{}/{}", cfg.moe_every, cfg.experts, cfg.topk, cfg.no_drop,
+                                      cfg.capacity_factor, cfg.global_batch,
+                                      cfg.rampup ? fmt::format("{},{},{}", cfg.rampup->start, cfg.rampup->increment,
+                                                               cfg.rampup->samples)
+                                                 : "none");
   static std::map<std::string, Result> cache;
   auto it = cache.find(key);
   if (it == cache.end()) {

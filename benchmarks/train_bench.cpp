@@ -223,8 +223,11 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
 
   int rc = 0;
+  // Created outside the try: if one rank throws, unwinding must not run the bootstrap's
+  // MPI_Finalize (it would wait for the other ranks forever) before the catch aborts the job.
+  std::unique_ptr<Bootstrap> boot;
   try {
-    auto boot = Bootstrap::create();
+    boot = Bootstrap::create();
     auto world = boot->world();
     const int W = world->size();
     const int D = dp ? dp : W / (tp * pp);

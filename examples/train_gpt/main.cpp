@@ -92,8 +92,16 @@ int main(int argc, char** argv) {
   if (!ramp.empty()) c.rampup = triax::BatchRampup{ramp[0], ramp[1], ramp[2]};
 
   int rank = 0;
+  // The bootstrap outlives the try: an error on one rank must reach abort_job (MPI_Abort) while
+  // MPI is still up, not wait in MPI_Finalize for ranks blocked in a collective.
+  std::unique_ptr<triax::Bootstrap> boot;
   try {
-    auto boot = triax::Bootstrap::create();
+    boot = triax::Bootstrap::create();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "train_gpt: start-up failed: %s\n", e.what());
+    return 1;
+  }
+  try {
     auto world = boot->world();
     rank = world->rank();
     triax::log::set_rank(world->size() > 1 ? rank : -1);

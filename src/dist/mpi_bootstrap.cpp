@@ -2,6 +2,7 @@
 #include <mpi.h>
 
 #include <cstdlib>
+#include <exception>
 
 #include "triax/dist/bootstrap.h"
 #include "triax/dist/mpi_comm.h"
@@ -34,6 +35,10 @@ class MpiBootstrap final : public Bootstrap {
     int finalized = 0;
     MPI_Finalized(&finalized);
     if (finalized) return;
+    // Unwinding from an error on this rank: the other ranks may be blocked in a collective, and
+    // MPI_Finalize would wait for them forever. Leave MPI up so the program's main can end the
+    // job (MPI_Abort); the library itself never aborts.
+    if (std::uncaught_exceptions() > 0) return;
     MPI_Comm_free(&boot_);
     if (owns_mpi_) MPI_Finalize();
   }

@@ -23,8 +23,11 @@ if(TRIAX_WITH_MPI)
     foreach(_np 3 8)
       add_test(NAME dist.${_t}.ring.np${_np}
         COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} ${_np} --oversubscribe $<TARGET_FILE:${_t}>)
+      # Own Open MPI session directory, as triax_add_dist_test gives its tests.
+      set(_sess ${CMAKE_BINARY_DIR}/ompi-sessions/${_t}.ring.np${_np})
+      file(MAKE_DIRECTORY ${_sess})
       set_tests_properties(dist.${_t}.ring.np${_np} PROPERTIES TIMEOUT 120 LABELS "dist" PROCESSORS ${_np}
-        ENVIRONMENT "${TRIAX_MPIRUN_ENV};TRIAX_COMM_TIMEOUT_S=60;TRIAX_MPI_RING_MIN_BYTES=0")
+        ENVIRONMENT "${TRIAX_MPIRUN_ENV};OMPI_MCA_orte_tmpdir_base=${_sess};TRIAX_COMM_TIMEOUT_S=60;TRIAX_MPI_RING_MIN_BYTES=0")
     endforeach()
   endforeach()
 endif()
@@ -44,7 +47,9 @@ if(TRIAX_WITH_MPI AND TARGET comm_bench)
     COMMAND sh -c "out=$(\"$0\" ${MPIEXEC_NUMPROC_FLAG} 2 --oversubscribe \"$1\" -b 1K -e 256K -f 16 -n 1 -w 0 -r 1 --corrupt 2>&1); rc=$?; echo \"$out\"; test $rc -eq 1 && echo \"$out\" | grep -q 'out of bounds values: [1-9].*ERROR'"
             ${MPIEXEC_EXECUTABLE} $<TARGET_FILE:comm_bench>)
   foreach(_b np2 bf16_avg.np3 detects_wrong.np2)
+    set(_sess ${CMAKE_BINARY_DIR}/ompi-sessions/comm_bench.${_b})
+    file(MAKE_DIRECTORY ${_sess})
     set_tests_properties(dist.comm_bench.${_b} PROPERTIES TIMEOUT 120 LABELS "dist;bench" PROCESSORS 2
-      ENVIRONMENT "${TRIAX_MPIRUN_ENV};TRIAX_COMM_TIMEOUT_S=60")
+      ENVIRONMENT "${TRIAX_MPIRUN_ENV};OMPI_MCA_orte_tmpdir_base=${_sess};TRIAX_COMM_TIMEOUT_S=60")
   endforeach()
 endif()

@@ -26,6 +26,7 @@
 #include "triax/dist/bootstrap.h"
 #include "triax/dist/comm.h"
 #include "triax/dist/mpi_comm.h"
+#include "triax/plan/collective_model.h"
 
 namespace {
 
@@ -203,6 +204,9 @@ struct Options {
   std::vector<std::string> collectives = {"all_reduce", "reduce_scatter", "all_gather", "all_to_all", "broadcast",
                                           "sendrecv"};
   std::string json;
+  std::string calibration;  // the planner's calibration format (docs/PLANNER.md)
+  // Filled in main from every rank's host name: how the ranks sit on nodes.
+  int nodes = 1, ranks_per_node = 1;
 };
 
 struct Row {
@@ -447,6 +451,54 @@ std::string load_average() {
   return a + " " + b + " " + c;
 }
 
+// Writes the rows the planner models (all_reduce, all_gather, reduce_scatter as rings, sendrecv
+// as direct p2p) as a calibration file of (bytes, triax time) samples, then reads it back with
+// the planner's own loader and prints the fitted alpha and bus bandwidth. A file the planner
+// cannot fit (e.g. noise made time fall with size) is reported, not fatal: the table stands.
+void write_calibration(const Options& o, int n, const std::vector<Row>& rows) {
+  const bool inter = o.nodes > 1;
+  nlohmann::json j;
+  j["format"] = "triax-collective-calibration";
+  j["version"] = 1;
+  j["source"] = fmt::format("comm_bench, np {} on {} node(s), {} ranks per node, dtype {}, op {}", n, o.nodes,
+                            o.ranks_per_node, o.dtype, o.op);
+  auto& entries = j["entries"] = nlohmann::json::array();
+  const std::pair<const char*, const char*> kinds[] = {{"all_reduce", "all_reduce"},
+                                                       {"all_gather", "all_gather"},
+                                                       {"reduce_scatter", "reduce_scatter"},
+                                                       {"sendrecv", "p2p"}};
+  for (const auto& [coll, op] : kinds) {
+    nlohmann::json samples = nlohmann::json::array();
+    for (const auto& r : rows)
+      if (r.coll == coll) samples.push_back({static_cast<double>(r.bytes), r.time_us});
+    if (samples.size() < 2) continue;
+    nlohmann::json e = {{"op", op},
+                        {"link", inter ? "inter" : "intra"},
+                        {"algorithm", std::string(op) == "p2p" ? "direct" : "ring"},
+                        {"ranks", std::string(op) == "p2p" ? 2 : n},
+                        {"samples", samples}};
+    if (inter) e["ranks_per_node"] = o.ranks_per_node;
+    entries.push_back(e);
+  }
+  {
+    std::ofstream f(o.calibration);
+    if (!f) throw IoError(fmt::format("cannot write --calibration file '{}'", o.calibration));
+    f << j.dump(2) << "\n";
+  }
+  try {
+    const auto cal = plan::load_calibration(o.calibration);
+    fmt::print("# calibration written to {} ({} entries); the planner fits:\n", o.calibration, cal.size());
+    for (const auto& [coll, op] : kinds) {
+      const auto pop = plan::parse_collective_op(op);
+      const auto algo = std::string(op) == "p2p" ? plan::Algorithm::direct : plan::Algorithm::ring;
+      if (auto k = cal.find(pop, inter ? plan::LinkClass::inter : plan::LinkClass::intra, algo))
+        fmt::print("#   {:<15} alpha {:.2f} us/step, bus {:.3f} GB/s\n", op, k->alpha_us, k->bus_gbps);
+    }
+  } catch (const Error& e) {
+    fmt::print("# calibration written to {}, but the planner cannot fit it: {}\n", o.calibration, e.what());
+  }
+}
+
 template <class T>
 int run(Communicator& world, const Options& o, ReduceOp op, const std::vector<Coll>& colls) {
   MPI_Comm raw = MPI_COMM_NULL;
@@ -550,6 +602,7 @@ int run(Communicator& world, const Options& o, ReduceOp op, const std::vector<Co
       if (!f) throw IoError(fmt::format("cannot write --json file '{}'", o.json));
       f << j.dump(2) << "\n";
     }
+    if (!o.calibration.empty()) write_calibration(o, n, rows);
   }
   MPI_Comm_free(&raw);
   return wrong_total == 0 ? 0 : 1;
@@ -587,6 +640,8 @@ int main(int argc, char** argv) {
       ->delimiter(',')
       ->check(CLI::IsMember({"all_reduce", "reduce_scatter", "all_gather", "all_to_all", "broadcast", "sendrecv"}));
   app.add_option("--json", o.json, "write machine-readable results (rank 0) to this file");
+  app.add_option("--calibration", o.calibration,
+                 "write the planner's calibration file (docs/PLANNER.md) from the triax times (rank 0)");
   app.add_flag("--corrupt", o.corrupt,
                "testing aid: spoil one element of each triax result on rank 0 before checking (must exit 1)");
   try {
@@ -604,6 +659,14 @@ int main(int argc, char** argv) {
     bo.kind = LaunchKind::mpi;
     boot = Bootstrap::create(bo);
     auto world = boot->world();
+    {
+      // Where the ranks sit, for the calibration's link class (intra / inter node).
+      const auto hosts = boot->all_gather(host_name());
+      std::map<std::string, int> per_host;
+      for (const auto& h : hosts) ++per_host[h];
+      o.nodes = static_cast<int>(per_host.size());
+      for (const auto& [h, c] : per_host) o.ranks_per_node = std::max(o.ranks_per_node, c);
+    }
     if (o.min_bytes > o.max_bytes) throw ConfigError(fmt::format("-b {} is larger than -e {}", o.min_bytes, o.max_bytes));
     if (o.root >= world->size())
       throw ConfigError(fmt::format("--root {} is not a rank of the {}-rank world", o.root, world->size()));

@@ -34,12 +34,15 @@ endif()
 
 # comm_bench, quickly: small sizes (both the libnbc and the ring paths) at np 2 and, for uneven
 # ring chunks, bf16 avg at np 3; its exit code says whether every result checked out. The
-# --corrupt run proves the check catches a wrong element (it must exit 1 and say ERROR).
+# --corrupt run proves the check catches a wrong element (it must exit 1 and say ERROR). The np 2
+# run also writes the planner's calibration file, which the planner must fit (comm_bench reads it
+# back with plan::load_calibration) and triax-plan must accept.
 if(TRIAX_WITH_MPI AND TARGET comm_bench)
   set(_bench_quick -b 8 -e 512K -f 8 -n 3 -w 1 -r 3)
+  set(_bench_cal ${CMAKE_CURRENT_BINARY_DIR}/comm_bench_np2_calibration.json)
   add_test(NAME dist.comm_bench.np2
     COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} 2 --oversubscribe $<TARGET_FILE:comm_bench> ${_bench_quick}
-            --json ${CMAKE_CURRENT_BINARY_DIR}/comm_bench_np2.json)
+            --json ${CMAKE_CURRENT_BINARY_DIR}/comm_bench_np2.json --calibration ${_bench_cal})
   add_test(NAME dist.comm_bench.bf16_avg.np3
     COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} 3 --oversubscribe $<TARGET_FILE:comm_bench> ${_bench_quick}
             --dtype bfloat16 --op avg)
@@ -52,4 +55,13 @@ if(TRIAX_WITH_MPI AND TARGET comm_bench)
     set_tests_properties(dist.comm_bench.${_b} PROPERTIES TIMEOUT 120 LABELS "dist;bench" PROCESSORS 2
       ENVIRONMENT "${TRIAX_MPIRUN_ENV};OMPI_MCA_orte_tmpdir_base=${_sess};TRIAX_COMM_TIMEOUT_S=60")
   endforeach()
+  set_tests_properties(dist.comm_bench.np2 PROPERTIES FAIL_REGULAR_EXPRESSION "planner cannot fit"
+    FIXTURES_SETUP comm_bench_calibration)
+  if(TARGET triax-plan)
+    add_test(NAME dist.comm_bench.calibration_in_planner
+      COMMAND $<TARGET_FILE:triax-plan> --model gpt2-small --cluster cpu-local --tp 1 --pp 2 --dp 1 --mbs 4
+              --precision fp32 --calibration ${_bench_cal})
+    set_tests_properties(dist.comm_bench.calibration_in_planner PROPERTIES TIMEOUT 60 LABELS "dist;bench;plan"
+      FIXTURES_REQUIRED comm_bench_calibration)
+  endif()
 endif()

@@ -216,7 +216,8 @@ struct Case {
   ParamStore store;
   std::unique_ptr<GptChunk> chunk;
   std::vector<int32_t> tokens, targets;
-  std::vector<float> x_in, x_out, dx_out, dx_in;
+  std::vector<float> x_in, x_out, dx_out, dx_in;  // host copies (x_in, dx_out: the inputs)
+  Tensor tx_in, tx_out, tdx_out, tdx_in;          // the chunk's backend buffers
 
   Case(std::string n, GptConfig c, int b, int t, int l, bool f)
       : name(std::move(n)), cfg(c), B(b), T(t), layers(l), full(f) {
@@ -236,18 +237,25 @@ struct Case {
       x_in.resize(NC), x_out.resize(NC), dx_out.resize(NC), dx_in.resize(NC);
       for (auto& x : x_in) x = u(g);
       for (auto& x : dx_out) x = 1e-3f * u(g);
+      Backend& be = store.backend();
+      auto buf = [&](const std::vector<float>& v) {
+        Tensor t = be.empty(Shape{static_cast<int64_t>(v.size())}, DType::f32);
+        from_host_f32(be, t, v);
+        return t;
+      };
+      tx_in = buf(x_in), tx_out = buf(x_out), tdx_out = buf(dx_out), tdx_in = buf(dx_in);
     }
   }
 
   // One forward + backward; returns the loss (0 for the block).
   float step() {
     if (full) {
-      const float loss = chunk->forward(0, B, T, tokens.data(), targets.data(), nullptr, nullptr, true);
-      chunk->backward(0, nullptr, nullptr);
+      const float loss = static_cast<float>(chunk->forward(0, B, T, tokens, targets, Tensor(), Tensor(), true));
+      chunk->backward(0, Tensor(), Tensor());
       return loss;
     }
-    chunk->forward(0, B, T, nullptr, nullptr, x_in.data(), x_out.data(), true);
-    chunk->backward(0, dx_out.data(), dx_in.data());
+    chunk->forward(0, B, T, {}, {}, tx_in, tx_out, true);
+    chunk->backward(0, tdx_out, tdx_in);
     return 0.0f;
   }
 };
@@ -262,7 +270,10 @@ Snapshot checked_step(Case& c) {
   s.loss = c.step();
   auto g = c.store.flat_grads();
   s.grads.assign(g.begin(), g.end());
-  s.dx_in = c.dx_in;
+  if (!c.full) {
+    s.dx_in = to_host_f32(c.store.backend(), c.tdx_in);
+    c.x_out = to_host_f32(c.store.backend(), c.tx_out);
+  }
   return s;
 }
 bool same_bits(const Snapshot& a, const Snapshot& b) {

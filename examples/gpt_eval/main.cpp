@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include <triax/backend/comm_ops.h>
 #include <triax/core/error.h>
 #include <triax/core/log.h>
 #include <triax/dist/bootstrap.h>
@@ -61,7 +62,10 @@ Result evaluate(const Options& o, triax::ProcessGrid& grid, const triax::GptConf
   const bool first = grid.is_first_stage(), last = grid.is_last_stage();
   const bool reporter = last && co.tp == 0;
   std::vector<int32_t> inputs(N), targets(N);
-  std::vector<float> x_in(first ? 0 : NC), x_out(last ? 0 : NC);  // (B, T, C)
+  triax::Backend& be = chunk.backend();
+  triax::Tensor x_in, x_out;  // (B, T, C) on the chunk's backend
+  if (!first) x_in = be.empty(triax::Shape{static_cast<int64_t>(NC)}, triax::DType::f32);
+  if (!last) x_out = be.empty(triax::Shape{static_cast<int64_t>(NC)}, triax::DType::f32);
   Result r;
   r.per_batch.assign(static_cast<size_t>(K), 0.0);
   const auto t0 = std::chrono::steady_clock::now();
@@ -69,10 +73,11 @@ Result evaluate(const Options& o, triax::ProcessGrid& grid, const triax::GptConf
     if (k % dp != co.dp) continue;
     const auto tb = std::chrono::steady_clock::now();
     shard.batch(k, B, T, inputs, targets);
-    if (!first) grid.pp().recv(std::span<float>(x_in), grid.prev_stage()).wait();
-    const float loss = chunk.forward(0, B, T, first ? inputs.data() : nullptr, last ? targets.data() : nullptr,
-                                     first ? nullptr : x_in.data(), last ? nullptr : x_out.data(), false);
-    if (!last) grid.pp().send(std::span<const float>(x_out), grid.next_stage()).wait();
+    if (!first) triax::recv(grid.pp(), be, x_in, grid.prev_stage()).wait();
+    const float loss = static_cast<float>(chunk.forward(0, B, T, first ? std::span<const int32_t>(inputs) : std::span<const int32_t>(),
+                                                        last ? std::span<const int32_t>(targets) : std::span<const int32_t>(),
+                                                        x_in, x_out, false));
+    if (!last) triax::send(grid.pp(), be, x_out, grid.next_stage()).wait();
     if (reporter) {
       r.per_batch[static_cast<size_t>(k)] = loss;
       const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - tb).count();

@@ -51,6 +51,7 @@ int main(int argc, char** argv) {
   app.add_flag("--allow-tp-across-hosts", c.allow_tp_across_hosts, "allow TP groups spanning hosts");
   app.add_option("--pipeline-layers", c.pipeline_layers, "layers per stage for an uneven split, e.g. 3,5")->delimiter(',');
   app.add_option("--schedule", c.schedule, "gpipe | 1f1b | interleaved | zb-h1")->capture_default_str();
+  app.add_option("--backend", c.backend, "cpu | cpu-checked (buffers inaccessible outside the backend: a check, slower)")->capture_default_str();
   app.add_option("--micro-batch-size", c.micro_batch, "samples per micro-batch");
   app.add_option("--global-batch-size", c.global_batch, "samples per iteration over all DP ranks");
   app.add_option("--num-micro-batches", c.num_micro_batches, "micro-batches per iteration (gradient accumulation)");

@@ -20,11 +20,11 @@ std::string_view reduce_op_name(ReduceOp op) {
   return "?";
 }
 
-std::string_view backend_name(Backend b) {
+std::string_view backend_name(CommBackend b) {
   switch (b) {
-    case Backend::self: return "self";
-    case Backend::mpi: return "mpi";
-    case Backend::nccl: return "nccl";
+    case CommBackend::self: return "self";
+    case CommBackend::mpi: return "mpi";
+    case CommBackend::nccl: return "nccl";
   }
   return "?";
 }

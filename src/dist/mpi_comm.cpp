@@ -242,7 +242,7 @@ class MpiCommunicator final : public Communicator {
     if (ring_ != MPI_COMM_NULL) MPI_Comm_free(&ring_);
     if (comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
   }
-  Backend backend() const override { return Backend::mpi; }
+  CommBackend backend() const override { return CommBackend::mpi; }
   MPI_Comm handle() const { return comm_; }
   MPI_Comm ring_handle() const { return ring_; }
   // Tag of the next ring collective. Every member starts the same rings in the same order (as

@@ -24,7 +24,7 @@ struct Message {
 class SelfCommunicator final : public Communicator {
  public:
   SelfCommunicator(std::string name, int world_rank) : Communicator(0, 1, std::move(name), {world_rank}) {}
-  Backend backend() const override { return Backend::self; }
+  CommBackend backend() const override { return CommBackend::self; }
 
   std::unique_ptr<Communicator> split(int color, int, std::string name) override {
     if (color < 0) return nullptr;

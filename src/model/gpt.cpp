@@ -1,4 +1,4 @@
-// GPT-2 chunk forward/backward with Megatron tensor parallelism on the CPU path.
+// GPT-2 chunk forward/backward with Megatron tensor parallelism, every buffer and op on the Backend.
 // Per layer (N = B*T tokens, C hidden, Cl = C/tp, Fl = ffn/tp, NHl = heads/tp):
 //   ln1 = LN(x); qkv = ln1 Wqkv^T + b            column-parallel (copy_to_tp: bwd all-reduce)
 //   att = causal_attention(qkv)                   heads split over tp
@@ -9,16 +9,8 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 
 #include "triax/model/shard.h"
-#include "triax/ops/attention.h"
-#include "triax/ops/embedding.h"
-#include "triax/ops/gelu.h"
-#include "triax/ops/layernorm.h"
-#include "triax/ops/linear.h"
-#include "triax/ops/residual.h"
-#include "triax/ops/softmax_xent.h"
 #include "triax/parallel/mappings.h"
 
 namespace triax {
@@ -39,6 +31,7 @@ std::string_view recompute_name(Recompute r) {
   return "?";
 }
 
+
 struct GptChunk::Layer {
   int index;
   size_t ln1w, ln1b, qkvw, qkvb, projw, projb, ln2w, ln2b;
@@ -46,21 +39,22 @@ struct GptChunk::Layer {
   std::unique_ptr<MoeMlp> moe;                                            // or a MoE MLP
 };
 
-// One layer's activations for one micro-batch. Which are kept depends on the recompute mode.
+// One layer's activations for one micro-batch (backend buffers). Which are kept depends on the
+// recompute mode; a dropped one is an undefined Tensor (its memory returned to the backend).
 struct GptChunk::Acts {
-  std::vector<float> x;            // (N, C) layer input (always kept)
-  std::vector<float> ln1, m1, r1;  // (N, C), (N), (N)
-  std::vector<float> qkv;          // (N, 3Cl)
-  std::vector<float> att, lse;     // (N, Cl), (B, NHl, T)
-  std::vector<float> x2;           // (N, C) residual after attention
-  std::vector<float> ln2, m2, r2;  // (N, C), (N), (N)
-  std::vector<float> h, g;         // (N, Fl) pre- and post-GELU
+  Tensor x;            // (Nl, C) layer input (always kept)
+  Tensor ln1, m1, r1;  // (N, C), (Nl), (Nl)
+  Tensor qkv;          // (N, 3Cl)
+  Tensor att, lse;     // (N, Cl), (B, NHl, T)
+  Tensor x2;           // (Nl, C) residual after attention
+  Tensor ln2, m2, r2;  // (N, C), (Nl), (Nl)
+  Tensor h, g;         // (N, Fl) pre- and post-GELU
 };
 
 // A weight-gradient GEMM held back by ZB-H1's B pass: dW += dout^T inp.
 struct GptChunk::Deferred {
   size_t w;
-  std::vector<float> dout, inp;
+  Tensor dout, inp;
   int N, IC, OC;
 };
 
@@ -68,19 +62,21 @@ struct GptChunk::Deferred {
 // allocating and page-faulting them each time costs a few percent of a GPT-2-sized CPU step
 // (the logits alone are (B*T, V/tp)).
 struct GptChunk::Backs {
-  std::vector<float> dx2, dfull, dg, dln, dln_local, datt, dqkv;
-  std::vector<float> logits;
+  Tensor dx2, dfull, dg, dln, dln_local, datt, dqkv;
+  Tensor logits;
+  Tensor cur, next, d, dnext, recomputed, ln_local, emb, spg, dwpe;
+  Tensor lnf, mf, rf, rowmax, stats, losses, lse, dlnf, dlnf_local, targets;
 };
 
 struct GptChunk::Slot {
   int B = 0, T = 0;
-  float dloss = 1.0f;            // the micro-batch's loss weight (MoE aux gradients)
-  std::vector<Acts> acts;        // per layer
-  std::vector<int32_t> tokens;   // (B, T) embedding chunks
-  std::vector<float> dx_head;    // (N, C) gradient at the head's input, from the fused head backward
+  float dloss = 1.0f;  // the micro-batch's loss weight (MoE aux gradients)
+  std::vector<Acts> acts;  // per layer
+  Tensor tokens;           // (B, T) int32, embedding chunks
+  Tensor dx_head;          // (Nl, C) gradient at the head's input, from the fused head backward
   // Deferred weight GEMMs of ZB-H1's B pass; entries [0, n_deferred) are live. Entries are kept
-  // (with their buffers' capacity) across micro-batches: fresh pages for these copies every step
-  // made B + W far slower than a fused backward.
+  // (with their buffers) across micro-batches: fresh pages for these copies every step made
+  // B + W far slower than a fused backward.
   std::vector<Deferred> deferred;
   size_t n_deferred = 0;
   bool pending_weights = false;
@@ -88,28 +84,38 @@ struct GptChunk::Slot {
 };
 
 namespace {
-template <class V>
-void ensure(V& v, size_t n) {
-  if (v.size() != n) v.resize(n);
-}
-void add_bias(float* y, const float* b, int N, int C) {
-  for (int i = 0; i < N; ++i) {
-    float* row = y + static_cast<size_t>(i) * C;
-    for (int c = 0; c < C; ++c) row[c] += b[c];
-  }
-}
-void colsum_add(float* db, const float* d, int N, int C) {
-  // Fixed row order: the same bits on every run and every thread count.
-  for (int i = 0; i < N; ++i) {
-    const float* row = d + static_cast<size_t>(i) * C;
-    for (int c = 0; c < C; ++c) db[c] += row[c];
-  }
+// The first n elements of a dense buffer (itself when it holds exactly n).
+Tensor head_of(const Tensor& t, size_t n) {
+  return static_cast<size_t>(t.numel()) == n ? t : t.slice(0, static_cast<int64_t>(n));
 }
 }  // namespace
 
+void GptChunk::ensure(Tensor& t, size_t n, DType dtype) {
+  if (!t.defined() || static_cast<size_t>(t.numel()) != n || t.dtype() != dtype)
+    t = be_.empty(Shape{static_cast<int64_t>(n)}, dtype);
+}
+
+const Tensor& GptChunk::P(size_t i) {
+  if (pview_.size() != store_.size()) {
+    pview_.assign(store_.size(), Tensor());
+    gview_.assign(store_.size(), Tensor());
+  }
+  if (!pview_[i].defined()) pview_[i] = store_.param_t(i);
+  return pview_[i];
+}
+
+const Tensor& GptChunk::G(size_t i) {
+  if (gview_.size() != store_.size()) {
+    pview_.assign(store_.size(), Tensor());
+    gview_.assign(store_.size(), Tensor());
+  }
+  if (!gview_[i].defined()) gview_[i] = store_.grad_t(i);
+  return gview_[i];
+}
+
 GptChunk::GptChunk(const GptConfig& cfg, const ChunkSpec& spec, Communicator& tp, ParamStore& store, Recompute rc,
                    bool wte_norm_owner, bool sequence_parallel, const ChunkMoe& moe)
-    : cfg_(cfg), spec_(spec), tp_(tp), store_(store), rc_(rc), sp_(sequence_parallel && tp.size() > 1), moe_(moe),
+    : cfg_(cfg), spec_(spec), tp_(tp), store_(store), be_(store.backend()), dt_(store.dtype()), rc_(rc), sp_(sequence_parallel && tp.size() > 1), moe_(moe),
       backs_(std::make_unique<Backs>()) {
   if (moe.every > 0) {
     if (!moe.ep) TRIAX_THROW(ConfigError, "MoE layers need the expert-parallel communicator");
@@ -222,9 +228,7 @@ void GptChunk::init_params(uint64_t seed) {
       const bool proj = name.ends_with("c_proj.weight");
       v = init_normal(seed, name, n, proj ? proj_std : 0.02f);
     }
-    const auto sh = shard_of(v, full, info.spec.split, r, tps);
-    auto dst = store_.param(i);
-    std::copy(sh.begin(), sh.end(), dst.begin());
+    store_.param_from_host(i, shard_of(v, full, info.spec.split, r, tps));
   }
 }
 
@@ -260,333 +264,350 @@ void GptChunk::ready(size_t idx) {
 
 // LayerNorm of this rank's rows, gathered to all B*T rows when sequence parallel (the input of
 // a column-parallel GEMM); mean and rstd are kept for this rank's rows.
-void GptChunk::layernorm_gathered(const float* x, size_t w, size_t b, std::vector<float>& full,
-                                  std::vector<float>& mean, std::vector<float>& rstd, int Nl) {
+void GptChunk::layernorm_gathered(const Tensor& x, size_t w, size_t b, Tensor& full, Tensor& mean, Tensor& rstd,
+                                  int Nl) {
   const size_t NCl = static_cast<size_t>(Nl) * C_;
   ensure(mean, static_cast<size_t>(Nl));
   ensure(rstd, static_cast<size_t>(Nl));
   ensure(full, NCl * (sp_ ? tp_.size() : 1));
   if (!sp_) {
-    ops::layernorm_forward(full.data(), mean.data(), rstd.data(), x, store_.param(w).data(), store_.param(b).data(),
-                           Nl, C_);
+    be_.layernorm_forward(full, mean, rstd, x, P(w), P(b), Nl, C_);
     return;
   }
-  std::vector<float> local(NCl);
-  ops::layernorm_forward(local.data(), mean.data(), rstd.data(), x, store_.param(w).data(), store_.param(b).data(), Nl,
-                         C_);
-  tp::gather_from_sequence_parallel(tp_, local, full);
+  Tensor& local = backs_->ln_local;
+  ensure(local, NCl);
+  be_.layernorm_forward(local, mean, rstd, x, P(w), P(b), Nl, C_);
+  tp::gather_from_sequence_parallel(tp_, be_, local, full);
 }
 
 // Under SP, LayerNorm and row-parallel-bias gradients come from this rank's rows only: sum the
 // micro-batch's partial gradients over TP, then add them to the store.
-void GptChunk::add_sp_grads(std::initializer_list<size_t> params, std::vector<float>& partial) {
-  tp::sum_over_tp(tp_, partial);
-  size_t off = 0;
+void GptChunk::add_sp_grads(std::initializer_list<size_t> params, const Tensor& partial) {
+  tp::sum_over_tp(tp_, be_, partial);
+  int64_t off = 0;
   for (size_t p : params) {
-    auto g = store_.grad(p);
-    for (size_t i = 0; i < g.size(); ++i) g[i] += partial[off + i];
-    off += g.size();
+    const Tensor& g = G(p);
+    be_.axpy(g, 1.0, partial.slice(off, off + g.numel()));
+    off += g.numel();
   }
 }
 
 // Runs one layer forward on this rank's rows x (Nl, C) into out (Nl, C). keep_all: store every
 // activation (none-mode, or a recompute pass); otherwise store what the recompute mode keeps.
-void GptChunk::layer_forward(Layer& L, Acts& a, int slot, const float* x, float* out, int B, int T, bool keep_all,
-                             bool training) {
+void GptChunk::layer_forward(Layer& L, Acts& a, int slot, const Tensor& x, const Tensor& out, int B, int T,
+                             bool keep_all, bool training) {
   const int Nf = B * T, Nl = io_rows(B, T);
   const size_t NCf = static_cast<size_t>(Nf) * C_, NCl = static_cast<size_t>(Nl) * C_;
-  auto& P = store_;
   ensure(a.x, NCl);
-  if (a.x.data() != x) std::memcpy(a.x.data(), x, NCl * sizeof(float));
+  if (a.x.raw_data() != x.raw_data()) be_.copy(a.x, x);
   ensure(a.qkv, static_cast<size_t>(Nf) * 3 * Cl_);
   ensure(a.att, static_cast<size_t>(Nf) * Cl_);
   ensure(a.lse, static_cast<size_t>(B) * NHl_ * T);
   ensure(a.x2, NCl);
-  ensure(a.h, static_cast<size_t>(Nf) * Fl_);
-  ensure(a.g, static_cast<size_t>(Nf) * Fl_);
   ensure(scratch_, NCf);
 
   layernorm_gathered(x, L.ln1w, L.ln1b, a.ln1, a.m1, a.r1, Nl);  // copy_to_tp: identity forward
-  ops::linear_forward(a.qkv.data(), a.ln1.data(), P.param(L.qkvw).data(), P.param(L.qkvb).data(), Nf, C_, 3 * Cl_);
-  ops::attention_forward(a.att.data(), a.lse.data(), a.qkv.data(), B, T, Cl_, NHl_);
+  be_.linear_forward(a.qkv, a.ln1, P(L.qkvw), P(L.qkvb), Nf, C_, 3 * Cl_);
+  be_.attention_forward(a.att, a.lse, a.qkv, B, T, Cl_, NHl_);
   // Row-parallel projection: partial sums over the TP shards, then all-reduce (or reduce-scatter).
-  float* y = sp_ ? scratch_.data() : a.x2.data();
-  ops::linear_forward(y, a.att.data(), P.param(L.projw).data(), static_cast<const float*>(nullptr), Nf, Cl_, C_);
+  const Tensor& y = sp_ ? scratch_ : a.x2;
+  be_.linear_forward(y, a.att, P(L.projw), Tensor(), Nf, Cl_, C_);
   if (sp_)
-    tp::reduce_scatter_to_sequence_parallel(tp_, scratch_, a.x2);
+    tp::reduce_scatter_to_sequence_parallel(tp_, be_, scratch_, a.x2);
   else
-    tp::reduce_from_tp_forward(tp_, a.x2);
-  add_bias(a.x2.data(), P.param(L.projb).data(), Nl, C_);
-  ops::residual_forward(a.x2.data(), x, a.x2.data(), static_cast<int64_t>(NCl));
-  layernorm_gathered(a.x2.data(), L.ln2w, L.ln2b, a.ln2, a.m2, a.r2, Nl);
+    tp::reduce_from_tp_forward(tp_, be_, a.x2);
+  be_.add_bias(a.x2, P(L.projb), Nl, C_);
+  be_.residual(a.x2, x, a.x2);
+  layernorm_gathered(a.x2, L.ln2w, L.ln2b, a.ln2, a.m2, a.r2, Nl);
   if (L.moe) {
     // MoE MLP, replicated over TP (no TP collective): out = x2 + MoE(ln2). It keeps its own
     // activations in its slot under every recompute mode.
-    aux_sum_ += L.moe->forward(slot, Nf, a.ln2.data(), out, training);
-    ops::residual_forward(out, a.x2.data(), out, static_cast<int64_t>(NCl));
-    std::vector<float>().swap(a.h);
-    std::vector<float>().swap(a.g);
-    if (!keep_all && rc_ != Recompute::none) std::vector<float>().swap(a.ln2);
+    aux_sum_ += L.moe->forward(slot, Nf, a.ln2, out, training);
+    be_.residual(out, a.x2, out);
+    a.h = Tensor();
+    a.g = Tensor();
+    if (!keep_all && rc_ != Recompute::none) a.ln2 = Tensor();
     return;
   }
-  ops::linear_forward(a.h.data(), a.ln2.data(), P.param(L.fcw).data(), P.param(L.fcb).data(), Nf, C_, Fl_);
-  ops::gelu_forward(a.g.data(), a.h.data(), static_cast<int64_t>(a.h.size()));
-  float* z = sp_ ? scratch_.data() : out;
-  ops::linear_forward(z, a.g.data(), P.param(L.fpw).data(), static_cast<const float*>(nullptr), Nf, Fl_, C_);
+  ensure(a.h, static_cast<size_t>(Nf) * Fl_);
+  ensure(a.g, static_cast<size_t>(Nf) * Fl_);
+  be_.linear_forward(a.h, a.ln2, P(L.fcw), P(L.fcb), Nf, C_, Fl_);
+  be_.gelu_forward(a.g, a.h);
+  const Tensor& z = sp_ ? scratch_ : out;
+  be_.linear_forward(z, a.g, P(L.fpw), Tensor(), Nf, Fl_, C_);
   if (sp_)
-    tp::reduce_scatter_to_sequence_parallel(tp_, scratch_, std::span<float>(out, NCl));
+    tp::reduce_scatter_to_sequence_parallel(tp_, be_, scratch_, out);
   else
-    tp::reduce_from_tp_forward(tp_, std::span<float>(out, NCl));
-  add_bias(out, P.param(L.fpb).data(), Nl, C_);
-  ops::residual_forward(out, a.x2.data(), out, static_cast<int64_t>(NCl));
+    tp::reduce_from_tp_forward(tp_, be_, out);
+  be_.add_bias(out, P(L.fpb), Nl, C_);
+  be_.residual(out, a.x2, out);
 
   if (keep_all || rc_ == Recompute::none) return;
-  // Drop what backward recomputes (capacity too, so the memory is really returned).
-  auto drop = [](std::vector<float>& v) { std::vector<float>().swap(v); };
-  drop(a.ln1);
-  drop(a.ln2);
-  drop(a.g);
+  // Drop what backward recomputes (the memory goes back to the backend).
+  a.ln1 = Tensor();
+  a.ln2 = Tensor();
+  a.g = Tensor();
   if (rc_ == Recompute::full) {
-    drop(a.m1); drop(a.r1); drop(a.qkv); drop(a.att); drop(a.lse); drop(a.x2); drop(a.m2); drop(a.r2); drop(a.h);
+    a.m1 = Tensor(); a.r1 = Tensor(); a.qkv = Tensor(); a.att = Tensor(); a.lse = Tensor();
+    a.x2 = Tensor(); a.m2 = Tensor(); a.r2 = Tensor(); a.h = Tensor();
   }
 }
 
-void GptChunk::linear_bwd(Slot& s, bool defer, float* dinp, size_t w, size_t b, const float* dout, const float* inp,
-                          int N, int IC, int OC) {
-  auto& P = store_;
-  float* dbias = b == SIZE_MAX ? nullptr : P.grad(b).data();
+void GptChunk::linear_bwd(Slot& s, bool defer, const Tensor& dinp, size_t w, size_t b, const Tensor& dout,
+                          const Tensor& inp, int N, int IC, int OC) {
+  const Tensor dbias = b == SIZE_MAX ? Tensor() : G(b);
   if (!defer) {
-    ops::linear_backward(dinp, P.grad(w).data(), dbias, dout, inp, P.param(w).data(), N, IC, OC);
+    be_.linear_backward(dinp, G(w), dbias, dout, inp, P(w), N, IC, OC);
     return;
   }
-  ops::linear_backward(dinp, static_cast<float*>(nullptr), dbias, dout, inp, P.param(w).data(), N, IC, OC);
+  be_.linear_backward(dinp, Tensor(), dbias, dout, inp, P(w), N, IC, OC);
   if (s.n_deferred == s.deferred.size()) s.deferred.emplace_back();
   Deferred& d = s.deferred[s.n_deferred++];
   d.w = w;
-  d.dout.assign(dout, dout + static_cast<size_t>(N) * OC);
-  d.inp.assign(inp, inp + static_cast<size_t>(N) * IC);
+  const size_t no = static_cast<size_t>(N) * OC, ni = static_cast<size_t>(N) * IC;
+  ensure(d.dout, no);
+  ensure(d.inp, ni);
+  be_.copy(d.dout, head_of(dout, no));
+  be_.copy(d.inp, head_of(inp, ni));
   d.N = N;
   d.IC = IC;
   d.OC = OC;
 }
 
-void GptChunk::layer_backward(Layer& L, Acts& a, Slot& s, int slot, const float* dout, float* dx, int B, int T,
-                              bool defer) {
+void GptChunk::layer_backward(Layer& L, Acts& a, Slot& s, int slot, const Tensor& dout, const Tensor& dx, int B,
+                              int T, bool defer) {
   const int Nf = B * T, Nl = io_rows(B, T);
   const size_t NCf = static_cast<size_t>(Nf) * C_, NCl = static_cast<size_t>(Nl) * C_;
-  auto& P = store_;
+  Backs& S = *backs_;
   if (L.moe) {
     // MoE layers keep the attention half's activations whatever the mode (recomputing would
     // re-run the all-to-alls); only the first LayerNorm output is recomputed when dropped.
-    if (rc_ != Recompute::none) layernorm_gathered(a.x.data(), L.ln1w, L.ln1b, a.ln1, a.m1, a.r1, Nl);
+    if (rc_ != Recompute::none) layernorm_gathered(a.x, L.ln1w, L.ln1b, a.ln1, a.m1, a.r1, Nl);
   } else if (rc_ == Recompute::full) {
     // Recompute the whole layer (TP collectives included) from its saved input.
-    std::vector<float> out(NCl);
-    layer_forward(L, a, slot, a.x.data(), out.data(), B, T, true, true);
+    ensure(S.recomputed, NCl);
+    layer_forward(L, a, slot, a.x, S.recomputed, B, T, true, true);
   } else if (rc_ == Recompute::selective) {
-    layernorm_gathered(a.x.data(), L.ln1w, L.ln1b, a.ln1, a.m1, a.r1, Nl);
-    layernorm_gathered(a.x2.data(), L.ln2w, L.ln2b, a.ln2, a.m2, a.r2, Nl);
-    ensure(a.g, a.h.size());
-    ops::gelu_forward(a.g.data(), a.h.data(), static_cast<int64_t>(a.h.size()));
+    layernorm_gathered(a.x, L.ln1w, L.ln1b, a.ln1, a.m1, a.r1, Nl);
+    layernorm_gathered(a.x2, L.ln2w, L.ln2b, a.ln2, a.m2, a.r2, Nl);
+    ensure(a.g, static_cast<size_t>(a.h.numel()));
+    be_.gelu_forward(a.g, a.h);
   }
   // Under SP the replicated parameters' gradients (LayerNorms, row-parallel biases) are partial:
   // collected here, summed over TP at the end of the layer.
-  std::vector<float> spg(sp_ ? 6 * static_cast<size_t>(C_) : 0, 0.0f);
-  float* g_ln1w = sp_ ? spg.data() : P.grad(L.ln1w).data();
-  float* g_ln1b = sp_ ? spg.data() + C_ : P.grad(L.ln1b).data();
-  float* g_projb = sp_ ? spg.data() + 2 * C_ : P.grad(L.projb).data();
-  float* g_ln2w = sp_ ? spg.data() + 3 * C_ : P.grad(L.ln2w).data();
-  float* g_ln2b = sp_ ? spg.data() + 4 * C_ : P.grad(L.ln2b).data();
-  float* g_fpb = sp_ ? spg.data() + 5 * C_ : P.grad(L.fpb).data();
+  Tensor spg;
+  if (sp_) {
+    ensure(S.spg, 6 * static_cast<size_t>(C_));
+    be_.fill(S.spg, 0.0);
+    spg = S.spg;
+  }
+  auto part = [&](int k) { return spg.slice(static_cast<int64_t>(k) * C_, static_cast<int64_t>(k + 1) * C_); };
+  const Tensor g_ln1w = sp_ ? part(0) : G(L.ln1w);
+  const Tensor g_ln1b = sp_ ? part(1) : G(L.ln1b);
+  const Tensor g_projb = sp_ ? part(2) : G(L.projb);
+  const Tensor g_ln2w = sp_ ? part(3) : G(L.ln2w);
+  const Tensor g_ln2b = sp_ ? part(4) : G(L.ln2b);
+  const Tensor g_fpb = sp_ || L.moe ? (sp_ ? part(5) : Tensor()) : G(L.fpb);
 
   // MLP: out = x2 + (gelu(h) Wfp^T + bfp). The row-parallel output's gradient reaches every
   // shard whole: identity (all-reduce's backward) or all-gather (reduce-scatter's backward).
-  Backs& S = *backs_;
-  std::vector<float>& dx2 = S.dx2;  // residual branch
-  dx2.assign(dout, dout + NCl);
-  std::vector<float>& dfull = S.dfull;
+  Tensor& dx2 = S.dx2;  // residual branch
+  ensure(dx2, NCl);
+  be_.copy(dx2, head_of(dout, NCl));
+  Tensor& dfull = S.dfull;
   if (L.moe) {
     // The MoE output's gradient is whole on every TP rank, and so is dln2: no TP collective.
-    std::vector<float>& dln2 = S.dln;
+    Tensor& dln2 = S.dln;
     ensure(dln2, NCf);
-    L.moe->backward(slot, dout, dln2.data(), s.dloss);
-    ops::layernorm_backward(dx2.data(), P.grad(L.ln2w).data(), P.grad(L.ln2b).data(), dln2.data(), a.x2.data(),
-                            P.param(L.ln2w).data(), a.m2.data(), a.r2.data(), Nl, C_, ops::GradMode::accumulate);
+    L.moe->backward(slot, dout, dln2, s.dloss);
+    be_.layernorm_backward(dx2, G(L.ln2w), G(L.ln2b), dln2, a.x2, P(L.ln2w), a.m2, a.r2, Nl, C_,
+                           ops::GradMode::accumulate);
   } else {
-  colsum_add(g_fpb, dout, Nl, C_);
-  const float* dz = dout;
-  if (sp_) {
-    dfull.resize(NCf);
-    tp::gather_from_sequence_parallel(tp_, std::span<const float>(dout, NCl), dfull);
-    dz = dfull.data();
-  }
-  std::vector<float>& dg = S.dg;
-  ensure(dg, static_cast<size_t>(Nf) * Fl_);
-  linear_bwd(s, defer, dg.data(), L.fpw, SIZE_MAX, dz, a.g.data(), Nf, Fl_, C_);
-  if (!defer) ready(L.fpw);
-  ops::gelu_backward(dg.data(), a.h.data(), dg.data(), static_cast<int64_t>(dg.size()));
-  std::vector<float>& dln2 = S.dln;
-  std::vector<float>& dln2_local = S.dln_local;
-  ensure(dln2, NCf);
-  linear_bwd(s, defer, dln2.data(), L.fcw, L.fcb, dg.data(), a.ln2.data(), Nf, C_, Fl_);
-  ready(L.fcb);
-  if (!defer) ready(L.fcw);
-  if (sp_) {
-    dln2_local.resize(NCl);
-    tp::reduce_scatter_to_sequence_parallel(tp_, dln2, dln2_local);
-  } else {
-    tp::copy_to_tp_backward(tp_, dln2);
-  }
-  ops::layernorm_backward(dx2.data(), g_ln2w, g_ln2b, sp_ ? dln2_local.data() : dln2.data(), a.x2.data(),
-                          P.param(L.ln2w).data(), a.m2.data(), a.r2.data(), Nl, C_, ops::GradMode::accumulate);
+    be_.bias_grad(g_fpb, dout, Nl, C_);
+    Tensor dz = dout;
+    if (sp_) {
+      ensure(dfull, NCf);
+      tp::gather_from_sequence_parallel(tp_, be_, head_of(dout, NCl), dfull);
+      dz = dfull;
+    }
+    Tensor& dg = S.dg;
+    ensure(dg, static_cast<size_t>(Nf) * Fl_);
+    linear_bwd(s, defer, dg, L.fpw, SIZE_MAX, dz, a.g, Nf, Fl_, C_);
+    if (!defer) ready(L.fpw);
+    be_.gelu_backward(dg, a.h, dg);
+    Tensor& dln2 = S.dln;
+    Tensor& dln2_local = S.dln_local;
+    ensure(dln2, NCf);
+    linear_bwd(s, defer, dln2, L.fcw, L.fcb, dg, a.ln2, Nf, C_, Fl_);
+    ready(L.fcb);
+    if (!defer) ready(L.fcw);
+    if (sp_) {
+      ensure(dln2_local, NCl);
+      tp::reduce_scatter_to_sequence_parallel(tp_, be_, dln2, dln2_local);
+    } else {
+      tp::copy_to_tp_backward(tp_, be_, dln2);
+    }
+    be_.layernorm_backward(dx2, g_ln2w, g_ln2b, sp_ ? dln2_local : dln2, a.x2, P(L.ln2w), a.m2, a.r2, Nl, C_,
+                           ops::GradMode::accumulate);
   }
   // Attention: x2 = x + (att Wproj^T + bproj)
-  std::memcpy(dx, dx2.data(), NCl * sizeof(float));
-  colsum_add(g_projb, dx2.data(), Nl, C_);
-  const float* dy = dx2.data();
+  be_.copy(head_of(dx, NCl), dx2);
+  be_.bias_grad(g_projb, dx2, Nl, C_);
+  Tensor dy = dx2;
   if (sp_) {
-    tp::gather_from_sequence_parallel(tp_, dx2, dfull);
-    dy = dfull.data();
+    ensure(dfull, NCf);
+    tp::gather_from_sequence_parallel(tp_, be_, dx2, dfull);
+    dy = dfull;
   }
-  std::vector<float>& datt = S.datt;
+  Tensor& datt = S.datt;
   ensure(datt, static_cast<size_t>(Nf) * Cl_);
-  linear_bwd(s, defer, datt.data(), L.projw, SIZE_MAX, dy, a.att.data(), Nf, Cl_, C_);
+  linear_bwd(s, defer, datt, L.projw, SIZE_MAX, dy, a.att, Nf, Cl_, C_);
   if (!defer) ready(L.projw);
-  std::vector<float>& dqkv = S.dqkv;
+  Tensor& dqkv = S.dqkv;
   ensure(dqkv, static_cast<size_t>(Nf) * 3 * Cl_);
-  ops::attention_backward(dqkv.data(), datt.data(), a.qkv.data(), a.lse.data(), B, T, Cl_, NHl_);
-  std::vector<float>& dln1 = S.dln;
-  std::vector<float>& dln1_local = S.dln_local;
+  be_.attention_backward(dqkv, datt, a.qkv, a.lse, B, T, Cl_, NHl_);
+  Tensor& dln1 = S.dln;
+  Tensor& dln1_local = S.dln_local;
   ensure(dln1, NCf);
-  linear_bwd(s, defer, dln1.data(), L.qkvw, L.qkvb, dqkv.data(), a.ln1.data(), Nf, C_, 3 * Cl_);
+  linear_bwd(s, defer, dln1, L.qkvw, L.qkvb, dqkv, a.ln1, Nf, C_, 3 * Cl_);
   ready(L.qkvb);
   if (!defer) ready(L.qkvw);
   if (sp_) {
-    dln1_local.resize(NCl);
-    tp::reduce_scatter_to_sequence_parallel(tp_, dln1, dln1_local);
+    ensure(dln1_local, NCl);
+    tp::reduce_scatter_to_sequence_parallel(tp_, be_, dln1, dln1_local);
   } else {
-    tp::copy_to_tp_backward(tp_, dln1);
+    tp::copy_to_tp_backward(tp_, be_, dln1);
   }
-  ops::layernorm_backward(dx, g_ln1w, g_ln1b, sp_ ? dln1_local.data() : dln1.data(), a.x.data(),
-                          P.param(L.ln1w).data(), a.m1.data(), a.r1.data(), Nl, C_, ops::GradMode::accumulate);
-  if (sp_) add_sp_grads({L.ln1w, L.ln1b, L.projb, L.ln2w, L.ln2b, L.fpb}, spg);
+  be_.layernorm_backward(head_of(dx, NCl), g_ln1w, g_ln1b, sp_ ? dln1_local : dln1, a.x, P(L.ln1w), a.m1, a.r1, Nl,
+                         C_, ops::GradMode::accumulate);
+  if (sp_) {
+    if (L.moe)
+      add_sp_grads({L.ln1w, L.ln1b, L.projb}, spg.slice(0, 3 * static_cast<int64_t>(C_)));
+    else
+      add_sp_grads({L.ln1w, L.ln1b, L.projb, L.ln2w, L.ln2b, L.fpb}, spg);
+  }
   if (!L.moe) ready(L.fpb);
   for (size_t p : {L.ln2b, L.ln2w, L.projb, L.ln1b, L.ln1w}) ready(p);
   if (rc_ != Recompute::none) {
-    auto drop = [](std::vector<float>& v) { std::vector<float>().swap(v); };
-    drop(a.ln1); drop(a.ln2); drop(a.g);
+    a.ln1 = Tensor();
+    a.ln2 = Tensor();
+    a.g = Tensor();
     if (rc_ == Recompute::full) {
-      drop(a.m1); drop(a.r1); drop(a.qkv); drop(a.att); drop(a.lse); drop(a.x2); drop(a.m2); drop(a.r2); drop(a.h);
+      a.m1 = Tensor(); a.r1 = Tensor(); a.qkv = Tensor(); a.att = Tensor(); a.lse = Tensor();
+      a.x2 = Tensor(); a.m2 = Tensor(); a.r2 = Tensor(); a.h = Tensor();
     }
   }
 }
 
-float GptChunk::forward(int sl, int B, int T, const int32_t* tokens, const int32_t* targets, const float* x_in,
-                        float* x_out, bool training, float dloss) {
+double GptChunk::forward(int sl, int B, int T, std::span<const int32_t> tokens, std::span<const int32_t> targets,
+                        const Tensor& x_in, const Tensor& x_out, bool training, float dloss) {
   if (B < 1 || T < 1 || T > cfg_.max_seq)
     TRIAX_THROW(ConfigError, "micro-batch {} x {} tokens: need B >= 1 and 1 <= T <= max_seq {}", B, T, cfg_.max_seq);
   if (sp_ && (B * T) % tp_.size() != 0)
     TRIAX_THROW(ConfigError, "sequence parallelism splits the {} x {} = {} tokens of a micro-batch over tp={}: not divisible",
                 B, T, B * T, tp_.size());
-  if (spec_.embedding && !tokens) TRIAX_THROW(ConfigError, "the embedding chunk needs tokens");
-  if (!spec_.embedding && !x_in) TRIAX_THROW(ConfigError, "a chunk without the embedding needs its input x_in");
-  if (spec_.head && !targets) TRIAX_THROW(ConfigError, "the head chunk needs targets");
+  const int Nf = B * T, Nl = io_rows(B, T);
+  const size_t NCf = static_cast<size_t>(Nf) * C_, NCl = static_cast<size_t>(Nl) * C_;
+  if (spec_.embedding && tokens.size() < static_cast<size_t>(Nf))
+    TRIAX_THROW(ConfigError, "the embedding chunk needs {} tokens, got {}", Nf, tokens.size());
+  if (!spec_.embedding && !x_in.defined()) TRIAX_THROW(ConfigError, "a chunk without the embedding needs its input x_in");
+  if (spec_.head && targets.size() < static_cast<size_t>(Nf))
+    TRIAX_THROW(ConfigError, "the head chunk needs {} targets, got {}", Nf, targets.size());
+  if (!spec_.head && !x_out.defined()) TRIAX_THROW(ConfigError, "a chunk without the head needs its output x_out");
   Slot& s = slot(sl, true);
   if (s.has_forward) TRIAX_THROW(ConfigError, "micro-batch slot {} already holds a forward pass", sl);
   s.has_forward = true;
   s.B = B;
   s.T = T;
-  const int Nf = B * T, Nl = io_rows(B, T);
-  const size_t NCf = static_cast<size_t>(Nf) * C_, NCl = static_cast<size_t>(Nl) * C_;
   const int row0 = sp_ ? tp_.rank() * Nl : 0;  // first global row of this rank's rows
-  auto& P = store_;
+  Backs& S = *backs_;
   s.acts.resize(layers_.size());
 
-  std::vector<float> cur(NCl), next(NCl);
+  ensure(S.cur, NCl);
+  ensure(S.next, NCl);
   if (spec_.embedding) {
     for (int i = 0; i < Nf; ++i)
       if (tokens[i] < 0 || tokens[i] >= cfg_.vocab)
         TRIAX_THROW(ConfigError, "token {} at position {} is outside the vocabulary [0, {})", tokens[i], i,
                     cfg_.vocab);
-    s.tokens.assign(tokens, tokens + Nf);
+    ensure(s.tokens, static_cast<size_t>(Nf), DType::i32);
+    be_.copy_from_host(s.tokens, tokens.data(), static_cast<size_t>(Nf) * sizeof(int32_t));
     // Vocab-parallel lookup: rows outside this shard give zeros, the all-reduce (or
     // reduce-scatter) fills them in.
-    std::vector<float> emb(NCf);
-    ops::embedding_forward(emb.data(), tokens, P.param(wte_).data(), static_cast<const float*>(nullptr), B, T, C_, vp_,
-                           v0_, v1_);
-    if (sp_) {
-      tp::reduce_scatter_to_sequence_parallel(tp_, emb, cur);
-    } else {
-      tp::reduce_from_tp_forward(tp_, emb);
-      cur.swap(emb);
-    }
-    const float* wpe = P.param(wpe_).data();
-    for (int i = 0; i < Nl; ++i) {
-      float* row = cur.data() + static_cast<size_t>(i) * C_;
-      const float* pos = wpe + static_cast<size_t>((row0 + i) % T) * C_;
-      for (int c = 0; c < C_; ++c) row[c] += pos[c];
-    }
+    Tensor& emb = sp_ ? S.emb : S.cur;
+    ensure(emb, NCf);
+    be_.embedding_forward(emb, s.tokens, P(wte_), Nf, C_, v0_, v1_);
+    if (sp_)
+      tp::reduce_scatter_to_sequence_parallel(tp_, be_, emb, S.cur);
+    else
+      tp::reduce_from_tp_forward(tp_, be_, S.cur);
+    be_.add_rows_periodic(S.cur, P(wpe_), Nl, C_, row0, T);
   } else {
-    std::memcpy(cur.data(), x_in, NCl * sizeof(float));
+    be_.copy(S.cur, head_of(x_in, NCl));
   }
   s.dloss = dloss;
   if (training) {
     for (size_t l = 0; l < layers_.size(); ++l) {
-      layer_forward(layers_[l], s.acts[l], sl, cur.data(), next.data(), B, T, false, true);
-      std::swap(cur, next);
+      layer_forward(layers_[l], s.acts[l], sl, S.cur, S.next, B, T, false, true);
+      std::swap(S.cur, S.next);
     }
   } else {
     // Forward only: one scratch set of activations serves every layer.
     s.acts.resize(1);
     for (auto& L : layers_) {
-      layer_forward(L, s.acts[0], sl, cur.data(), next.data(), B, T, true, false);
-      std::swap(cur, next);
+      layer_forward(L, s.acts[0], sl, S.cur, S.next, B, T, true, false);
+      std::swap(S.cur, S.next);
     }
     s.acts.clear();
   }
-  float loss = 0.0f;
+  double loss = 0.0;
   if (!spec_.head) {
-    std::memcpy(x_out, cur.data(), NCl * sizeof(float));
+    be_.copy(head_of(x_out, NCl), S.cur);
   } else {
     for (int i = 0; i < Nf; ++i)
       if (targets[i] < 0 || targets[i] >= cfg_.vocab)
         TRIAX_THROW(ConfigError, "target {} at position {} is outside the vocabulary [0, {})", targets[i], i,
                     cfg_.vocab);
-    std::vector<float> lnf, mf, rf;
-    layernorm_gathered(cur.data(), lnf_w_, lnf_b_, lnf, mf, rf, Nl);  // lnf: (Nf, C)
+    ensure(S.targets, static_cast<size_t>(Nf), DType::i32);
+    be_.copy_from_host(S.targets, targets.data(), static_cast<size_t>(Nf) * sizeof(int32_t));
+    layernorm_gathered(S.cur, lnf_w_, lnf_b_, S.lnf, S.mf, S.rf, Nl);  // lnf: (Nf, C)
     const int Vl = v1_ - v0_;
-    std::vector<float>& logits = backs_->logits;  // (N, V/tp): never gathered
+    Tensor& logits = S.logits;  // (N, V/tp): never gathered
     ensure(logits, static_cast<size_t>(Nf) * Vl);
-    ops::linear_forward(logits.data(), lnf.data(), P.param(wte_).data(), static_cast<const float*>(nullptr), Nf, C_,
-                        Vl);
-    std::vector<float> rowmax(Nf), stats(2 * static_cast<size_t>(Nf)), losses(Nf), lse(Nf);
-    ops::xent_shard_max(rowmax.data(), logits.data(), Nf, Vl, v0_, cfg_.vocab);
-    tp::max_over_tp(tp_, rowmax);
-    ops::xent_shard_sumexp(stats.data(), logits.data(), rowmax.data(), Nf, Vl, v0_, cfg_.vocab);
-    ops::xent_shard_target_logit(stats.data() + Nf, logits.data(), targets, Nf, Vl, v0_, cfg_.vocab);
-    tp::sum_over_tp(tp_, stats);
-    ops::xent_loss_from_stats(losses.data(), lse.data(), rowmax.data(), stats.data(), stats.data() + Nf, Nf);
-    double sum = 0.0;
-    for (float l : losses) sum += l;
-    loss = static_cast<float>(sum / Nf);
+    be_.linear_forward(logits, S.lnf, P(wte_), Tensor(), Nf, C_, Vl);
+    ensure(S.rowmax, static_cast<size_t>(Nf));
+    ensure(S.stats, 2 * static_cast<size_t>(Nf));
+    ensure(S.losses, static_cast<size_t>(Nf));
+    ensure(S.lse, static_cast<size_t>(Nf));
+    const Tensor sumexp = S.stats.slice(0, Nf), tlogit = S.stats.slice(Nf, 2 * static_cast<int64_t>(Nf));
+    be_.xent_shard_max(S.rowmax, logits, Nf, Vl, v0_, cfg_.vocab);
+    tp::max_over_tp(tp_, be_, S.rowmax);
+    be_.xent_shard_sumexp(sumexp, logits, S.rowmax, Nf, Vl, v0_, cfg_.vocab);
+    be_.xent_shard_target_logit(tlogit, logits, S.targets, Nf, Vl, v0_, cfg_.vocab);
+    tp::sum_over_tp(tp_, be_, S.stats);
+    be_.xent_loss_from_stats(S.losses, S.lse, S.rowmax, sumexp, tlogit, Nf);
+    loss = be_.sum(S.losses) / Nf;  // the step's one read-back per micro-batch
     if (training) {
       // Fused head backward: the loss gradient is known now.
-      ops::xent_shard_backward(logits.data(), logits.data(), lse.data(), targets, dloss / static_cast<float>(Nf), Nf,
-                               Vl, v0_, cfg_.vocab);
-      std::vector<float> dlnf(NCf), dlnf_local;
-      ops::linear_backward(dlnf.data(), P.grad(wte_).data(), static_cast<float*>(nullptr), logits.data(), lnf.data(),
-                           P.param(wte_).data(), Nf, C_, Vl);
+      be_.xent_shard_backward(logits, logits, S.lse, S.targets, static_cast<double>(dloss / static_cast<float>(Nf)),
+                              Nf, Vl, v0_, cfg_.vocab);
+      ensure(S.dlnf, NCf);
+      be_.linear_backward(S.dlnf, G(wte_), Tensor(), logits, S.lnf, P(wte_), Nf, C_, Vl);
       if (sp_) {
-        dlnf_local.resize(NCl);
-        tp::reduce_scatter_to_sequence_parallel(tp_, dlnf, dlnf_local);
+        ensure(S.dlnf_local, NCl);
+        tp::reduce_scatter_to_sequence_parallel(tp_, be_, S.dlnf, S.dlnf_local);
       } else {
-        tp::copy_to_tp_backward(tp_, dlnf);
+        tp::copy_to_tp_backward(tp_, be_, S.dlnf);
       }
       ensure(s.dx_head, NCl);
-      std::vector<float> spg(sp_ ? 2 * static_cast<size_t>(C_) : 0, 0.0f);
-      ops::layernorm_backward(s.dx_head.data(), sp_ ? spg.data() : P.grad(lnf_w_).data(),
-                              sp_ ? spg.data() + C_ : P.grad(lnf_b_).data(), sp_ ? dlnf_local.data() : dlnf.data(),
-                              cur.data(), P.param(lnf_w_).data(), mf.data(), rf.data(), Nl, C_);
+      Tensor spg;
+      if (sp_) {
+        ensure(S.spg, 6 * static_cast<size_t>(C_));
+        be_.fill(S.spg, 0.0);
+        spg = S.spg.slice(0, 2 * static_cast<int64_t>(C_));
+      }
+      be_.layernorm_backward(s.dx_head, sp_ ? spg.slice(0, C_) : G(lnf_w_), sp_ ? spg.slice(C_, 2 * C_) : G(lnf_b_),
+                             sp_ ? S.dlnf_local : S.dlnf, S.cur, P(lnf_w_), S.mf, S.rf, Nl, C_);
       if (sp_) add_sp_grads({lnf_w_, lnf_b_}, spg);
     }
   }
@@ -594,54 +615,50 @@ float GptChunk::forward(int sl, int B, int T, const int32_t* tokens, const int32
   return loss;
 }
 
-void GptChunk::backward(int sl, const float* dx_out, float* dx_in, bool defer) {
+void GptChunk::backward(int sl, const Tensor& dx_out, const Tensor& dx_in, bool defer) {
   Slot& s = slot(sl, false);
   if (!s.has_forward) TRIAX_THROW(ConfigError, "backward of micro-batch slot {} before its forward", sl);
-  const int B = s.B, T = s.T, Nl = io_rows(B, T);
+  const int B = s.B, T = s.T, Nl = io_rows(B, T), Nf = B * T;
   const size_t NCl = static_cast<size_t>(Nl) * C_;
-  if (!spec_.embedding && !dx_in) TRIAX_THROW(ConfigError, "a chunk without the embedding must return dx_in");
-  std::vector<float> d(NCl), dnext(NCl);
+  if (!spec_.embedding && !dx_in.defined()) TRIAX_THROW(ConfigError, "a chunk without the embedding must return dx_in");
+  Backs& S = *backs_;
+  ensure(S.d, NCl);
+  ensure(S.dnext, NCl);
   if (spec_.head) {
     // The head's gradients were accumulated in forward; they are final now.
     ready(lnf_b_);
     ready(lnf_w_);
     if (head_marks_wte_) ready(wte_);
-    std::memcpy(d.data(), s.dx_head.data(), NCl * sizeof(float));
+    be_.copy(S.d, s.dx_head);
   } else {
-    if (!dx_out) TRIAX_THROW(ConfigError, "a chunk without the head needs dx_out");
-    std::memcpy(d.data(), dx_out, NCl * sizeof(float));
+    if (!dx_out.defined()) TRIAX_THROW(ConfigError, "a chunk without the head needs dx_out");
+    be_.copy(S.d, head_of(dx_out, NCl));
   }
   for (size_t l = layers_.size(); l-- > 0;) {
-    layer_backward(layers_[l], s.acts[l], s, sl, d.data(), dnext.data(), B, T, defer);
-    std::swap(d, dnext);
+    layer_backward(layers_[l], s.acts[l], s, sl, S.d, S.dnext, B, T, defer);
+    std::swap(S.d, S.dnext);
   }
   if (spec_.embedding) {
     if (sp_) {
       // Position gradients from this rank's rows, summed over TP; the vocab-parallel table needs
       // every row's gradient (all-gather: reduce-scatter's backward).
-      std::vector<float> dwpe(static_cast<size_t>(T) * C_, 0.0f);
-      const int row0 = tp_.rank() * Nl;
-      for (int i = 0; i < Nl; ++i) {
-        float* dst = dwpe.data() + static_cast<size_t>((row0 + i) % T) * C_;
-        const float* src = d.data() + static_cast<size_t>(i) * C_;
-        for (int c = 0; c < C_; ++c) dst[c] += src[c];
-      }
-      tp::sum_over_tp(tp_, dwpe);
-      auto g = store_.grad(wpe_);
-      for (size_t i = 0; i < dwpe.size(); ++i) g[i] += dwpe[i];
-      std::vector<float> dfull(static_cast<size_t>(B) * T * C_);
-      tp::gather_from_sequence_parallel(tp_, d, dfull);
-      ops::embedding_backward(store_.grad(wte_).data(), static_cast<float*>(nullptr), dfull.data(), s.tokens.data(), B,
-                              T, C_, vp_, v0_, v1_);
+      ensure(S.dwpe, static_cast<size_t>(T) * C_);
+      be_.fill(S.dwpe, 0.0);
+      be_.sum_rows_periodic(S.dwpe, S.d, Nl, C_, tp_.rank() * Nl, T);
+      tp::sum_over_tp(tp_, be_, S.dwpe);
+      be_.axpy(G(wpe_).slice(0, static_cast<int64_t>(T) * C_), 1.0, S.dwpe);
+      ensure(S.dfull, static_cast<size_t>(Nf) * C_);
+      tp::gather_from_sequence_parallel(tp_, be_, S.d, S.dfull);
+      be_.embedding_backward(G(wte_), S.dfull, s.tokens, Nf, C_, v0_, v1_);
     } else {
       // reduce_from_tp's backward is the identity: every TP rank holds the full d.
-      ops::embedding_backward(store_.grad(wte_).data(), store_.grad(wpe_).data(), d.data(), s.tokens.data(), B, T, C_,
-                              vp_, v0_, v1_);
+      be_.embedding_backward(G(wte_), S.d, s.tokens, Nf, C_, v0_, v1_);
+      be_.sum_rows_periodic(G(wpe_), S.d, Nf, C_, 0, T);
     }
     ready(wpe_);
     ready(wte_);
   } else {
-    std::memcpy(dx_in, d.data(), NCl * sizeof(float));
+    be_.copy(head_of(dx_in, NCl), S.d);
   }
   if (defer && s.n_deferred > 0) {
     s.pending_weights = true;
@@ -660,8 +677,7 @@ void GptChunk::backward_weight(int sl) {
   Slot& s = *it->second;
   for (size_t i = 0; i < s.n_deferred; ++i) {
     Deferred& d = s.deferred[i];
-    ops::linear_backward(static_cast<float*>(nullptr), store_.grad(d.w).data(), static_cast<float*>(nullptr),
-                         d.dout.data(), d.inp.data(), store_.param(d.w).data(), d.N, d.IC, d.OC);
+    be_.linear_backward(Tensor(), G(d.w), Tensor(), d.dout, d.inp, P(d.w), d.N, d.IC, d.OC);
     ready(d.w);
   }
   release(sl);

@@ -1,4 +1,4 @@
-// MoE MLP with expert parallelism on the CPU path (fp32). Per micro-batch of N local tokens:
+// MoE MLP with expert parallelism, every buffer and op on the Backend (routing on the host). Per micro-batch of N local tokens:
 //   logits = x Wr^T (N, E); probs = softmax; top-k; gates; capacity slots   (route_tokens)
 //   send rows: per chunk, per destination expert (ascending, so per owner rank), in slot order
 //   counts:   one all_to_all of (chunks x E/ep) row counts per rank pair
@@ -12,11 +12,9 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <cstring>
 
+#include "triax/backend/comm_ops.h"
 #include "triax/model/shard.h"
-#include "triax/ops/gelu.h"
-#include "triax/ops/linear.h"
 
 namespace triax {
 
@@ -28,16 +26,12 @@ using Clock = std::chrono::steady_clock;
 constexpr int kPollRows = 128;
 double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
-// Copies the blocks of rows of one chunk between the layout the exchange delivers (source rank
+// Row indices that move one chunk's blocks between the layout the exchange delivers (source rank
 // major: for src, for local expert) and the layout the expert GEMMs want (expert major: for local
-// expert, for src). cnt is (P, El) rows.
-// Grows v to at least n elements (never shrinks: the capacity is reused by the next call).
-float* scratch(std::vector<float>& v, size_t n) {
-  if (v.size() < n) v.resize(n);
-  return v.data();
-}
-
-void permute_rows(const float* in, float* out, const int64_t* cnt, int P, int El, size_t width, bool to_expert_major) {
+// expert, for src). cnt is (P, El) rows; row0 the chunk's first row. to_expert[i] is the
+// exchange-layout row of expert-major row i; from_expert the inverse.
+void permutation(const int64_t* cnt, int P, int El, int64_t row0, std::vector<int32_t>& to_expert,
+                 std::vector<int32_t>& from_expert) {
   std::vector<int64_t> so(static_cast<size_t>(P) * El), eo(so.size());
   int64_t o = 0;
   for (int s = 0; s < P; ++s)
@@ -51,15 +45,14 @@ void permute_rows(const float* in, float* out, const int64_t* cnt, int P, int El
       eo[static_cast<size_t>(s) * El + l] = o;
       o += cnt[static_cast<size_t>(s) * El + l];
     }
-  for (size_t i = 0; i < so.size(); ++i) {
-    const size_t n = static_cast<size_t>(cnt[i]) * width;
-    if (n == 0) continue;
-    const size_t a = static_cast<size_t>(so[i]) * width, b = static_cast<size_t>(eo[i]) * width;
-    if (to_expert_major)
-      std::memcpy(out + b, in + a, n * sizeof(float));
-    else
-      std::memcpy(out + a, in + b, n * sizeof(float));
-  }
+  const size_t base = to_expert.size();
+  to_expert.resize(base + static_cast<size_t>(o));
+  from_expert.resize(base + static_cast<size_t>(o));
+  for (size_t i = 0; i < so.size(); ++i)
+    for (int64_t t = 0; t < cnt[i]; ++t) {
+      to_expert[base + static_cast<size_t>(eo[i] + t)] = static_cast<int32_t>(row0 + so[i] + t);
+      from_expert[base + static_cast<size_t>(so[i] + t)] = static_cast<int32_t>(row0 + eo[i] + t);
+    }
 }
 }  // namespace
 
@@ -88,7 +81,8 @@ int64_t expert_capacity(int64_t N, int E, int k, double capacity_factor) {
   return static_cast<int64_t>(x - f <= 1e-9 * std::max(1.0, x) ? f : f + 1);
 }
 
-Routing route_tokens(const float* logits, int N, int E, int k, int64_t capacity) {
+template <class Real>
+Routing route_tokens(const Real* logits, int N, int E, int k, int64_t capacity) {
   if (N < 0 || E < 1 || k < 1 || k > E)
     TRIAX_THROW(ConfigError, "route_tokens: need N >= 0 and 1 <= k <= E (got N {}, E {}, k {})", N, E, k);
   if (N > 0 && !logits) TRIAX_THROW(ConfigError, "route_tokens: null logits for {} tokens", N);
@@ -103,17 +97,17 @@ Routing route_tokens(const float* logits, int N, int E, int k, int64_t capacity)
   R.slot.assign(Nk, -1);
   R.load.assign(static_cast<size_t>(E), 0);
   for (int n = 0; n < N; ++n) {
-    const float* l = logits + static_cast<size_t>(n) * E;
-    float* p = R.probs.data() + static_cast<size_t>(n) * E;
-    float m = l[0];
+    const Real* l = logits + static_cast<size_t>(n) * E;
+    double* p = R.probs.data() + static_cast<size_t>(n) * E;
+    double m = static_cast<double>(l[0]);
     for (int e = 0; e < E; ++e) {
       if (!std::isfinite(l[e]))
         TRIAX_THROW(ConfigError, "route_tokens: token {} has a non-finite router logit {} for expert {}", n, l[e], e);
-      m = std::max(m, l[e]);
+      m = std::max(m, static_cast<double>(l[e]));
     }
     double s = 0;
     for (int e = 0; e < E; ++e) s += std::exp(static_cast<double>(l[e]) - m);
-    for (int e = 0; e < E; ++e) p[e] = static_cast<float>(std::exp(static_cast<double>(l[e]) - m) / s);
+    for (int e = 0; e < E; ++e) p[e] = std::exp(static_cast<double>(l[e]) - m) / s;
     int32_t* sel = R.expert.data() + static_cast<size_t>(n) * k;
     for (int j = 0; j < k; ++j) {
       int best = -1;
@@ -125,11 +119,11 @@ Routing route_tokens(const float* logits, int N, int E, int k, int64_t capacity)
       sel[j] = best;
       ++R.load[static_cast<size_t>(best)];
     }
-    float* g = R.gate.data() + static_cast<size_t>(n) * k;
+    double* g = R.gate.data() + static_cast<size_t>(n) * k;
     if (k == 1) {
       g[0] = p[sel[0]];
     } else {
-      float S = 0;
+      double S = 0;
       for (int j = 0; j < k; ++j) S += p[sel[j]];
       for (int j = 0; j < k; ++j) g[j] = p[sel[j]] / S;
     }
@@ -154,30 +148,69 @@ Routing route_tokens(const float* logits, int N, int E, int k, int64_t capacity)
       for (int n = 0; n < N; ++n) P += R.probs[static_cast<size_t>(n) * E + e];
       aux += static_cast<double>(R.load[static_cast<size_t>(e)]) / (static_cast<double>(N) * k) * (P / N);
     }
-    R.aux_loss = static_cast<float>(aux * E);
+    R.aux_loss = aux * E;
   }
   return R;
 }
 
+template Routing route_tokens<float>(const float*, int, int, int, int64_t);
+template Routing route_tokens<double>(const double*, int, int, int, int64_t);
+
 // Activations of one micro-batch. "Send layout": the rows this rank sends, chunk by chunk, each
 // chunk ordered by destination expert then capacity slot. "Expert side": the rows this rank's
 // experts process, chunk by chunk, each chunk expert major (for local expert, for source rank).
+// Routing and row indices live on the host (they drive all_to_all_v's counts); rows on the backend.
 struct MoeMlp::Slot {
   int N = 0;
   int chunks = 1;
-  std::vector<float> x;           // (N, C) layer input
+  Tensor x;                       // (N, C) layer input
   Routing R;
   std::vector<int64_t> pos;       // (N, k) row of each assignment in the send layout; -1 dropped
   std::vector<int32_t> send_asg;  // (St) assignment n * k + j of each send row
   std::vector<int64_t> scount;    // (chunks, E) rows to each expert
   std::vector<int64_t> rcount;    // (chunks, P, El) rows from each source rank to each local expert
   std::vector<int64_t> soff, roff;  // (chunks + 1) row offsets of each chunk, send layout / expert side
-  std::vector<float> o;           // (St, C) expert outputs, back at the source, send layout
-  std::vector<float> xe, h, a;    // (Rt, C), (Rt, F), (Rt, F) expert inputs, pre- and post-GELU
+  Tensor token_of;                // (St) i32 token row of each send row
+  Tensor gate_of;                 // (St) gate of each send row
+  Tensor to_expert, from_expert;  // (Rt) i32 row permutations of the exchange (see permutation())
+  Tensor o;                       // (St, C) expert outputs, back at the source, send layout
+  Tensor xe, h, a;                // (Rt, C), (Rt, F), (Rt, F) expert inputs, pre- and post-GELU
 };
 
+namespace {
+// Rows [r0, r1) of a (rows, width) buffer; an empty range (a chunk with no rows) is a valid empty view.
+Tensor rows_of(const Tensor& t, int64_t r0, int64_t r1, int64_t width) {
+  if (r0 == r1) return Tensor::from_blob(nullptr, Shape{0}, t.dtype(), t.device());
+  return t.slice(r0 * width, r1 * width);
+}
+}  // namespace
+
+Tensor MoeMlp::grow(Tensor& t, size_t n, DType dtype) {
+  if (!t.defined() || static_cast<size_t>(t.numel()) < n || t.dtype() != dtype)
+    t = be_.empty(Shape{static_cast<int64_t>(std::max<size_t>(n, 1))}, dtype);
+  return rows_of(t, 0, static_cast<int64_t>(n), 1);
+}
+
+Tensor MoeMlp::upload_i32(Tensor& t, const std::vector<int32_t>& v) {
+  Tensor view = grow(t, v.size(), DType::i32);
+  if (!v.empty()) be_.copy_from_host(view, v.data(), v.size() * sizeof(int32_t));
+  return view;
+}
+
+Tensor MoeMlp::upload_real(Tensor& t, const std::vector<double>& v) {
+  Tensor view = grow(t, v.size(), dt_);
+  if (v.empty()) return view;
+  if (dt_ == DType::f64) {
+    be_.copy_from_host(view, v.data(), v.size() * sizeof(double));
+  } else {
+    std::vector<float> f(v.begin(), v.end());
+    be_.copy_from_host(view, f.data(), f.size() * sizeof(float));
+  }
+  return view;
+}
+
 MoeMlp::MoeMlp(const MoeConfig& cfg, int layer, int C, int F, Communicator& ep, ParamStore& store, bool norm_owner)
-    : cfg_(cfg), layer_(layer), C_(C), F_(F), ep_(ep), store_(store) {
+    : cfg_(cfg), layer_(layer), C_(C), F_(F), ep_(ep), store_(store), be_(store.backend()), dt_(store.dtype()) {
   cfg_.validate(ep.size());
   if (C < 1 || F < 1) TRIAX_THROW(ConfigError, "MoE layer {}: hidden sizes C = {}, F = {} must be >= 1", layer, C, F);
   P_ = ep.size();
@@ -216,14 +249,12 @@ void MoeMlp::init_params(uint64_t seed, int n_layer) {
   const float proj_std = 0.02f / std::sqrt(2.0f * static_cast<float>(n_layer));
   for (size_t i : owned_) {
     const auto& info = store_.info(i);
-    auto dst = store_.param(i);
     if (info.spec.name.ends_with(".bias")) {
-      std::fill(dst.begin(), dst.end(), 0.0f);
+      store_.param_from_host(i, std::vector<float>(info.numel, 0.0f));
       continue;
     }
     const bool proj = info.spec.name.ends_with("c_proj.weight");
-    const auto v = init_normal(seed, info.spec.name, info.numel, proj ? proj_std : 0.02f);
-    std::copy(v.begin(), v.end(), dst.begin());
+    store_.param_from_host(i, init_normal(seed, info.spec.name, info.numel, proj ? proj_std : 0.02f));
   }
 }
 
@@ -242,13 +273,14 @@ void MoeMlp::ready(size_t idx) {
 // owners, fn maps each chunk's expert-major rows to as many output rows, which come back into
 // back (St, C) in the send layout. ein (Rt, C) receives the expert-major inputs (forward keeps
 // them for backward). Issue order, identical on every rank: D0, D1, C0, D2, C1, ..., C(K-1).
-void MoeMlp::exchange(Slot& s, const float* send, float* back, float* ein, const ExpertFn& fn, MoeStats& st) {
+void MoeMlp::exchange(Slot& s, const Tensor& send, const Tensor& back, const Tensor& ein, const ExpertFn& fn,
+                      MoeStats& st) {
   const int K = s.chunks;
-  const size_t C = static_cast<size_t>(C_);
+  const int64_t C = C_;
   const size_t Rt = static_cast<size_t>(s.roff[K]);
-  float* recv = scratch(recv_, Rt * C);
-  float* eout = scratch(eout_, Rt * C);
-  float* ret = scratch(ret_, Rt * C);
+  const Tensor recv = grow(recv_, Rt * C, dt_);
+  const Tensor eout = grow(eout_, Rt * C, dt_);
+  const Tensor ret = grow(ret_, Rt * C, dt_);
   std::vector<std::vector<int64_t>> sc(K, std::vector<int64_t>(P_, 0)), rc(K, std::vector<int64_t>(P_, 0));
   for (int c = 0; c < K; ++c)
     for (int r = 0; r < P_; ++r)
@@ -257,13 +289,10 @@ void MoeMlp::exchange(Slot& s, const float* send, float* back, float* ein, const
         rc[c][r] += s.rcount[(static_cast<size_t>(c) * P_ + r) * El_ + l] * C_;
       }
   std::vector<Work> disp(K), comb(K);
-  auto chunk = [&](auto* base, const std::vector<int64_t>& off, int c) {
-    return std::span(base + off[c] * C, static_cast<size_t>(off[c + 1] - off[c]) * C);
-  };
   auto start_dispatch = [&](int c) {
     const auto t = Clock::now();
-    disp[c] = ep_.all_to_all_v(std::span<const float>(chunk(send, s.soff, c)), std::span<const int64_t>(sc[c]),
-                               chunk(recv, s.roff, c), std::span<const int64_t>(rc[c]));
+    disp[c] = all_to_all_v(ep_, be_, rows_of(send, s.soff[c], s.soff[c + 1], C), std::span<const int64_t>(sc[c]),
+                           rows_of(recv, s.roff[c], s.roff[c + 1], C), std::span<const int64_t>(rc[c]));
     st.a2a_call_s += since(t);
   };
   double poll_s = 0;
@@ -284,25 +313,27 @@ void MoeMlp::exchange(Slot& s, const float* send, float* back, float* ein, const
   for (int c = 0; c < K; ++c) {
     if (c + 1 < K) start_dispatch(c + 1);
     wait(disp[c]);
-    const int64_t* cnt = s.rcount.data() + static_cast<size_t>(c) * P_ * El_;
-    permute_rows(recv + s.roff[c] * C, ein + s.roff[c] * C, cnt, P_, El_, C, true);
+    const int64_t r0 = s.roff[c], r1 = s.roff[c + 1], m = r1 - r0;
+    if (m > 0)
+      be_.gather_rows(rows_of(ein, r0, r1, C), recv, s.to_expert.slice(r0, r1), static_cast<int>(m), C_);
     const auto t = Clock::now();
     const double p0 = poll_s;
-    fn(c, ein + s.roff[c] * C, eout + s.roff[c] * C, poll);
+    fn(c, ein, eout, poll);
     st.expert_s += since(t) - (poll_s - p0);
-    permute_rows(eout + s.roff[c] * C, ret + s.roff[c] * C, cnt, P_, El_, C, false);
+    if (m > 0)
+      be_.gather_rows(rows_of(ret, r0, r1, C), eout, s.from_expert.slice(r0, r1), static_cast<int>(m), C_);
     const auto t2 = Clock::now();
-    comb[c] = ep_.all_to_all_v(std::span<const float>(chunk(ret, s.roff, c)), std::span<const int64_t>(rc[c]),
-                               chunk(back, s.soff, c), std::span<const int64_t>(sc[c]));
+    comb[c] = all_to_all_v(ep_, be_, rows_of(ret, r0, r1, C), std::span<const int64_t>(rc[c]),
+                           rows_of(back, s.soff[c], s.soff[c + 1], C), std::span<const int64_t>(sc[c]));
     st.a2a_call_s += since(t2);
   }
   for (auto& w : comb) wait(w);
   st.a2a_call_s += poll_s;
 }
 
-float MoeMlp::forward(int sl, int N, const float* x, float* y, bool training) {
+double MoeMlp::forward(int sl, int N, const Tensor& x, const Tensor& y, bool training) {
   if (N < 1) TRIAX_THROW(ConfigError, "MoE layer {} forward: {} tokens (need >= 1)", layer_, N);
-  if (!x || !y) TRIAX_THROW(ConfigError, "MoE layer {} forward: null input or output", layer_);
+  if (!x.defined() || !y.defined()) TRIAX_THROW(ConfigError, "MoE layer {} forward: null input or output", layer_);
   if (slots_.count(sl)) TRIAX_THROW(ConfigError, "MoE layer {}: micro-batch slot {} already holds a forward pass", layer_, sl);
   const auto t0 = Clock::now();
   MoeStats st;
@@ -316,15 +347,26 @@ float MoeMlp::forward(int sl, int N, const float* x, float* y, bool training) {
   Slot& s = *sp;
   s.send_asg.clear();
   const int E = cfg_.experts, k = cfg_.top_k, K = cfg_.chunks;
-  const size_t C = static_cast<size_t>(C_), F = static_cast<size_t>(F_);
+  const int64_t C = C_, F = F_;
   s.N = N;
   s.chunks = K;
-  s.x.assign(x, x + static_cast<size_t>(N) * C);
+  const Tensor xin = x.slice(0, N * C);
+  const Tensor xs_keep = grow(s.x, static_cast<size_t>(N * C), dt_);
+  be_.copy(xs_keep, xin);
 
-  std::vector<float> logits(static_cast<size_t>(N) * E);
-  ops::linear_forward(logits.data(), x, store_.param(router_).data(), static_cast<const float*>(nullptr), N, C_, E);
-  s.R = route_tokens(logits.data(), N, E, k,
-                     cfg_.drop_tokens ? expert_capacity(N, E, k, cfg_.capacity_factor) : int64_t{-1});
+  // Router logits on the backend; the routing itself on the host: its counts drive the exchange.
+  const Tensor logits = grow(logits_, static_cast<size_t>(N) * E, dt_);
+  be_.linear_forward(logits, xin, P(router_), Tensor(), N, C_, E);
+  const int64_t cap = cfg_.drop_tokens ? expert_capacity(N, E, k, cfg_.capacity_factor) : int64_t{-1};
+  if (dt_ == DType::f64) {
+    std::vector<double> hl(static_cast<size_t>(N) * E);
+    be_.copy_to_host(hl.data(), logits, hl.size() * sizeof(double));
+    s.R = route_tokens(hl.data(), N, E, k, cap);
+  } else {
+    std::vector<float> hl(static_cast<size_t>(N) * E);
+    be_.copy_to_host(hl.data(), logits, hl.size() * sizeof(float));
+    s.R = route_tokens(hl.data(), N, E, k, cap);
+  }
   const Routing& R = s.R;
 
   // Kept assignments of each expert in slot order.
@@ -352,9 +394,16 @@ float MoeMlp::forward(int sl, int N, const float* x, float* y, bool training) {
   }
   const size_t St = s.send_asg.size();
   s.soff[K] = static_cast<int64_t>(St);
-  float* xs = scratch(send_, St * C);
-  for (size_t r = 0; r < St; ++r)
-    std::memcpy(xs + r * C, x + static_cast<size_t>(s.send_asg[r] / k) * C, C * sizeof(float));
+  std::vector<int32_t> tok(St);
+  std::vector<double> gate(St);
+  for (size_t r = 0; r < St; ++r) {
+    tok[r] = s.send_asg[r] / k;
+    gate[r] = R.gate[static_cast<size_t>(s.send_asg[r])];
+  }
+  const Tensor token_of = upload_i32(s.token_of, tok);
+  upload_real(s.gate_of, gate);
+  const Tensor xs = grow(send_, St * C, dt_);
+  if (St > 0) be_.gather_rows(xs, xin, token_of, static_cast<int>(St), C_);
 
   // Row counts for every chunk in one exchange: block r holds (chunks, El) counts for rank r.
   const size_t blk = static_cast<size_t>(K) * El_;
@@ -373,6 +422,7 @@ float MoeMlp::forward(int sl, int N, const float* x, float* y, bool training) {
   }
   s.rcount.assign(static_cast<size_t>(K) * P_ * El_, 0);
   s.roff.assign(static_cast<size_t>(K) + 1, 0);
+  std::vector<int32_t> to_e, from_e;
   for (int c = 0; c < K; ++c) {
     int64_t rows = 0;
     for (int r = 0; r < P_; ++r)
@@ -383,54 +433,47 @@ float MoeMlp::forward(int sl, int N, const float* x, float* y, bool training) {
         rows += v;
       }
     s.roff[c + 1] = s.roff[c] + rows;
+    permutation(s.rcount.data() + static_cast<size_t>(c) * P_ * El_, P_, El_, s.roff[c], to_e, from_e);
   }
   const size_t Rt = static_cast<size_t>(s.roff[K]);
-  s.xe.resize(Rt * C);
-  s.h.resize(Rt * F);
-  s.a.resize(Rt * F);
-  s.o.resize(St * C);  // every row is written by the combine
+  upload_i32(s.to_expert, to_e);
+  upload_i32(s.from_expert, from_e);
+  const Tensor xe = grow(s.xe, Rt * C, dt_);
+  const Tensor hh = grow(s.h, Rt * F, dt_);
+  const Tensor aa = grow(s.a, Rt * F, dt_);
+  const Tensor o = grow(s.o, St * C, dt_);  // every row is written by the combine
 
-  auto expert_fwd = [&](int c, const float* in, float* out, const std::function<void()>& poll) {
-    size_t off = 0;  // rows into the chunk
+  auto expert_fwd = [&](int c, const Tensor& in, const Tensor& out, const std::function<void()>& poll) {
+    int64_t off = 0;  // rows into the chunk
     for (int l = 0; l < El_; ++l) {
       int64_t M = 0;
       for (int r = 0; r < P_; ++r) M += s.rcount[(static_cast<size_t>(c) * P_ + r) * El_ + l];
       if (M == 0) continue;
       const Expert& X = experts_[static_cast<size_t>(l)];
-      const size_t row = static_cast<size_t>(s.roff[c]) + off;
-      float* h = s.h.data() + row * F;
-      float* a = s.a.data() + row * F;
-      const int m = static_cast<int>(M);
-      for (int r = 0; r < m; r += kPollRows) {
-        const int b = std::min(kPollRows, m - r);
-        ops::linear_forward(h + r * F, in + (off + r) * C, store_.param(X.fcw).data(), store_.param(X.fcb).data(), b,
-                            C_, F_);
+      const int64_t row = s.roff[c] + off;
+      for (int64_t r = 0; r < M; r += kPollRows) {
+        const int64_t b = std::min<int64_t>(kPollRows, M - r);
+        be_.linear_forward(rows_of(hh, row + r, row + r + b, F), rows_of(in, row + r, row + r + b, C), P(X.fcw),
+                           P(X.fcb), static_cast<int>(b), C_, F_);
         poll();
       }
-      ops::gelu_forward(a, h, M * F_);
-      for (int r = 0; r < m; r += kPollRows) {
-        const int b = std::min(kPollRows, m - r);
-        ops::linear_forward(out + (off + r) * C, a + r * F, store_.param(X.pw).data(), store_.param(X.pb).data(), b,
-                            F_, C_);
+      be_.gelu_forward(rows_of(aa, row, row + M, F), rows_of(hh, row, row + M, F));
+      for (int64_t r = 0; r < M; r += kPollRows) {
+        const int64_t b = std::min<int64_t>(kPollRows, M - r);
+        be_.linear_forward(rows_of(out, row + r, row + r + b, C), rows_of(aa, row + r, row + r + b, F), P(X.pw),
+                           P(X.pb), static_cast<int>(b), F_, C_);
         poll();
       }
-      off += static_cast<size_t>(M);
+      off += M;
     }
   };
-  exchange(s, xs, s.o.data(), s.xe.data(), expert_fwd, st);
+  exchange(s, xs, o, xe, expert_fwd, st);
 
-  // Combine: weighted sum of each token's kept expert outputs, in choice order.
-  std::fill(y, y + static_cast<size_t>(N) * C, 0.0f);
-  for (int n = 0; n < N; ++n) {
-    float* yr = y + static_cast<size_t>(n) * C;
-    for (int j = 0; j < k; ++j) {
-      const size_t a = static_cast<size_t>(n) * k + j;
-      if (s.pos[a] < 0) continue;
-      const float g = R.gate[a];
-      const float* o = s.o.data() + static_cast<size_t>(s.pos[a]) * C;
-      for (size_t i = 0; i < C; ++i) yr[i] += g * o[i];
-    }
-  }
+  // Combine: weighted sum of each token's kept expert outputs (at most two terms per token, so
+  // the order of the sum does not change its bits).
+  const Tensor yv = y.slice(0, N * C);
+  be_.fill(yv, 0.0);
+  if (St > 0) be_.scatter_add_rows(yv, o, token_of, s.gate_of.slice(0, static_cast<int64_t>(St)), static_cast<int>(St), C_);
 
   st.tokens = N;
   st.assignments = static_cast<int64_t>(N) * k;
@@ -442,7 +485,7 @@ float MoeMlp::forward(int sl, int N, const float* x, float* y, bool training) {
   st.total_s = since(t0);
   fwd_stats_ = st;
   last_routing_ = R;
-  const float aux = R.aux_loss;
+  const double aux = R.aux_loss;
   if (training)
     slots_[sl] = std::move(sp);
   else
@@ -450,62 +493,61 @@ float MoeMlp::forward(int sl, int N, const float* x, float* y, bool training) {
   return aux;
 }
 
-void MoeMlp::backward(int sl, const float* dy, float* dx, float dloss) {
+void MoeMlp::backward(int sl, const Tensor& dy, const Tensor& dx, float dloss) {
   auto it = slots_.find(sl);
   if (it == slots_.end())
     TRIAX_THROW(ConfigError, "MoE layer {}: backward of micro-batch slot {} that has no forward activations", layer_, sl);
-  if (!dy || !dx) TRIAX_THROW(ConfigError, "MoE layer {} backward: null gradient pointer", layer_);
+  if (!dy.defined() || !dx.defined()) TRIAX_THROW(ConfigError, "MoE layer {} backward: null gradient pointer", layer_);
   if (!std::isfinite(dloss)) TRIAX_THROW(ConfigError, "MoE layer {} backward: dloss = {} is not finite", layer_, dloss);
   const auto t0 = Clock::now();
   MoeStats st;
   Slot& s = *it->second;
   const Routing& R = s.R;
   const int N = s.N, E = cfg_.experts, k = cfg_.top_k, K = s.chunks;
-  const size_t C = static_cast<size_t>(C_), F = static_cast<size_t>(F_);
+  const int64_t C = C_, F = F_;
   const size_t St = s.send_asg.size(), Rt = static_cast<size_t>(s.roff[K]);
+  const Tensor dyv = dy.slice(0, N * C), dxv = dx.slice(0, N * C);
 
   // d gate = dy . expert output; the expert output's gradient is gate * dy.
-  std::vector<float> dgate(R.slot.size(), 0.0f);
-  float* ds = scratch(send_, St * C);
-  float* dxs = scratch(back_, St * C);
-  float* de = scratch(ein_, Rt * C);
-  for (size_t r = 0; r < St; ++r) {
-    const int32_t a = s.send_asg[r];
-    const float* d = dy + static_cast<size_t>(a / k) * C;
-    const float* o = s.o.data() + r * C;
-    double dot = 0;
-    for (size_t i = 0; i < C; ++i) dot += static_cast<double>(d[i]) * o[i];
-    dgate[static_cast<size_t>(a)] = static_cast<float>(dot);
-    const float g = R.gate[static_cast<size_t>(a)];
-    float* out = ds + r * C;
-    for (size_t i = 0; i < C; ++i) out[i] = g * d[i];
+  std::vector<double> dgate(R.slot.size(), 0.0);
+  const Tensor dys = grow(ein_, St * C, dt_);  // dy of each send row (reused below as de)
+  const Tensor ds = grow(send_, St * C, dt_);
+  const Tensor dxs = grow(back_, St * C, dt_);
+  if (St > 0) {
+    const Tensor token_of = s.token_of.slice(0, static_cast<int64_t>(St));
+    be_.gather_rows(dys, dyv, token_of, static_cast<int>(St), C_);
+    const Tensor dots = grow(dots_, St, DType::f64);
+    be_.row_dots(dots, dys, s.o.slice(0, static_cast<int64_t>(St) * C), static_cast<int>(St), C_);
+    std::vector<double> hd(St);
+    be_.copy_to_host(hd.data(), dots, St * sizeof(double));
+    for (size_t r = 0; r < St; ++r) dgate[static_cast<size_t>(s.send_asg[r])] = hd[r];
+    be_.scale_rows(ds, dys, s.gate_of.slice(0, static_cast<int64_t>(St)), static_cast<int>(St), C_);
   }
+  const Tensor de = grow(ein2_, Rt * C, dt_);
 
-  auto expert_bwd = [&](int c, const float* in, float* out, const std::function<void()>& poll) {
-    size_t off = 0;
-    std::vector<float> da;
+  auto expert_bwd = [&](int c, const Tensor& in, const Tensor& out, const std::function<void()>& poll) {
+    int64_t off = 0;
     for (int l = 0; l < El_; ++l) {
       int64_t M = 0;
       for (int r = 0; r < P_; ++r) M += s.rcount[(static_cast<size_t>(c) * P_ + r) * El_ + l];
       if (M == 0) continue;
       const Expert& X = experts_[static_cast<size_t>(l)];
-      const size_t row = static_cast<size_t>(s.roff[c]) + off;
-      const int m = static_cast<int>(M);
-      da.resize(static_cast<size_t>(M) * F);
-      for (int r = 0; r < m; r += kPollRows) {
-        const int b = std::min(kPollRows, m - r);
-        ops::linear_backward(da.data() + r * F, store_.grad(X.pw).data(), store_.grad(X.pb).data(),
-                             in + (off + r) * C, s.a.data() + (row + r) * F, store_.param(X.pw).data(), b, F_, C_);
+      const int64_t row = s.roff[c] + off;
+      const Tensor da = grow(da_, static_cast<size_t>(M * F), dt_);
+      for (int64_t r = 0; r < M; r += kPollRows) {
+        const int64_t b = std::min<int64_t>(kPollRows, M - r);
+        be_.linear_backward(rows_of(da, r, r + b, F), G(X.pw), G(X.pb), rows_of(in, row + r, row + r + b, C),
+                            rows_of(s.a, row + r, row + r + b, F), P(X.pw), static_cast<int>(b), F_, C_);
         poll();
       }
-      ops::gelu_backward(da.data(), s.h.data() + row * F, da.data(), M * F_);
-      for (int r = 0; r < m; r += kPollRows) {
-        const int b = std::min(kPollRows, m - r);
-        ops::linear_backward(out + (off + r) * C, store_.grad(X.fcw).data(), store_.grad(X.fcb).data(),
-                             da.data() + r * F, s.xe.data() + (row + r) * C, store_.param(X.fcw).data(), b, C_, F_);
+      be_.gelu_backward(da, rows_of(s.h, row, row + M, F), da);
+      for (int64_t r = 0; r < M; r += kPollRows) {
+        const int64_t b = std::min<int64_t>(kPollRows, M - r);
+        be_.linear_backward(rows_of(out, row + r, row + r + b, C), G(X.fcw), G(X.fcb), rows_of(da, r, r + b, F),
+                            rows_of(s.xe, row + r, row + r + b, C), P(X.fcw), static_cast<int>(b), C_, F_);
         poll();
       }
-      off += static_cast<size_t>(M);
+      off += M;
     }
   };
   exchange(s, ds, dxs, de, expert_bwd, st);
@@ -516,8 +558,9 @@ void MoeMlp::backward(int sl, const float* dy, float* dx, float dloss) {
     ready(experts_[l].fcw);
   }
 
-  // Router: d probs from the gates and from the aux loss, then softmax backward.
-  std::vector<float> dlogit(static_cast<size_t>(N) * E, 0.0f);
+  // Router (host: the routing lives there): d probs from the gates and from the aux loss, then
+  // softmax backward; the GEMMs on the backend.
+  std::vector<double> dlogit(static_cast<size_t>(N) * E, 0.0);
   const double daux = static_cast<double>(cfg_.aux_loss_coef) * dloss;
   std::vector<double> aux_dp(static_cast<size_t>(E));  // d aux / d probs[n, e] = E f_e / N
   for (int e = 0; e < E; ++e)
@@ -525,7 +568,7 @@ void MoeMlp::backward(int sl, const float* dy, float* dx, float dloss) {
         daux * E * (static_cast<double>(R.load[static_cast<size_t>(e)]) / (static_cast<double>(N) * k)) / N;
   std::vector<double> dp(static_cast<size_t>(E));
   for (int n = 0; n < N; ++n) {
-    const float* p = R.probs.data() + static_cast<size_t>(n) * E;
+    const double* p = R.probs.data() + static_cast<size_t>(n) * E;
     for (int e = 0; e < E; ++e) dp[static_cast<size_t>(e)] = aux_dp[static_cast<size_t>(e)];
     const size_t a0 = static_cast<size_t>(n) * k;
     if (k == 1) {
@@ -535,28 +578,20 @@ void MoeMlp::backward(int sl, const float* dy, float* dx, float dloss) {
       double S = 0, sg = 0;
       for (int j = 0; j < k; ++j) {
         S += p[R.expert[a0 + j]];
-        sg += static_cast<double>(dgate[a0 + j]) * R.gate[a0 + j];
+        sg += dgate[a0 + j] * R.gate[a0 + j];
       }
       for (int j = 0; j < k; ++j) dp[static_cast<size_t>(R.expert[a0 + j])] += (dgate[a0 + j] - sg) / S;
     }
     double dot = 0;
     for (int e = 0; e < E; ++e) dot += p[e] * dp[static_cast<size_t>(e)];
-    float* dl = dlogit.data() + static_cast<size_t>(n) * E;
-    for (int e = 0; e < E; ++e) dl[e] = static_cast<float>(p[e] * (dp[static_cast<size_t>(e)] - dot));
+    double* dl = dlogit.data() + static_cast<size_t>(n) * E;
+    for (int e = 0; e < E; ++e) dl[e] = p[e] * (dp[static_cast<size_t>(e)] - dot);
   }
-  ops::linear_backward(dx, store_.grad(router_).data(), static_cast<float*>(nullptr), dlogit.data(), s.x.data(),
-                       store_.param(router_).data(), N, C_, E);
+  const Tensor dlt = upload_real(dlogit_, dlogit);
+  be_.linear_backward(dxv, G(router_), Tensor(), dlt, s.x.slice(0, N * C), P(router_), N, C_, E);
   ready(router_);
-  // The expert paths' input gradients, in choice order.
-  for (int n = 0; n < N; ++n) {
-    float* dr = dx + static_cast<size_t>(n) * C;
-    for (int j = 0; j < k; ++j) {
-      const int64_t p = s.pos[static_cast<size_t>(n) * k + j];
-      if (p < 0) continue;
-      const float* g = dxs + static_cast<size_t>(p) * C;
-      for (size_t i = 0; i < C; ++i) dr[i] += g[i];
-    }
-  }
+  // The expert paths' input gradients.
+  if (St > 0) be_.scatter_add_rows(dxv, dxs, s.token_of.slice(0, static_cast<int64_t>(St)), Tensor(), static_cast<int>(St), C_);
   st.tokens = N;
   st.assignments = static_cast<int64_t>(N) * k;
   st.dropped = R.dropped;
@@ -567,6 +602,43 @@ void MoeMlp::backward(int sl, const float* dy, float* dx, float dloss) {
   st.total_s = since(t0);
   bwd_stats_ = st;
   release(sl);
+}
+
+// Host-memory convenience for tests and tools: copies through the backend.
+double MoeMlp::forward(int sl, int N, const float* x, float* y, bool training) {
+  if (N < 1) TRIAX_THROW(ConfigError, "MoE layer {} forward: {} tokens (need >= 1)", layer_, N);
+  if (!x || !y) TRIAX_THROW(ConfigError, "MoE layer {} forward: null input or output", layer_);
+  if (dt_ != DType::f32) TRIAX_THROW(ConfigError, "MoE host forward needs a float32 store");
+  const size_t n = static_cast<size_t>(N) * C_;
+  Tensor xt = be_.empty(Shape{static_cast<int64_t>(n)}, DType::f32), yt = be_.empty(Shape{static_cast<int64_t>(n)}, DType::f32);
+  be_.copy_from_host(xt, x, n * sizeof(float));
+  const double aux = forward(sl, N, xt, yt, training);
+  be_.copy_to_host(y, yt, n * sizeof(float));
+  return aux;
+}
+
+void MoeMlp::backward(int sl, const float* dy, float* dx, float dloss) {
+  if (!dy || !dx) TRIAX_THROW(ConfigError, "MoE layer {} backward: null gradient pointer", layer_);
+  auto it = slots_.find(sl);
+  if (it == slots_.end())
+    TRIAX_THROW(ConfigError, "MoE layer {}: backward of micro-batch slot {} that has no forward activations", layer_, sl);
+  const size_t n = static_cast<size_t>(it->second->N) * C_;
+  Tensor dyt = be_.empty(Shape{static_cast<int64_t>(n)}, DType::f32), dxt = be_.empty(Shape{static_cast<int64_t>(n)}, DType::f32);
+  be_.copy_from_host(dyt, dy, n * sizeof(float));
+  backward(sl, dyt, dxt, dloss);
+  be_.copy_to_host(dx, dxt, n * sizeof(float));
+}
+
+const Tensor& MoeMlp::P(size_t i) {
+  auto it = pview_.find(i);
+  if (it == pview_.end()) it = pview_.emplace(i, store_.param_t(i)).first;
+  return it->second;
+}
+
+const Tensor& MoeMlp::G(size_t i) {
+  auto it = gview_.find(i);
+  if (it == gview_.end()) it = gview_.emplace(i, store_.grad_t(i)).first;
+  return it->second;
 }
 
 }  // namespace triax

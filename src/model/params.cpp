@@ -22,11 +22,89 @@ size_t ParamStore::add(ParamSpec spec, std::vector<int64_t> local_shape) {
 void ParamStore::finalize(size_t pad_to) {
   if (finalized_) TRIAX_THROW(ConfigError, "ParamStore::finalize called twice");
   if (pad_to == 0) pad_to = 1;
-  const size_t total = (used_ + pad_to - 1) / pad_to * pad_to;
-  params_.assign(total, 0.0f);
-  grads_.assign(total, 0.0f);
+  padded_ = (used_ + pad_to - 1) / pad_to * pad_to;
+  const auto n = static_cast<int64_t>(padded_);
+  params_ = be_->zeros(Shape{n}, dtype_);
+  grads_ = be_->zeros(Shape{n}, dtype_);
   finalized_ = true;
 }
+
+ParamStore::ParamStore(Backend& be) : be_(&be) {
+  dtype_ = be.compute_dtype() == DType::f64 ? DType::f64 : DType::f32;
+}
+
+ParamStore::ParamStore() : own_(make_cpu_backend()), be_(own_.get()) {}
+
+ParamStore::~ParamStore() = default;
+
+namespace {
+void need_final(bool f, const char* what) {
+  if (!f) TRIAX_THROW(ConfigError, "ParamStore::{} before finalize()", what);
+}
+}  // namespace
+
+Tensor ParamStore::param_t(size_t i) const {
+  need_final(finalized_, "param_t");
+  const auto& p = infos_.at(i);
+  return params_.slice(static_cast<int64_t>(p.offset), static_cast<int64_t>(p.offset + p.numel));
+}
+
+Tensor ParamStore::grad_t(size_t i) const {
+  need_final(finalized_, "grad_t");
+  const auto& p = infos_.at(i);
+  return grads_.slice(static_cast<int64_t>(p.offset), static_cast<int64_t>(p.offset + p.numel));
+}
+
+Tensor ParamStore::grads_range(size_t begin, size_t end) const {
+  need_final(finalized_, "grads_range");
+  if (begin >= end || end > padded_)
+    TRIAX_THROW(ConfigError, "gradient range [{}, {}) outside the store's {} elements", begin, end, padded_);
+  return grads_.slice(static_cast<int64_t>(begin), static_cast<int64_t>(end));
+}
+
+std::vector<float> ParamStore::param_to_host(size_t i) {
+  const Tensor t = param_t(i);
+  std::vector<float> out(static_cast<size_t>(t.numel()));
+  if (dtype_ == DType::f32) {
+    be_->copy_to_host(out.data(), t, out.size() * sizeof(float));
+  } else {
+    std::vector<double> d(out.size());
+    be_->copy_to_host(d.data(), t, d.size() * sizeof(double));
+    for (size_t k = 0; k < d.size(); ++k) out[k] = static_cast<float>(d[k]);
+  }
+  return out;
+}
+
+void ParamStore::param_from_host(size_t i, std::span<const float> values) {
+  const Tensor t = param_t(i);
+  if (values.size() != static_cast<size_t>(t.numel()))
+    TRIAX_THROW(ConfigError, "parameter '{}' holds {} elements here, {} given", infos_.at(i).spec.name, t.numel(),
+                values.size());
+  if (dtype_ == DType::f32) {
+    be_->copy_from_host(t, values.data(), values.size_bytes());
+  } else {
+    std::vector<double> d(values.begin(), values.end());
+    be_->copy_from_host(t, d.data(), d.size() * sizeof(double));
+  }
+}
+
+std::span<float> ParamStore::host_span(const Tensor& t, size_t off, size_t n) const {
+  need_final(finalized_, "host view");
+  if (!be_->host_accessible() || dtype_ != DType::f32)
+    TRIAX_THROW(ConfigError, "ParamStore host views need a host-accessible float32 backend, not '{}' ({}): use "
+                "param_to_host / param_from_host", be_->name(), dtype_name(dtype_));
+  return std::span<float>(t.data<float>() + off, n);
+}
+
+std::span<float> ParamStore::param(size_t i) { return host_span(params_, infos_.at(i).offset, infos_.at(i).numel); }
+std::span<float> ParamStore::grad(size_t i) { return host_span(grads_, infos_.at(i).offset, infos_.at(i).numel); }
+std::span<const float> ParamStore::param(size_t i) const {
+  return host_span(params_, infos_.at(i).offset, infos_.at(i).numel);
+}
+std::span<float> ParamStore::flat_params() { return host_span(params_, 0, padded_); }
+std::span<float> ParamStore::flat_grads() { return host_span(grads_, 0, padded_); }
+std::span<const float> ParamStore::flat_params() const { return host_span(params_, 0, padded_); }
+std::span<const float> ParamStore::flat_grads() const { return host_span(grads_, 0, padded_); }
 
 size_t ParamStore::find(const std::string& name) const {
   for (size_t i = 0; i < infos_.size(); ++i)
@@ -34,6 +112,8 @@ size_t ParamStore::find(const std::string& name) const {
   TRIAX_THROW(ConfigError, "no parameter named '{}' in this stage", name);
 }
 
-void ParamStore::zero_grads() { std::fill(grads_.begin(), grads_.end(), 0.0f); }
+void ParamStore::zero_grads() {
+  if (finalized_) be_->fill(grads_, 0.0);
+}
 
 }  // namespace triax

@@ -4,6 +4,8 @@
 // predecessors, never the other way round.
 #include "triax/optim/grad_buffer.h"
 
+#include "triax/backend/comm_ops.h"
+
 #include <algorithm>
 #include <limits>
 
@@ -99,7 +101,7 @@ std::vector<ShardSegment> plan_shard_segments(std::vector<GradBucket>& buckets, 
 // ---- GradBuffer ----
 GradBuffer::GradBuffer(ParamStore& store, Communicator& dp, GradBufferOptions opts)
     : store_(store), dp_(dp), opts_(std::move(opts)) {
-  if (store_.size() > 0 && store_.flat_grads().size() < store_.numel())
+  if (store_.size() > 0 && !store_.finalized())
     TRIAX_THROW(ConfigError, "GradBuffer: the ParamStore ({} parameters) is not finalized; call finalize() first",
                 store_.size());
   if (opts_.op != ReduceOp::avg && opts_.op != ReduceOp::sum)
@@ -137,7 +139,7 @@ GradBuffer::GradBuffer(ParamStore& store, Communicator& dp, GradBufferOptions op
                                tied_active_ ? opts_.tied_param : std::nullopt, experts_split_);
   if (rs) {
     segments_ = plan_shard_segments(buckets_, store_.infos(), dp_.size(), dp_.rank());
-    shard_grads_.assign(store_.padded_numel() / align, 0.0f);
+    shard_grads_ = store_.backend().zeros(Shape{static_cast<int64_t>(store_.padded_numel() / align)}, store_.dtype());
   }
   buckets_of_param_.resize(store_.size());
   for (size_t b = 0; b < buckets_.size(); ++b)
@@ -161,6 +163,14 @@ GradBuffer::~GradBuffer() {
     }
   }
 }
+
+std::span<float> GradBuffer::shard_grads() {
+  if (!shard_grads_.defined()) return {};
+  if (!store_.backend().host_accessible())
+    TRIAX_THROW(ConfigError, "GradBuffer::shard_grads: backend '{}' is not host-accessible", store_.backend().name());
+  return std::span<float>(shard_grads_.data<float>(), shard_size());
+}
+std::span<const float> GradBuffer::shard_grads() const { return const_cast<GradBuffer*>(this)->shard_grads(); }
 
 size_t GradBuffer::piece_size(size_t b) const { return buckets_.at(b).size() / static_cast<size_t>(dp_.size()); }
 size_t GradBuffer::piece_begin(size_t b) const {
@@ -206,24 +216,26 @@ void GradBuffer::mark_ready(size_t p) {
 void GradBuffer::start_tied(size_t b) {
   auto& s = state_[b];
   if (s.tied_started) return;
-  s.tied_work = opts_.embedding->all_reduce(store_.grad(*opts_.tied_param), ReduceOp::sum);
+  s.tied_work = all_reduce(*opts_.embedding, store_.backend(), store_.grad_t(*opts_.tied_param), ReduceOp::sum);
   s.tied_started = true;
 }
 
 void GradBuffer::start_bucket(size_t b, bool in_finish) {
   const auto& bk = buckets_[b];
-  auto g = store_.flat_grads().subspan(bk.begin, bk.size());
+  Backend& be = store_.backend();
+  const Tensor g = store_.grads_range(bk.begin, bk.end);
   auto& s = state_[b];
   if (opts_.sync == GradSync::all_reduce) {
     if (bk.expert && experts_split_ && opts_.op == ReduceOp::avg) {
       // avg over expert_dp of (g * edp / dp) = sum over expert_dp / dp (see GradBufferOptions).
       const float f = static_cast<float>(opts_.expert_dp->size()) / static_cast<float>(dp_.size());
-      for (auto& v : g) v *= f;
+      be.scale(g, f);
     }
-    s.work = comm_of(b).all_reduce(g, opts_.op);
+    s.work = all_reduce(comm_of(b), be, g, opts_.op);
   } else {
-    auto out = std::span<float>(shard_grads_).subspan(bk.shard_offset, piece_size(b));
-    s.work = dp_.reduce_scatter(std::span<const float>(g), out, opts_.op);
+    const auto off = static_cast<int64_t>(bk.shard_offset);
+    const Tensor out = shard_grads_.slice(off, off + static_cast<int64_t>(piece_size(b)));
+    s.work = reduce_scatter(dp_, be, g, out, opts_.op);
   }
   s.started = true;
   timings_[b].start_s = now_s();
@@ -310,7 +322,7 @@ void all_reduce_tied_embedding(ParamStore& store, size_t param_index, Communicat
     TRIAX_THROW(ConfigError, "all_reduce_tied_embedding: parameter index {} out of range ({} parameters)",
                 param_index, store.size());
   if (!embedding || embedding->size() == 1) return;
-  embedding->all_reduce(store.grad(param_index), ReduceOp::sum).wait();
+  all_reduce(*embedding, store.backend(), store.grad_t(param_index), ReduceOp::sum).wait();
 }
 
 }  // namespace triax

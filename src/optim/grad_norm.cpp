@@ -4,38 +4,45 @@
 #include <cmath>
 
 namespace triax {
-namespace {
-double sumsq(std::span<const float> x) {
-  double s = 0.0;
-#pragma omp simd reduction(+ : s)
-  for (size_t i = 0; i < x.size(); ++i) s += static_cast<double>(x[i]) * static_cast<double>(x[i]);
-  return s;
-}
 
+namespace {
 // Copies that another rank owns are not counted, but a NaN/inf in them still is: the copies
 // should be equal, and when they are not, skipping on every rank beats diverging replicas.
 double owned_plus_nonfinite(double owned, double others) { return std::isfinite(others) ? owned : owned + others; }
 
+// acc (f64, n) on the store's backend, zeroed: per-class sums of squares gathered there and read
+// back once.
+Tensor accumulators(Backend& be, int n) { return be.zeros(Shape{n}, DType::f64); }
+std::vector<double> read(Backend& be, const Tensor& acc) {
+  std::vector<double> h(static_cast<size_t>(acc.numel()));
+  be.copy_to_host(h.data(), acc, h.size() * sizeof(double));
+  return h;
+}
 }  // namespace
 
-double local_grad_sumsq(const ParamStore& store) {
-  double owned = 0.0, others = 0.0;
-  const auto g = store.flat_grads();
-  for (const auto& p : store.infos()) (p.spec.norm_owner ? owned : others) += sumsq(g.subspan(p.offset, p.numel));
-  return owned_plus_nonfinite(owned, others);
+double local_grad_sumsq(ParamStore& store) {
+  Backend& be = store.backend();
+  const Tensor acc = accumulators(be, 2);
+  for (size_t i = 0; i < store.size(); ++i) be.sum_squares_into(acc, store.info(i).spec.norm_owner ? 0 : 1, store.grad_t(i));
+  const auto h = read(be, acc);
+  return owned_plus_nonfinite(h[0], h[1]);
 }
 
-double local_grad_sumsq(const ParamStore& store, const GradBuffer& zero) {
+double local_grad_sumsq(ParamStore& store, const GradBuffer& zero) {
   if (zero.options().sync != GradSync::reduce_scatter)
     TRIAX_THROW(ConfigError, "local_grad_sumsq: the GradBuffer does not reduce-scatter (not ZeRO-1)");
-  double owned = 0.0, others = 0.0;
-  const auto g = zero.shard_grads();
-  for (const auto& seg : zero.shard_segments())
-    (store.info(seg.param).spec.norm_owner ? owned : others) += sumsq(g.subspan(seg.shard_offset, seg.count));
-  return owned_plus_nonfinite(owned, others);
+  Backend& be = store.backend();
+  const Tensor acc = accumulators(be, 2);
+  const Tensor& g = zero.shard_grads_t();
+  for (const auto& seg : zero.shard_segments()) {
+    const auto o = static_cast<int64_t>(seg.shard_offset);
+    be.sum_squares_into(acc, store.info(seg.param).spec.norm_owner ? 0 : 1, g.slice(o, o + static_cast<int64_t>(seg.count)));
+  }
+  const auto h = read(be, acc);
+  return owned_plus_nonfinite(h[0], h[1]);
 }
 
-double global_grad_norm(const ParamStore& store, ProcessGrid& grid, const GradBuffer* zero) {
+double global_grad_norm(ParamStore& store, ProcessGrid& grid, const GradBuffer* zero) {
   double mine;
   if (zero) {
     mine = local_grad_sumsq(store, *zero);
@@ -43,15 +50,16 @@ double global_grad_norm(const ParamStore& store, ProcessGrid& grid, const GradBu
     // Dense parameters: DP replicas agree, DP rank 0 counts them. MoE experts: the ranks of one
     // expert-data-parallel group agree, and the EP groups hold different experts, so the first
     // EP group (expert_dp rank 0) counts them. With ep = 1 both are DP rank 0.
-    double dense_owned = 0.0, dense_others = 0.0, expert_owned = 0.0, expert_others = 0.0;
-    const auto g = store.flat_grads();
-    for (const auto& p : store.infos()) {
-      const double v = sumsq(g.subspan(p.offset, p.numel));
-      if (p.spec.expert) (p.spec.norm_owner ? expert_owned : expert_others) += v;
-      else (p.spec.norm_owner ? dense_owned : dense_others) += v;
+    // Slots: 0 dense owned, 1 dense others, 2 expert owned, 3 expert others.
+    Backend& be = store.backend();
+    const Tensor acc = accumulators(be, 4);
+    for (size_t i = 0; i < store.size(); ++i) {
+      const auto& sp = store.info(i).spec;
+      be.sum_squares_into(acc, (sp.expert ? 2 : 0) + (sp.norm_owner ? 0 : 1), store.grad_t(i));
     }
-    const double d = owned_plus_nonfinite(dense_owned, dense_others);
-    const double e = owned_plus_nonfinite(expert_owned, expert_others);
+    const auto h = read(be, acc);
+    const double d = owned_plus_nonfinite(h[0], h[1]);
+    const double e = owned_plus_nonfinite(h[2], h[3]);
     mine = (grid.coord().dp == 0 || !std::isfinite(d) ? d : 0.0) +
            (grid.expert_dp().rank() == 0 || !std::isfinite(e) ? e : 0.0);
   }
@@ -70,8 +78,7 @@ double clip_grad_norm(ParamStore& store, ProcessGrid& grid, double max_norm, Gra
   if (!std::isfinite(norm)) return norm;
   const float c = static_cast<float>(clip_coefficient(norm, max_norm));
   if (c == 1.0f) return norm;
-  auto g = zero ? zero->shard_grads() : store.flat_grads();
-  for (auto& x : g) x *= c;
+  store.backend().scale(zero ? zero->shard_grads_t() : store.grads_t(), c);
   return norm;
 }
 

@@ -24,8 +24,9 @@ Optimizer::Optimizer(ParamStore& store, ProcessGrid& grid, const OptimizerConfig
   cfg_.grad_sync = grads_.options();
   ranges_ = cfg_.zero1 ? update_ranges(store_, grads_) : update_ranges(store_);
   const size_t state = cfg_.zero1 ? grads_.shard_size() : store_.padded_numel();
-  m_.assign(state, 0.0f);
-  v_.assign(state, 0.0f);
+  Backend& be = store_.backend();
+  m_ = be.zeros(Shape{static_cast<int64_t>(state)}, DType::f32);
+  v_ = be.zeros(Shape{static_cast<int64_t>(state)}, DType::f32);
 }
 
 void Optimizer::set_step_counts(int64_t applied, int64_t skipped) {
@@ -52,13 +53,15 @@ StepReport Optimizer::step(double lr) {
   rep.clip_coef = clip_coefficient(rep.grad_norm, cfg_.max_grad_norm);
   ++applied_;
   const AdamWStep s{static_cast<float>(lr), applied_, static_cast<float>(rep.clip_coef)};
-  auto params = store_.flat_params();
-  std::span<const float> grads = cfg_.zero1 ? std::span<const float>(grads_.shard_grads()) : store_.flat_grads();
-  std::span<float> m(m_), v(v_);
+  Backend& be = store_.backend();
+  const Tensor params = store_.params_t();
+  const Tensor grads = cfg_.zero1 ? grads_.shard_grads_t() : store_.grads_t();
+  auto at = [](const Tensor& t, size_t off, size_t n) {
+    return t.slice(static_cast<int64_t>(off), static_cast<int64_t>(off + n));
+  };
   for (const auto& r : ranges_)
-    adamw_update(params.subspan(r.flat_offset, r.count), grads.subspan(r.state_offset, r.count),
-                 m.subspan(r.state_offset, r.count), v.subspan(r.state_offset, r.count), cfg_.adamw,
-                 r.decay ? cfg_.adamw.weight_decay : 0.0f, s);
+    be.adamw(at(params, r.flat_offset, r.count), at(grads, r.state_offset, r.count), at(m_, r.state_offset, r.count),
+             at(v_, r.state_offset, r.count), cfg_.adamw, r.decay ? cfg_.adamw.weight_decay : 0.0f, s);
   rep.update_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (cfg_.zero1) rep.gather_s = zero_all_gather_params(grads_, staging_);
   rep.applied_steps = applied_;

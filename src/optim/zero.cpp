@@ -1,6 +1,8 @@
 // ZeRO-1 update ranges and the parameter all-gather.
 #include "triax/optim/zero.h"
 
+#include "triax/backend/comm_ops.h"
+
 #include <algorithm>
 #include <chrono>
 
@@ -33,22 +35,27 @@ std::vector<UpdateRange> update_ranges(const ParamStore& store, const GradBuffer
   return out;
 }
 
-double zero_all_gather_params(GradBuffer& zero, std::vector<float>& staging) {
+double zero_all_gather_params(GradBuffer& zero, Tensor& staging) {
   if (zero.options().sync != GradSync::reduce_scatter)
     TRIAX_THROW(ConfigError, "zero_all_gather_params: the GradBuffer does not reduce-scatter (not ZeRO-1)");
   const auto t0 = std::chrono::steady_clock::now();
-  auto params = zero.store().flat_params();
-  staging.resize(zero.shard_size());
+  ParamStore& store = zero.store();
+  Backend& be = store.backend();
+  const Tensor params = store.params_t();
+  if (!staging.defined() || static_cast<size_t>(staging.numel()) != zero.shard_size())
+    staging = be.empty(Shape{static_cast<int64_t>(zero.shard_size())}, store.dtype());
+  auto at = [](const Tensor& t, size_t off, size_t n) {
+    return t.slice(static_cast<int64_t>(off), static_cast<int64_t>(off + n));
+  };
   std::vector<Work> works;
   works.reserve(zero.num_buckets());
   for (size_t b = 0; b < zero.num_buckets(); ++b) {
     const auto& bk = zero.bucket(b);
     const size_t n = zero.piece_size(b);
     // The collective's input may not alias its output, so this rank's piece goes via staging.
-    auto mine = std::span<float>(staging).subspan(bk.shard_offset, n);
-    const auto src = params.subspan(zero.piece_begin(b), n);
-    std::copy(src.begin(), src.end(), mine.begin());
-    works.push_back(zero.dp().all_gather(std::span<const float>(mine), params.subspan(bk.begin, bk.size())));
+    const Tensor mine = at(staging, bk.shard_offset, n);
+    be.copy(mine, at(params, zero.piece_begin(b), n));
+    works.push_back(all_gather(zero.dp(), be, mine, at(params, bk.begin, bk.size())));
   }
   wait_all(works);
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

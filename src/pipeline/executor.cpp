@@ -7,6 +7,8 @@
 #include <chrono>
 #include <ctime>
 
+#include "triax/backend/comm_ops.h"
+
 namespace triax {
 namespace {
 using Clock = std::chrono::steady_clock;
@@ -25,10 +27,13 @@ struct Key {
 };
 }  // namespace
 
-PipelineExecutor::PipelineExecutor(std::vector<GptChunk*> chunks, Communicator& pp, int micro_batch, int seq,
+PipelineExecutor::PipelineExecutor(std::vector<Stage*> chunks, Communicator& pp, int micro_batch, int seq,
                                    int hidden)
     : chunks_(std::move(chunks)), pp_(pp), B_(micro_batch), T_(seq), C_(hidden) {
   if (chunks_.empty()) TRIAX_THROW(ConfigError, "a pipeline stage needs at least one model chunk");
+  for (auto* c : chunks_)
+    if (&c->backend() != &chunks_.front()->backend())
+      TRIAX_THROW(ConfigError, "the chunks of one pipeline stage must share one backend");
 }
 
 StepResult PipelineExecutor::run(const Schedule& sch, const MicroBatchFn& data, GradBuffer* grads, float dloss,
@@ -52,6 +57,13 @@ StepResult PipelineExecutor::run(const Schedule& sch, const MicroBatchFn& data, 
     if (in.op == PipeOp::backward || in.op == PipeOp::backward_weight) last_w[static_cast<size_t>(in.chunk)] = static_cast<int>(i);
   }
   bool armed = false;
+  // The hook captures locals of this call: cleared on every way out (an exception included).
+  struct HookGuard {
+    std::vector<Stage*>& chunks;
+    ~HookGuard() {
+      for (auto* c : chunks) c->set_grad_ready_hook(nullptr);
+    }
+  } hook_guard{chunks_};
   for (auto* c : chunks_)
     c->set_grad_ready_hook([&armed, grads](size_t idx) {
       if (!armed || !grads) return;
@@ -62,9 +74,17 @@ StepResult PipelineExecutor::run(const Schedule& sch, const MicroBatchFn& data, 
       grads->progress();
     });
 
-  std::map<Key, std::vector<float>> act_in, act_out, grad_in, grad_out;
+  Backend& be = chunks_.front()->backend();
+  auto buffer = [&] { return be.empty(Shape{static_cast<int64_t>(N)}, be.compute_dtype() == DType::f64 ? DType::f64 : DType::f32); };
+  std::map<Key, Tensor> act_in, act_out, grad_in, grad_out;
   std::map<Key, Work> recv_act, recv_grad;
-  std::vector<Work> sends;
+  // In-flight sends with the buffer each reads: a buffer is released as soon as its send
+  // completes, so at most the schedule checker's bound of them is held, not one per micro-batch.
+  struct Pending {
+    Work work;
+    Tensor buf;
+  };
+  std::vector<Pending> sends;
   std::vector<int32_t> tokens, targets;
   StepResult res;
   res.micro_batches = sch.micro_batches;
@@ -83,15 +103,27 @@ StepResult PipelineExecutor::run(const Schedule& sch, const MicroBatchFn& data, 
     works.erase(it);
     return waited;
   };
+  auto reap = [&] {
+    std::erase_if(sends, [](Pending& p) { return p.work.test(); });
+  };
   auto progress = [&] {
     if (grads) grads->progress();
-    for (auto& w : sends) w.test();
+    reap();
+  };
+  auto start_send = [&](std::map<Key, Tensor>& from, Key k, int peer, int tag) {
+    auto it = from.find(k);
+    if (it == from.end())
+      TRIAX_THROW(CommError, "pipeline stage {}: nothing to send for micro-batch {} chunk {}", stage, k.mb, k.chunk);
+    Pending p{send(pp_, be, it->second, peer, tag), std::move(it->second)};
+    from.erase(it);
+    sends.push_back(std::move(p));
+    res.peak_send_buffers = std::max(res.peak_send_buffers, sends.size());
   };
 
   for (size_t i = 0; i < list.size(); ++i) {
     const PipeInstr& in = list[i];
     const Key k{in.mb, in.chunk};
-    GptChunk& ch = *chunks_.at(static_cast<size_t>(in.chunk));
+    Stage& ch = *chunks_.at(static_cast<size_t>(in.chunk));
     const bool first = sch.is_first_virtual(stage, in.chunk);
     const bool last = sch.is_last_virtual(stage, in.chunk);
     const int tag = message_tag(sch, stage, in);
@@ -100,40 +132,41 @@ StepResult PipelineExecutor::run(const Schedule& sch, const MicroBatchFn& data, 
     switch (in.op) {
       case PipeOp::recv_activation: {
         auto& buf = act_in[k];
-        buf.resize(N);
-        recv_act[k] = pp_.recv(std::span<float>(buf), in.peer, tag);
+        buf = buffer();
+        recv_act[k] = recv(pp_, be, buf, in.peer, tag);
         break;
       }
       case PipeOp::recv_grad: {
         auto& buf = grad_in[k];
-        buf.resize(N);
-        recv_grad[k] = pp_.recv(std::span<float>(buf), in.peer, tag);
+        buf = buffer();
+        recv_grad[k] = recv(pp_, be, buf, in.peer, tag);
         break;
       }
       case PipeOp::send_activation:
-        sends.push_back(pp_.send(std::span<const float>(act_out.at(k)), in.peer, tag));
+        start_send(act_out, k, in.peer, tag);
         break;
       case PipeOp::send_grad:
-        sends.push_back(pp_.send(std::span<const float>(grad_out.at(k)), in.peer, tag));
+        start_send(grad_out, k, in.peer, tag);
         break;
       case PipeOp::forward: {
-        const float* x_in = nullptr;
+        Tensor x_in;
         if (!first) {
           waited = wait_recv(recv_act, k, "the activation");
-          x_in = act_in[k].data();
+          x_in = act_in[k];
           start = since(t0);
           if (record) cpu0 = thread_cpu_s();
         }
         if (first || last) data(in.mb, tokens, targets);
-        float* x_out = nullptr;
+        Tensor x_out;
         if (!last) {
           auto& out = act_out[k];
-          out.resize(N);
-          x_out = out.data();
+          out = buffer();
+          x_out = out;
         }
         const auto c0 = Clock::now();
-        const float loss = ch.forward(in.mb, B_, T_, first ? tokens.data() : nullptr, last ? targets.data() : nullptr,
-                                      x_in, x_out, true, dloss);
+        const double loss = ch.forward(in.mb, B_, T_, first ? std::span<const int32_t>(tokens) : std::span<const int32_t>(),
+                                      last ? std::span<const int32_t>(targets) : std::span<const int32_t>(), x_in, x_out,
+                                      true, dloss);
         res.compute_s += since(c0);
         if (last) res.loss_sum += loss;
         act_in.erase(k);
@@ -141,18 +174,18 @@ StepResult PipelineExecutor::run(const Schedule& sch, const MicroBatchFn& data, 
       }
       case PipeOp::backward:
       case PipeOp::backward_input: {
-        const float* dx_out = nullptr;
+        Tensor dx_out;
         if (!last) {
           waited = wait_recv(recv_grad, k, "the output gradient");
-          dx_out = grad_in[k].data();
+          dx_out = grad_in[k];
           start = since(t0);
           if (record) cpu0 = thread_cpu_s();
         }
-        float* dx_in = nullptr;
+        Tensor dx_in;
         if (!first) {
           auto& g = grad_out[k];
-          g.resize(N);
-          dx_in = g.data();
+          g = buffer();
+          dx_in = g;
         }
         armed = static_cast<int>(i) == last_b[static_cast<size_t>(in.chunk)];
         const auto c0 = Clock::now();
@@ -175,12 +208,12 @@ StepResult PipelineExecutor::run(const Schedule& sch, const MicroBatchFn& data, 
     progress();
   }
   const auto w0 = Clock::now();
-  for (auto& w : sends) w.wait();
+  for (auto& p : sends) p.work.wait();
+  sends.clear();
   res.p2p_wait_s += since(w0);
   if (!recv_act.empty() || !recv_grad.empty())
     TRIAX_THROW(CommError, "pipeline stage {}: {} received tensors were never consumed by schedule '{}'", stage,
                 recv_act.size() + recv_grad.size(), sch.label());
-  for (auto* c : chunks_) c->set_grad_ready_hook(nullptr);
   res.wall_s = since(t0);
   return res;
 }

@@ -14,6 +14,11 @@ Storage::Storage(size_t nbytes, Device device) : nbytes_(nbytes), device_(device
   allocator_ = &a;
 }
 
+Storage::Storage(size_t nbytes, Device device, Allocator& a) : nbytes_(nbytes), device_(device) {
+  data_ = a.allocate(nbytes, device.index);
+  allocator_ = &a;
+}
+
 Storage::Storage(void* p, size_t nbytes, Device device) : data_(p), nbytes_(nbytes), device_(device) {
   if (!p && nbytes > 0) TRIAX_THROW(ConfigError, "storage: null pointer borrowed for {} bytes on {}", nbytes, device.str());
 }

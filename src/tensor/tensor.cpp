@@ -23,6 +23,18 @@ Tensor Tensor::zeros(const Shape& shape, DType dtype, Device device) {
   return t;
 }
 
+Tensor Tensor::on_storage(std::shared_ptr<Storage> storage, const Shape& shape, DType dtype) {
+  if (!storage || storage->nbytes() < static_cast<size_t>(shape.numel()) * dtype_size(dtype))
+    TRIAX_THROW(ConfigError, "tensor on a storage of {} bytes: {} elements of {} do not fit",
+                storage ? storage->nbytes() : 0, shape.numel(), dtype_name(dtype));
+  Tensor t;
+  t.storage_ = std::move(storage);
+  t.shape_ = shape;
+  t.strides_ = shape.contiguous_strides();
+  t.dtype_ = dtype;
+  return t;
+}
+
 Tensor Tensor::from_blob(void* data, const Shape& shape, DType dtype, Device device) {
   Tensor t;
   t.storage_ = std::make_shared<Storage>(data, static_cast<size_t>(shape.numel()) * dtype_size(dtype), device);

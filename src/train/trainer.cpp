@@ -110,6 +110,14 @@ Trainer::Trainer(std::shared_ptr<Communicator> world, const TrainConfig& cfg) : 
   } else {
     require(cfg.ep == 1, "--ep {} needs MoE layers (--moe-every K)", cfg.ep);
   }
+  if (cfg.backend == "cpu")
+    backend_ = make_cpu_backend();
+  else if (cfg.backend == "cpu-checked")
+    backend_ = make_checked_cpu_backend();
+  else
+    TRIAX_THROW(ConfigError, "unknown backend '{}' (cpu, cpu-checked)", cfg.backend);
+  world = backend_->adapt(std::move(world));
+  store_ = std::make_unique<ParamStore>(*backend_);
   grid_ = std::make_unique<ProcessGrid>(world, GridShape{cfg.tp, P, dp, cfg.ep, cfg.order},
                                         GridOptions{cfg.allow_tp_across_hosts});
   // One thread pool per core: unless the user chose (OMP_NUM_THREADS), ranks sharing a host
@@ -156,10 +164,10 @@ Trainer::Trainer(std::shared_ptr<Communicator> world, const TrainConfig& cfg) : 
     const int vs = c * P + s;
     const auto [first, count] = virtual_stage_layers(vs);
     const ChunkSpec spec{first, count, vs == 0, vs == P * V - 1};
-    chunks_.push_back(std::make_unique<GptChunk>(model_, spec, grid_->tp(), store_, rc, /*wte_norm_owner=*/P == 1,
+    chunks_.push_back(std::make_unique<GptChunk>(model_, spec, grid_->tp(), *store_, rc, /*wte_norm_owner=*/P == 1,
                                                  cfg.sequence_parallel, moe));
   }
-  store_.finalize(cfg.zero1 ? static_cast<size_t>(dp) : 1);
+  store_->finalize(cfg.zero1 ? static_cast<size_t>(dp) : 1);
   for (auto& ch : chunks_) ch->init_params(cfg.seed);
 
   OptimizerConfig oc;
@@ -169,10 +177,10 @@ Trainer::Trainer(std::shared_ptr<Communicator> world, const TrainConfig& cfg) : 
   oc.grad_sync.bucket_bytes = static_cast<size_t>(cfg.bucket_mb * 1024 * 1024);
   oc.grad_sync.overlap = cfg.overlap_grad_reduce;
   if (P > 1 && (grid_->is_first_stage() || grid_->is_last_stage()))
-    oc.grad_sync.tied_param = store_.find("transformer.wte.weight");
-  optimizer_ = std::make_unique<Optimizer>(store_, *grid_, oc);
+    oc.grad_sync.tied_param = store_->find("transformer.wte.weight");
+  optimizer_ = std::make_unique<Optimizer>(*store_, *grid_, oc);
 
-  std::vector<GptChunk*> ptrs;
+  std::vector<Stage*> ptrs;
   for (auto& ch : chunks_) ptrs.push_back(ch.get());
   executor_ = std::make_unique<PipelineExecutor>(ptrs, grid_->pp(), static_cast<int>(plan.micro_batch), T_,
                                                  model_.n_embd);
@@ -217,6 +225,7 @@ std::string Trainer::resolved_config() const {
                    c.adamw.weight_decay, c.adamw.beta1, c.adamw.beta2, c.adamw.eps, c.clip_grad);
   s += fmt::format("zero1 = {}\nbucket_mb = {}\noverlap_grad_reduce = {}\nrecompute = \"{}\"\nsequence_parallel = {}\n",
                    c.zero1, c.bucket_mb, c.overlap_grad_reduce, c.recompute, c.sequence_parallel);
+  s += fmt::format("backend = \"{}\"\n", c.backend);
   s += fmt::format("data = \"{}\"  # {}\nmetrics_jsonl = \"{}\"\n", c.data, data_->describe(), c.metrics_jsonl);
   if (c.moe_every > 0)
     s += fmt::format("moe_every = {}\nexperts = {}\ntopk = {}\ncapacity_factor = {}\nno_drop = {}\nmoe_aux_coef = {}\n"
@@ -227,7 +236,7 @@ std::string Trainer::resolved_config() const {
   size_t act = 0;
   for (auto& ch : chunks_) act += ch->activation_floats(static_cast<int>(p.micro_batch), T_);
   s += fmt::format("# this rank: {} parameters, {:.2f} MiB of activations per in-flight micro-batch (recompute={})\n",
-                   store_.numel(), act * 4.0 / (1 << 20), c.recompute);
+                   store_->numel(), act * 4.0 / (1 << 20), c.recompute);
   return s;
 }
 
@@ -237,7 +246,7 @@ IterationMetrics Trainer::step(bool record_events) {
   const int m = static_cast<int>(plan.num_micro_batches);
   const int P = cfg_.pp, V = cfg_.vpp;
   if (!schedule_ || schedule_->micro_batches != m) schedule_ = make_schedule(kind_, P, V, m);
-  store_.zero_grads();
+  store_->zero_grads();
   const int d = grid_->coord().dp;
   const int64_t base = consumed_;
   const int mbs = static_cast<int>(plan.micro_batch);

@@ -279,7 +279,7 @@ TEMPLATE_TEST_CASE("reduce_scatter, all_gather, all_to_all, broadcast, batch rin
 
 TEST_CASE("barrier and call numbering", "[gpu]") {
   auto c = make_world();
-  CHECK(c->backend() == Backend::nccl);
+  CHECK(c->backend() == CommBackend::nccl);
   CHECK(c->name() == "world");
   c->barrier().wait();
   c->barrier().wait();
@@ -303,7 +303,7 @@ TEST_CASE("split by parity, reverse key order; NOCOLOR gives nullptr", "[gpu]") 
   auto sub = c->split(me % 2, -me, "parity");
   CHECK(c->calls() == before + 1);  // the (color, key, world rank) exchange is one call
   REQUIRE(sub);
-  CHECK(sub->backend() == Backend::nccl);
+  CHECK(sub->backend() == CommBackend::nccl);
   CHECK(sub->name() == "parity");
   std::vector<int> expect;  // same parity, descending (key = -rank)
   for (int r = n - 1; r >= 0; --r)

@@ -49,7 +49,7 @@ TEST_CASE("ZeRO-1 gives the parameters of plain data parallelism") {
     Optimizer a(plain, *grid, cfg);
     cfg.zero1 = true;
     Optimizer z(zs, *grid, cfg);
-    CHECK(z.exp_avg().size() == zs.padded_numel() / static_cast<size_t>(dpn));
+    CHECK(static_cast<size_t>(z.exp_avg().numel()) == zs.padded_numel() / static_cast<size_t>(dpn));
     if (dpn > 1) {
       CHECK(zs.padded_numel() > zs.numel());  // 259 elements: padded for dp 2 and 4
       bool cut = false;

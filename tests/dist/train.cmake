@@ -3,3 +3,6 @@
 triax_add_dist_test(test_3d_equivalence SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_3d_equivalence.cpp NP 4 8 TIMEOUT 900)
 triax_add_dist_test(test_train_errors SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_train_errors.cpp NP 4 TIMEOUT 120)
 triax_add_dist_test(test_moe_train SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_moe_train.cpp NP 4 8 TIMEOUT 600)
+# The Backend seam: 3D steps (dense, MoE, every schedule kind, ZeRO-1, SP, recompute) through the
+# checking backend, whose buffers fault on any access from outside it, equal the plain backend's.
+triax_add_dist_test(test_backend_checked SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_backend_checked.cpp NP 4 8 TIMEOUT 600)

@@ -24,10 +24,7 @@ inline Result train(std::shared_ptr<Communicator> world, const TrainConfig& cfg)
   Trainer t(std::move(world), cfg);
   Result r;
   t.train([&](const IterationMetrics& m) { r.losses.push_back(m.loss); });
-  for (size_t i = 0; i < t.store().size(); ++i) {
-    const auto p = t.store().param(i);
-    r.params[t.store().info(i).spec.name].assign(p.begin(), p.end());
-  }
+  for (size_t i = 0; i < t.store().size(); ++i) r.params[t.store().info(i).spec.name] = t.store().param_to_host(i);
   return r;
 }
 

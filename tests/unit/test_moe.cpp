@@ -196,7 +196,7 @@ TEST_CASE("routing: top-2 renormalised gates, first choices before second choice
   CHECK(R.slot == std::vector<int32_t>{0, -1, 0, -1});
   CHECK(R.dropped == 2);
   for (int n = 0; n < 2; ++n) {
-    const float* p = &R.probs[n * 3];
+    const double* p = &R.probs[n * 3];
     CHECK(R.gate[n * 2] + R.gate[n * 2 + 1] == Approx(1.0f).epsilon(1e-6));
     CHECK(R.gate[n * 2] == Approx(p[R.expert[n * 2]] / (p[R.expert[n * 2]] + p[R.expert[n * 2 + 1]])).epsilon(1e-6));
   }
@@ -222,7 +222,7 @@ TEST_CASE("routing rejects bad arguments", "[moe]") {
   const std::vector<float> l = {0, 1, 2, 3};
   CHECK_THROWS_WITH(route_tokens(l.data(), 2, 2, 3, 1), Contains("k <= E"));
   CHECK_THROWS_WITH(route_tokens(l.data(), -1, 2, 1, 1), Contains("N >= 0"));
-  CHECK_THROWS_WITH(route_tokens(nullptr, 2, 2, 1, 1), Contains("null logits"));
+  CHECK_THROWS_WITH(route_tokens(static_cast<const float*>(nullptr), 2, 2, 1, 1), Contains("null logits"));
   const std::vector<float> bad = {0, NAN};
   CHECK_THROWS_WITH(route_tokens(bad.data(), 1, 2, 1, 1), Contains("non-finite"));
 }

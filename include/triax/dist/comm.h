@@ -15,10 +15,10 @@
 namespace triax {
 
 enum class ReduceOp { sum, avg, max, min };
-enum class Backend { self, mpi, nccl };
+enum class CommBackend { self, mpi, nccl };
 
 std::string_view reduce_op_name(ReduceOp op);
-std::string_view backend_name(Backend b);
+std::string_view backend_name(CommBackend b);
 
 // A type-erased view of a typed span; built only by Communicator's templates.
 struct Buffer {
@@ -114,7 +114,7 @@ class Communicator {
   // World rank of each group rank.
   const std::vector<int>& world_ranks() const { return world_ranks_; }
   int world_rank() const { return world_ranks_.at(rank_); }
-  virtual Backend backend() const = 0;
+  virtual CommBackend backend() const = 0;
   std::chrono::milliseconds timeout() const { return timeout_; }
   void set_timeout(std::chrono::milliseconds t) { timeout_ = t; }
   // Number of calls issued so far on this communicator (the next call gets seq = calls()).

@@ -45,7 +45,7 @@ class NcclCommunicator final : public Communicator {
   // or nothing more if it was aborted. Never throws.
   ~NcclCommunicator() override;
 
-  Backend backend() const override { return Backend::nccl; }
+  CommBackend backend() const override { return CommBackend::nccl; }
   // ncclCommSplit; color < 0 joins none (NCCL_SPLIT_NOCOLOR) and returns nullptr. Collective over
   // this communicator; it spends one call number (an all_gather of color, key and world rank, so
   // every member knows the world ranks of its new group).

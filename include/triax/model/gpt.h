@@ -1,7 +1,9 @@
 // GptChunk: a contiguous block of GPT-2 layers on one pipeline stage (plus the embedding on the
 // first chunk and the final LayerNorm, tied LM head and vocab-parallel loss on the last), every
 // layer tensor-parallel over the TP communicator as Megatron does it. Hand-written forward and
-// backward on the CPU path (fp32), with activations kept per in-flight micro-batch ("slot").
+// backward written once against the Backend seam (backend/backend.h): every buffer is a backend
+// Tensor and every computation a backend op, so the same code runs on the CPU reference (fp32, or
+// fp64 for gradient checks) and on devices. Activations are kept per in-flight micro-batch ("slot").
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -9,12 +11,14 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <span>
 #include <vector>
 
 #include "triax/dist/comm.h"
 #include "triax/model/config.h"
 #include "triax/model/moe.h"
 #include "triax/model/params.h"
+#include "triax/pipeline/stage.h"
 
 namespace triax {
 
@@ -41,9 +45,9 @@ struct ChunkMoe {
   Communicator* ep = nullptr;
 };
 
-class GptChunk {
+class GptChunk final : public Stage {
  public:
-  // Registers this chunk's parameters (TP-sharded) in store; call before store.finalize().
+  // Registers this chunk's parameters (TP-sharded) in store (the chunk computes on store's backend); call before store.finalize().
   // Several chunks of one stage may share a store; the tied embedding is registered once per store.
   // wte_norm_owner: whether this stage's copy of the tied embedding counts in the gradient norm
   // (false on the last stage when the first stage holds the other copy).
@@ -52,40 +56,43 @@ class GptChunk {
   // embedding run on those rows, and all-gather / reduce-scatter replace the TP all-reduces.
   GptChunk(const GptConfig& cfg, const ChunkSpec& spec, Communicator& tp, ParamStore& store, Recompute rc,
            bool wte_norm_owner = true, bool sequence_parallel = false, const ChunkMoe& moe = {});
-  ~GptChunk();
+  ~GptChunk() override;
   GptChunk(const GptChunk&) = delete;
   GptChunk& operator=(const GptChunk&) = delete;
 
   // Fills this chunk's parameters from (seed, name) on the full shape, then takes the TP shard.
   void init_params(uint64_t seed);
 
-  // Forward of one micro-batch of B sequences of T tokens. tokens (B, T) when spec.embedding;
-  // targets (B, T) when spec.head; x_in (io_rows, C) otherwise; x_out (io_rows, C) is written
-  // unless spec.head (io_rows = B*T, or B*T/tp with sequence parallelism). Returns the mean cross-entropy of the micro-batch on head chunks, else 0.
-  // training: keep activations in `slot` for backward. On head chunks the loss gradient is known
-  // now (dloss = d total / d this micro-batch's mean loss), so the head's backward runs fused
-  // with its forward and only the (B, T, C) input gradient is kept, never the logits.
-  float forward(int slot, int B, int T, const int32_t* tokens, const int32_t* targets, const float* x_in,
-                float* x_out, bool training, float dloss = 1.0f);
+  // Forward of one micro-batch of B sequences of T tokens. tokens (B, T) (host) when spec.embedding;
+  // targets (B, T) (host) when spec.head; x_in (io_rows, C) otherwise; x_out (io_rows, C) is written
+  // unless spec.head (io_rows = B*T, or B*T/tp with sequence parallelism); x_in and x_out are
+  // buffers of the store's backend. Returns the mean cross-entropy of the micro-batch on head
+  // chunks, else 0. training: keep activations in `slot` for backward. On head chunks the loss
+  // gradient is known now (dloss = d total / d this micro-batch's mean loss), so the head's
+  // backward runs fused with its forward and only the (B, T, C) input gradient is kept, never the logits.
+  double forward(int slot, int B, int T, std::span<const int32_t> tokens, std::span<const int32_t> targets,
+                const Tensor& x_in, const Tensor& x_out, bool training, float dloss = 1.0f) override;
 
-  // Backward of the micro-batch in slot: dx_out (B, T, C) unless spec.head; writes dx_in
-  // (B, T, C) unless spec.embedding. Parameter gradients accumulate into the store.
+  // Backward of the micro-batch in slot: dx_out (io_rows, C) unless spec.head; writes dx_in
+  // (io_rows, C) unless spec.embedding. Parameter gradients accumulate into the store.
   // defer_weight_grads (ZB-H1's B pass): weight-gradient GEMMs wait for backward_weight(slot).
-  void backward(int slot, const float* dx_out, float* dx_in, bool defer_weight_grads = false);
-  void backward_weight(int slot);
+  void backward(int slot, const Tensor& dx_out, const Tensor& dx_in, bool defer_weight_grads = false) override;
+  void backward_weight(int slot) override;
   // Drops a slot's activations (e.g. after a forward-only pass).
-  void release(int slot);
+  void release(int slot) override;
 
   // Called after each parameter's gradient is final for this backward (reverse order), so
   // data-parallel buckets can start reducing while backward goes on.
-  void set_grad_ready_hook(std::function<void(size_t param_index)> hook) { grad_ready_ = std::move(hook); }
+  void set_grad_ready_hook(std::function<void(size_t param_index)> hook) override { grad_ready_ = std::move(hook); }
+  Backend& backend() override { return be_; }
+  int hidden() const override { return C_; }
 
   // Sum of the MoE layers' (unweighted) load-balancing losses over forwards since the last call;
   // resets it. Zero without MoE layers.
   double take_aux_loss();
   int moe_layers() const;
   // Rows of the hidden states this chunk takes and returns (B*T, or B*T/tp under SP).
-  int io_rows(int B, int T) const { return sp_ ? B * T / tp_.size() : B * T; }
+  int io_rows(int B, int T) const override { return sp_ ? B * T / tp_.size() : B * T; }
   bool sequence_parallel() const { return sp_; }
   // Floats of activations one in-flight micro-batch keeps, for this recompute mode.
   size_t activation_floats(int B, int T) const;
@@ -104,23 +111,31 @@ class GptChunk {
   struct Deferred;
   struct Backs;
   Slot& slot(int s, bool create);
-  void layer_forward(Layer& L, Acts& a, int slot, const float* x, float* out, int B, int T, bool keep_all,
+  void layer_forward(Layer& L, Acts& a, int slot, const Tensor& x, const Tensor& out, int B, int T, bool keep_all,
                      bool training);
-  void layer_backward(Layer& L, Acts& a, Slot& s, int slot, const float* dout, float* dx, int B, int T, bool defer);
-  void layernorm_gathered(const float* x, size_t w, size_t b, std::vector<float>& full, std::vector<float>& mean,
-                          std::vector<float>& rstd, int Nl);
-  void add_sp_grads(std::initializer_list<size_t> params, std::vector<float>& partial);
-  void linear_bwd(Slot& s, bool defer, float* dinp, size_t w, size_t b, const float* dout, const float* inp, int N,
-                  int IC, int OC);
+  void layer_backward(Layer& L, Acts& a, Slot& s, int slot, const Tensor& dout, const Tensor& dx, int B, int T,
+                      bool defer);
+  void layernorm_gathered(const Tensor& x, size_t w, size_t b, Tensor& full, Tensor& mean, Tensor& rstd, int Nl);
+  void add_sp_grads(std::initializer_list<size_t> params, const Tensor& partial);
+  void linear_bwd(Slot& s, bool defer, const Tensor& dinp, size_t w, size_t b, const Tensor& dout, const Tensor& inp,
+                  int N, int IC, int OC);
   void ready(size_t idx);
+  // Buffer t holds exactly n elements of dtype (reallocated only when the size changes).
+  void ensure(Tensor& t, size_t n, DType dtype);
+  void ensure(Tensor& t, size_t n) { ensure(t, n, dt_); }
+  const Tensor& P(size_t i);  // parameter i's master view (cached)
+  const Tensor& G(size_t i);  // its gradient view
 
   GptConfig cfg_;
   ChunkSpec spec_;
   Communicator& tp_;
   ParamStore& store_;
+  Backend& be_;
+  DType dt_;
+  std::vector<Tensor> pview_, gview_;
   Recompute rc_;
   bool sp_ = false;
-  std::vector<float> scratch_;  // (B*T, C) partial sums before a reduce-scatter
+  Tensor scratch_;  // (B*T, C) partial sums before a reduce-scatter
   int C_, F_, NH_, Cl_, Fl_, NHl_;
   int vp_, v0_, v1_;
   std::vector<Layer> layers_;

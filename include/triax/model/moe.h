@@ -39,14 +39,14 @@ struct MoeConfig {
 // MoeMlp::forward (public so tests can check it against hand-computed cases).
 struct Routing {
   int N = 0, E = 0, k = 0;
-  std::vector<float> probs;     // (N, E) softmax of the logits
+  std::vector<double> probs;    // (N, E) softmax of the logits
   std::vector<int32_t> expert;  // (N, k) selected experts, descending probability, ties to the lower index
-  std::vector<float> gate;      // (N, k) k = 1: the raw probability; k = 2: renormalised to sum 1
+  std::vector<double> gate;     // (N, k) k = 1: the raw probability; k = 2: renormalised to sum 1
   std::vector<int32_t> slot;    // (N, k) position in the expert's capacity buffer; -1 = dropped
   std::vector<int64_t> load;    // (E) assignments per expert before capacity (what the router asked)
   int64_t capacity = 0;         // per expert
   int64_t dropped = 0;          // assignments over capacity
-  float aux_loss = 0;           // E * sum_e f_e P_e, f_e = load_e / (N k), P_e = mean_n probs[n, e]
+  double aux_loss = 0;          // E * sum_e f_e P_e, f_e = load_e / (N k), P_e = mean_n probs[n, e]
   bool kept(int n, int j) const { return slot[static_cast<size_t>(n) * k + j] >= 0; }
 };
 
@@ -57,7 +57,9 @@ int64_t expert_capacity(int64_t N, int E, int k, double capacity_factor);
 // Softmax, top-k, gates, capacity slots (priority: every token's first choice in token order,
 // then every second choice in token order) and the aux loss. capacity < 0: no-drop (the largest
 // load). logits (N, E).
-Routing route_tokens(const float* logits, int N, int E, int k, int64_t capacity);
+// Computed in double whatever the logits' type (float, or double on a float64 backend).
+template <class Real>
+Routing route_tokens(const Real* logits, int N, int E, int k, int64_t capacity);
 
 // What one forward or backward did on this rank (seconds, steady clock).
 struct MoeStats {
@@ -100,11 +102,14 @@ class MoeMlp {
   // slots in the same order (N may differ between ranks). Returns the unweighted aux loss of
   // these tokens; the trainer adds aux_loss_coef * it to the micro-batch's loss. training: keep
   // activations in `slot` for backward.
-  float forward(int slot, int N, const float* x, float* y, bool training);
+  double forward(int slot, int N, const Tensor& x, const Tensor& y, bool training);
+  // The same on host memory (copies through the store's backend): for tests and tools.
+  double forward(int slot, int N, const float* x, float* y, bool training);
 
   // dx (N, C) (written) from dy (N, C) for the micro-batch in slot, collective like forward.
   // dloss: d total / d this micro-batch's loss (e.g. 1 / micro-batches); the aux loss's gradient
   // is aux_loss_coef * dloss. Parameter gradients accumulate into the store; the slot is released.
+  void backward(int slot, const Tensor& dy, const Tensor& dx, float dloss = 1.0f);
   void backward(int slot, const float* dy, float* dx, float dloss = 1.0f);
   void release(int slot);
 
@@ -129,15 +134,24 @@ class MoeMlp {
     size_t fcw, fcb, pw, pb;
   };
   struct Slot;
-  using ExpertFn = std::function<void(int chunk, const float* in, float* out, const std::function<void()>& poll)>;
-  void exchange(Slot& s, const float* send, float* back, float* ein, const ExpertFn& fn, MoeStats& st);
+  using ExpertFn = std::function<void(int chunk, const Tensor& in, const Tensor& out, const std::function<void()>& poll)>;
+  void exchange(Slot& s, const Tensor& send, const Tensor& back, const Tensor& ein, const ExpertFn& fn, MoeStats& st);
   void ready(size_t idx);
+  // The first n elements of t, regrown (never shrunk) to hold them.
+  Tensor grow(Tensor& t, size_t n, DType dtype);
+  Tensor upload_i32(Tensor& t, const std::vector<int32_t>& v);
+  Tensor upload_real(Tensor& t, const std::vector<double>& v);
+  const Tensor& P(size_t i);
+  const Tensor& G(size_t i);
 
   MoeConfig cfg_;
   int layer_;
   int C_, F_;
   Communicator& ep_;
   ParamStore& store_;
+  Backend& be_;
+  DType dt_;
+  std::map<size_t, Tensor> pview_, gview_;
   int P_, El_, e0_;
   size_t router_ = 0;
   std::vector<Expert> experts_;
@@ -147,7 +161,7 @@ class MoeMlp {
   // Scratch reused by every call (grow-only: fresh pages for tens of MB per call cost more than
   // the copies themselves). Exchange: received rows, expert outputs, rows going back; forward /
   // backward: rows to send, rows coming back, expert-side gradient rows.
-  std::vector<float> recv_, eout_, ret_, send_, back_, ein_;
+  Tensor recv_, eout_, ret_, send_, back_, ein_, ein2_, logits_, dots_, da_, dlogit_;
   Routing last_routing_;
   MoeStats fwd_stats_, bwd_stats_;
   std::function<void(size_t)> grad_ready_;

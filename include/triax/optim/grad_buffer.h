@@ -148,10 +148,12 @@ class GradBuffer {
 
   // reduce_scatter only: this rank's shard of the reduced gradients (shard_size() elements)
   // and how it maps onto parameters.
-  std::span<float> shard_grads() { return shard_grads_; }
-  std::span<const float> shard_grads() const { return shard_grads_; }
+  const Tensor& shard_grads_t() const { return shard_grads_; }
+  // Host view of it (host-accessible backends only: tests and tools).
+  std::span<float> shard_grads();
+  std::span<const float> shard_grads() const;
   const std::vector<ShardSegment>& shard_segments() const { return segments_; }
-  size_t shard_size() const { return shard_grads_.size(); }
+  size_t shard_size() const { return shard_grads_.defined() ? static_cast<size_t>(shard_grads_.numel()) : 0; }
   // This rank's piece of bucket b (flat range) for reduce_scatter.
   size_t piece_begin(size_t b) const;
   size_t piece_size(size_t b) const;
@@ -179,7 +181,7 @@ class GradBuffer {
   std::vector<GradBucket> buckets_;
   std::vector<std::vector<size_t>> buckets_of_param_;
   std::vector<ShardSegment> segments_;
-  std::vector<float> shard_grads_;
+  Tensor shard_grads_;  // (padded / dp) on the store's backend, reduce_scatter only
   std::vector<State> state_;
   std::vector<BucketTiming> timings_;
   std::vector<char> marked_;

@@ -12,8 +12,8 @@ namespace triax {
 // Sum of squares (in double) of the gradients of this rank's norm_owner parameters: the full
 // flat gradients, or, under ZeRO-1, only the shard segments of `zero` (a reduce_scatter
 // GradBuffer after finish()). NaN/inf propagate.
-double local_grad_sumsq(const ParamStore& store);
-double local_grad_sumsq(const ParamStore& store, const GradBuffer& zero);
+double local_grad_sumsq(ParamStore& store);
+double local_grad_sumsq(ParamStore& store, const GradBuffer& zero);
 
 // L2 norm of the full gradient of the model, after the DP reduction, identical on every rank.
 //  - without ZeRO (zero == nullptr): the DP replicas hold the same reduced gradients, so the sum
@@ -24,7 +24,7 @@ double local_grad_sumsq(const ParamStore& store, const GradBuffer& zero);
 //  - with ZeRO: every rank holds a distinct shard of the reduced gradients; the sum runs over
 //    tp x pp x dp.
 // Both are one all-reduce of one double on grid.world() (tp x pp x dp = world).
-double global_grad_norm(const ParamStore& store, ProcessGrid& grid, const GradBuffer* zero = nullptr);
+double global_grad_norm(ParamStore& store, ProcessGrid& grid, const GradBuffer* zero = nullptr);
 
 // max_norm / (norm + 1e-6) when norm > max_norm, else 1 (also when max_norm <= 0: no clipping).
 double clip_coefficient(double norm, double max_norm);

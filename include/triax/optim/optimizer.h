@@ -58,8 +58,8 @@ class Optimizer {
 
   // Adam moments: the whole flat buffer (padded_numel) or, under ZeRO-1, this rank's shard
   // (grad_buffer().shard_size(); layout in zero.h).
-  std::span<float> exp_avg() { return m_; }
-  std::span<float> exp_avg_sq() { return v_; }
+  const Tensor& exp_avg() const { return m_; }
+  const Tensor& exp_avg_sq() const { return v_; }
   const std::vector<UpdateRange>& ranges() const { return ranges_; }
 
  private:
@@ -70,7 +70,7 @@ class Optimizer {
   OptimizerConfig cfg_;
   GradBuffer grads_;
   std::vector<UpdateRange> ranges_;
-  std::vector<float> m_, v_, staging_;
+  Tensor m_, v_, staging_;  // fp32 on the store's backend
   int64_t applied_ = 0, skipped_ = 0;
 };
 

@@ -34,6 +34,6 @@ std::vector<UpdateRange> update_ranges(const ParamStore& store, const GradBuffer
 // After this rank has updated the parameters of its pieces in store.flat_params(): all-gathers
 // every bucket over DP (a collective per bucket, all in flight together), so every rank holds
 // every updated parameter. staging: scratch, resized to the shard size. Returns seconds spent.
-double zero_all_gather_params(GradBuffer& zero, std::vector<float>& staging);
+double zero_all_gather_params(GradBuffer& zero, Tensor& staging);
 
 }  // namespace triax

@@ -1,5 +1,5 @@
-// PipelineExecutor: walks one stage's instruction list of a Schedule for one training step on the
-// CPU path — forward/backward of this stage's model chunks, asynchronous P2P of activations and
+// PipelineExecutor: walks one stage's instruction list of a Schedule for one training step —
+// forward/backward of this stage's model chunks (Stage, on their Backend's buffers), asynchronous P2P of activations and
 // gradients with the neighbour stages, and gradient-ready marks for overlapped DP reduction.
 // It follows the contract of docs/SCHEDULES.md: sends never wait, a compute waits only for the
 // receive it consumes, everything outstanding completes by the end of the list.
@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "triax/dist/comm.h"
-#include "triax/model/gpt.h"
+#include "triax/pipeline/stage.h"
 #include "triax/optim/grad_buffer.h"
 #include "triax/pipeline/schedule.h"
 
@@ -33,6 +33,7 @@ struct ExecEvent {
 };
 
 struct StepResult {
+  size_t peak_send_buffers = 0;  // most send buffers held at once (released as each send completes)
   double loss_sum = 0;      // sum of micro-batch mean losses (last stage; 0 elsewhere)
   int micro_batches = 0;
   double compute_s = 0;     // inside forward/backward/W
@@ -49,7 +50,8 @@ class PipelineExecutor {
   // chunks[c] is this stage's chunk c (virtual stage c*p + s). pp: the pipeline communicator
   // (ranks are stages). grads: optional; gets mark_ready during the last backward of each chunk
   // and progress() between instructions.
-  PipelineExecutor(std::vector<GptChunk*> chunks, Communicator& pp, int micro_batch, int seq, int hidden);
+  // Every chunk computes on the same Backend; messages are (io_rows, hidden) buffers of it.
+  PipelineExecutor(std::vector<Stage*> chunks, Communicator& pp, int micro_batch, int seq, int hidden);
 
   // Runs this stage's list of `schedule` for one step. dloss scales each micro-batch's loss
   // gradient (1/m for a mean over micro-batches).
@@ -57,7 +59,7 @@ class PipelineExecutor {
                  bool record_events = false);
 
  private:
-  std::vector<GptChunk*> chunks_;
+  std::vector<Stage*> chunks_;
   Communicator& pp_;
   int B_, T_, C_;
 };

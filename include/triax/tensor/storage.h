@@ -13,6 +13,8 @@ class Storage {
  public:
   // Owned: nbytes from allocator_for(device.kind).
   Storage(size_t nbytes, Device device);
+  // Owned: nbytes from the given allocator (a Backend's own), which must outlive this storage.
+  Storage(size_t nbytes, Device device, Allocator& allocator);
   // Borrowed: the caller keeps p alive (and valid for nbytes) while any tensor uses it.
   Storage(void* p, size_t nbytes, Device device);
   ~Storage();

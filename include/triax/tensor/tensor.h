@@ -25,6 +25,8 @@ class Tensor {
   static Tensor empty(const Shape& shape, DType dtype = DType::f32, Device device = Device::cpu());
   // Zero-filled; CPU only (ConfigError otherwise: device fills belong to the CUDA backend).
   static Tensor zeros(const Shape& shape, DType dtype = DType::f32, Device device = Device::cpu());
+  // A contiguous tensor over a storage made elsewhere (a Backend's allocation).
+  static Tensor on_storage(std::shared_ptr<Storage> storage, const Shape& shape, DType dtype);
   // A contiguous tensor over caller-owned memory (not freed here; must outlive the tensor).
   static Tensor from_blob(void* data, const Shape& shape, DType dtype, Device device = Device::cpu());
 

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "triax/backend/backend.h"
 #include "triax/dist/grid.h"
 #include "triax/model/gpt.h"
 #include "triax/optim/lr_schedule.h"
@@ -61,6 +62,9 @@ struct TrainConfig {
   // Data: "" or "synthetic" (built in), llm.c shards "a.bin,b.bin", or a text file.
   std::string data;
   std::string metrics_jsonl;
+  // Where the step runs (backend/backend.h): "cpu" (the reference), or "cpu-checked" (buffers
+  // mapped PROT_NONE outside the backend's own calls: proves no code outside the backend touches them).
+  std::string backend = "cpu";
 };
 
 struct IterationMetrics {
@@ -103,7 +107,8 @@ class Trainer {
   std::string resolved_config() const;
   const GptConfig& model_config() const { return model_; }
   ProcessGrid& grid() { return *grid_; }
-  ParamStore& store() { return store_; }
+  ParamStore& store() { return *store_; }
+  Backend& backend() { return *backend_; }
   const std::vector<std::unique_ptr<GptChunk>>& chunks() const { return chunks_; }
   const StepResult& last_step() const { return last_; }
   // This rank's own optimizer report of the last step (IterationMetrics hold the max over ranks);
@@ -120,7 +125,8 @@ class Trainer {
   GptConfig model_;
   std::unique_ptr<ProcessGrid> grid_;
   std::unique_ptr<Dataset> data_;
-  ParamStore store_;
+  std::unique_ptr<Backend> backend_;  // before everything that holds its buffers
+  std::unique_ptr<ParamStore> store_;
   std::vector<std::unique_ptr<GptChunk>> chunks_;
   std::unique_ptr<Optimizer> optimizer_;
   std::unique_ptr<PipelineExecutor> executor_;

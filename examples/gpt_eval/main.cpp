@@ -3,6 +3,8 @@
 // data-parallel. Batch k uses tokens [k*B*T, k*B*T + B*T + 1): inputs and next-token targets.
 //   mpirun -np 4 gpt_eval --tp 4 --weights gpt2.safetensors --data val.bin --batch 4 --seq 64 --batches 8
 // The last line of stdout is "loss <value>"; --json prints a JSON object line before it.
+// --sample N continues a prompt instead (--prompt TEXT for byte-level models or --prompt-tokens,
+// --temperature, --top-k, --sample-seed), in one process: see sample.h.
 // --save FILE also writes the loaded weights (gathered over the layout) as HF safetensors or, for
 // a .bin name, an llm.c checkpoint: a converter between the two formats.
 #include <CLI/CLI.hpp>
@@ -23,6 +25,8 @@
 #include <triax/io/token_shard.h>
 #include <triax/model/checkpoint_io.h>
 #include <triax/model/gpt.h>
+
+#include "sample.h"
 
 namespace {
 
@@ -85,6 +89,39 @@ Result evaluate(const Options& o, triax::ProcessGrid& grid, const triax::GptConf
   return r;
 }
 
+// --sample: one process; the launcher's world must be one rank.
+int sample_main(const Options& o, SampleRequest sr, const std::string& prompt_tokens) {
+  try {
+    const char* np = std::getenv("OMPI_COMM_WORLD_SIZE");
+    if ((np && std::string(np) != "1") || o.tp != 1 || o.pp != 1)
+      TRIAX_THROW(ConfigError, "--sample runs in one process with --tp 1 --pp 1");
+    sr.weights = o.weights;
+    sr.heads = o.heads;
+    sr.json = o.json;
+    for (size_t at = 0; at < prompt_tokens.size();) {
+      size_t end = prompt_tokens.find(',', at);
+      if (end == std::string::npos) end = prompt_tokens.size();
+      const std::string t = prompt_tokens.substr(at, end - at);
+      size_t used = 0;
+      int v = -1;
+      try {
+        v = std::stoi(t, &used);
+      } catch (const std::exception&) {
+        used = 0;
+      }
+      if (t.empty() || used != t.size())
+        TRIAX_THROW(ConfigError, "--prompt-tokens '{}': '{}' is not a token id", prompt_tokens, t);
+      sr.prompt_tokens.push_back(v);
+      at = end + 1;
+    }
+    run_sample(sr);
+    return 0;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "gpt_eval: error: %s\n", e.what());
+    return 1;
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -92,11 +129,19 @@ int main(int argc, char** argv) {
   Options o;
   app.add_option("--weights", o.weights, "weights: HF GPT-2 .safetensors or llm.c .bin (format read from the file)")
       ->required();
-  app.add_option("--data", o.data, "llm.c token shard (magic 20240520, uint16 tokens)")->required();
-  app.add_option("--batch", o.batch, "sequences per batch (B)")->required()->check(CLI::PositiveNumber);
-  app.add_option("--seq", o.seq, "tokens per sequence (T), at most the model's positions")
-      ->required()
+  app.add_option("--data", o.data, "llm.c token shard (magic 20240520, uint16 tokens); required unless --sample");
+  app.add_option("--batch", o.batch, "sequences per batch (B); required unless --sample")->check(CLI::PositiveNumber);
+  app.add_option("--seq", o.seq, "tokens per sequence (T), at most the model's positions; required unless --sample")
       ->check(CLI::PositiveNumber);
+  SampleRequest sr;
+  std::string prompt_tokens;
+  app.add_option("--sample", sr.tokens, "instead of a loss: continue the prompt with N sampled tokens (one process)")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--prompt", sr.prompt, "--sample's prompt as text (byte-level models, vocab 256)");
+  app.add_option("--prompt-tokens", prompt_tokens, "--sample's prompt as token ids, e.g. 464,3290");
+  app.add_option("--temperature", sr.sampling.temperature, "--sample: softmax temperature (0: greedy)")->capture_default_str();
+  app.add_option("--top-k", sr.sampling.top_k, "--sample: draw from the k most likely tokens (0: all)")->capture_default_str();
+  app.add_option("--sample-seed", sr.seed, "--sample: seed of the draws")->capture_default_str();
   app.add_option("--batches", o.batches, "consecutive batches to average (default: every whole batch in the shard)")
       ->check(CLI::PositiveNumber);
   app.add_option("--tp", o.tp, "tensor-parallel size")->check(CLI::PositiveNumber);
@@ -117,6 +162,12 @@ int main(int argc, char** argv) {
     if (launcher_rank0()) std::fprintf(stderr, "gpt_eval: error: %s\nRun with --help for the options.\n", e.what());
     return 2;
   }
+  if (sr.tokens > 0) return sample_main(o, sr, prompt_tokens);
+  for (const auto& [missing, name] : {std::pair{o.data.empty(), "--data"}, {o.batch == 0, "--batch"}, {o.seq == 0, "--seq"}})
+    if (missing) {
+      if (launcher_rank0()) std::fprintf(stderr, "gpt_eval: error: %s is required (unless --sample)\n", name);
+      return 2;
+    }
 
   std::unique_ptr<triax::Bootstrap> boot;
   std::shared_ptr<triax::Communicator> world;

@@ -65,4 +65,14 @@ if(TARGET gpt_eval)
     STDERR "n_head=4 but 8 heads")
   triax_eval_test(bad_flag NP 1 ARGS "--weights|@DIR@/model.bin|--batch|2|--seq|16|--data" RC 2 STDERR "error:.*--data")
   triax_eval_test(bad_missing_flag NP 1 ARGS "--weights|@DIR@/model.bin|--batch|2|--seq|16" RC 2 STDERR "--data is required")
+
+  # --sample: greedy continuation against the fixture's reference, seeded draws (sample_run.cmake).
+  add_test(NAME eval.sample
+    COMMAND ${CMAKE_COMMAND} -DEVAL=$<TARGET_FILE:gpt_eval> -DFIXTURE=$<TARGET_FILE:eval_fixture> -DDIR=${_dir}
+            -P ${CMAKE_CURRENT_SOURCE_DIR}/eval/sample_run.cmake)
+  set_tests_properties(eval.sample PROPERTIES FIXTURES_REQUIRED eval_data LABELS "eval" TIMEOUT 300)
+  if(TRIAX_WITH_MPI)
+    triax_eval_test(bad_sample_np2 NP 2 ARGS "--weights|@DIR@/model.bin|--sample|4|--prompt-tokens|1" RC 1
+      STDERR "one process")
+  endif()
 endif()

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "triax/io/indexed_dataset.h"
 #include "triax/io/safetensors.h"
 #include "triax/io/token_shard.h"
 #include "triax/model/checkpoint_io.h"
@@ -170,6 +171,17 @@ int write(const std::string& dir, int B, int T, int K) {
   std::vector<uint16_t> tokens(static_cast<size_t>(n));
   for (auto& t : tokens) t = static_cast<uint16_t>(u(rng));
   triax::io::write_token_shard(dir + "/tokens.bin", tokens);
+  {  // The same tokens as a Megatron indexed dataset (two documents), and a shard with a token
+     // past the vocabulary at position 40.
+    const std::vector<int32_t> all(tokens.begin(), tokens.end());
+    const size_t half = all.size() / 2;
+    const std::vector<std::span<const int32_t>> docs = {std::span<const int32_t>(all).first(half),
+                                                        std::span<const int32_t>(all).subspan(half)};
+    triax::io::write_indexed_dataset(dir + "/tokens_text_document", docs);
+    auto bad = tokens;
+    bad[40] = 150;
+    triax::io::write_token_shard(dir + "/bad_tokens.bin", bad);
+  }
 
   Ref R{triax::io::SafetensorsReader(st), cfg.n_layer, cfg.n_embd, cfg.n_head, cfg.vocab, cfg.ffn_size()};
   double sum = 0;

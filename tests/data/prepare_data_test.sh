@@ -82,4 +82,17 @@ print("valid:", [round(r["valid_loss"], 4) for r in ev])
 PY
 done
 grep -q "samples inside documents" "$tmp/out2" || fail "EOD-respecting samples not reported"
+
+# Flags: file order on request; EOD needs documents; validation needs a validation set.
+run -np 1 "$exe" --model nano --vocab-size 256 --seq-length 16 --train-iters 1 --no-data-shuffle \
+  --data "$tmp/llmc/tiny_train_*.bin" >"$tmp/out3" 2>&1 || { tail -5 "$tmp/out3"; fail "--no-data-shuffle run failed"; }
+grep -q "in file order" "$tmp/out3" || fail "--no-data-shuffle not reported"
+for args in "--data-respect-eod|has no document boundaries" "--eval-interval 5|no validation set was given (--valid-data)" \
+            "--valid-data $tmp/llmc/none.bin --eval-interval 5|none.bin: no such file"; do
+  flags=${args%%|*}; pattern=${args#*|}
+  out=$(run -np 1 "$exe" --model nano --vocab-size 256 --seq-length 16 --train-iters 1 --data "$tmp/llmc/tiny_train_*.bin" $flags 2>&1) \
+    && fail "accepted: $flags"
+  grep -qF -- "$pattern" <<<"$out" || { echo "$out" | tail -3; fail "no '$pattern' for: $flags"; }
+  echo "ok: '$pattern' for: $flags"
+done
 echo PASS

@@ -1,11 +1,16 @@
 # Planner tests beyond the globbed unit tests: data paths for two unit tests, and the triax-plan
 # command line (JSON parsed and checked, bad flags and bad layouts give a message and non-zero exit).
 
-# The SC21 data lives in the shared folder beside the repository (CI clones it there too); the
-# test skips (77) only when the file is absent. TRIAX_SC21_CSV in the environment overrides it.
+# The published measurements live in the project (data/validation/, each row with its source).
+# TRIAX_SC21_CSV in the environment overrides the SC21 subset's path.
 if(TARGET test_plan_validation)
   target_compile_definitions(test_plan_validation PRIVATE
-    TRIAX_SC21_CSV="${PROJECT_SOURCE_DIR}/../shared/data/megatron_sc21_table1_subset.csv")
+    TRIAX_SC21_CSV="${PROJECT_SOURCE_DIR}/data/validation/megatron_sc21_table1_subset.csv")
+endif()
+if(TARGET test_plan_published_runs)
+  target_compile_definitions(test_plan_published_runs PRIVATE
+    TRIAX_RUNS_CSV="${PROJECT_SOURCE_DIR}/data/validation/published_runs.csv")
+  set_tests_properties(unit.test_plan_published_runs PROPERTIES TIMEOUT 300)
 endif()
 if(TARGET test_plan_cluster)
   target_compile_definitions(test_plan_cluster PRIVATE TRIAX_SOURCE_DIR="${PROJECT_SOURCE_DIR}")

@@ -10,6 +10,7 @@
 #include <optional>
 
 #include "triax/core/error.h"
+#include "triax/plan/published_runs.h"
 #include "triax/plan/report.h"
 #include "triax/plan/validation.h"
 
@@ -53,6 +54,7 @@ int main(int argc, char** argv) {
                "Transformer layout on a cluster, or search for the best layouts (docs/PLANNER.md)"};
 
   std::string model_name, cluster_spec = "selene-a100", calibration, validate_csv, software = "triax";
+  std::string validate_runs_csv;
   ModelShape shape;
   int gpus = 0, tp = 0, pp = 0, dp = 0, vpp = 0, mbs = 0, top_k = 5;
   std::string schedule, recompute, precision = "bf16", attention;
@@ -97,6 +99,9 @@ int main(int argc, char** argv) {
   app.add_option("--top-k", top_k, "layouts to show in search mode")->check(kPositive)->capture_default_str();
   app.add_flag("--json", json, "print one JSON object instead of tables");
   app.add_option("--validate-sc21", validate_csv, "predict the rows of a Megatron-LM SC21 Table 1 CSV");
+  app.add_option("--validate", validate_runs_csv,
+                 "predict every published run of a CSV (data/validation/published_runs.csv) on --cluster: fit the "
+                 "cluster's GEMM constants, print in-sample, leave-one-out and held-out-by-source errors");
   app.add_flag("--list", list, "list model and cluster presets");
 
   try {
@@ -124,6 +129,20 @@ int main(int argc, char** argv) {
     Calibration cal;
     if (!calibration.empty()) cal = load_calibration(calibration);
     const CollectiveModel net(cluster, cal);
+
+    if (!validate_runs_csv.empty()) {
+      std::vector<PublishedRun> rows;
+      for (auto& r : load_published_runs(validate_runs_csv))
+        if (r.cluster == cluster.name) rows.push_back(std::move(r));
+      if (rows.empty()) {
+        std::fprintf(stderr, "triax-plan: error: %s has no rows measured on cluster '%s'\n", validate_runs_csv.c_str(),
+                     cluster.name.c_str());
+        return 1;
+      }
+      const ValidationReport rep = validate_runs(cluster, rows);
+      fmt::print("{}\n", json ? validation_json(rep) : format_validation(rep));
+      return 0;
+    }
 
     if (!validate_csv.empty()) {
       std::vector<Sc21Prediction> preds;

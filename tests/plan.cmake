@@ -66,5 +66,15 @@ if(TARGET triax-plan)
     STDERR "/nonexistent/cal.json: calibration file does not exist")
   triax_plan_cli_test(validate_missing ARGS "--validate-sc21|/nonexistent/t.csv" RC 1
     STDERR "/nonexistent/t.csv: cannot open the SC21 table")
+  triax_plan_cli_test(tune_text
+    ARGS "--tune|--model|megatron-7.5b|--gpus|128|--global-batch|4096|--grad-accum|4|--mbs|64|--recompute|full"
+    STDOUT "current: tp8 pp1 dp16 mbs64.*limit:.*proposed changes.*micro-batch 64 ->.*recommendation:")
+  triax_plan_cli_test(tune_bad_accum
+    ARGS "--tune|--model|megatron-7.5b|--gpus|128|--global-batch|4096|--grad-accum|3|--mbs|64" RC 2
+    STDERR "global batch 4096 is not a multiple of mbs 64 x grad-accum 3")
+  triax_plan_cli_test(tune_needs_settings ARGS "--tune|--model|megatron-7.5b|--gpus|128" RC 2 STDERR "--tune needs --mbs")
+  triax_plan_cli_test(validate_runs
+    ARGS "--validate|${PROJECT_SOURCE_DIR}/data/validation/published_runs.csv"
+    STDOUT "sc21-1.7b.*mlsys23-1t-sel.*leave-one-out: +mean \\|error\\| [0-4]\\.[0-9]+%.*held out by source")
   triax_plan_cli_test(nothing_fits ARGS "--model|megatron-1t|--gpus|8" RC 3 STDERR "no layout of megatron-1t fits")
 endif()

@@ -70,8 +70,8 @@ namespace {
 
 // The two constants fitted to published runs (docs/PLANNER.md "Validation"): the sustained fraction
 // of peak that full waves of large tiles reach, and the per-tile K overhead.
-constexpr double kSeleneGemmEfficiency = 0.79;
-constexpr double kSeleneGemmKOverhead = 275;
+constexpr double kSeleneGemmEfficiency = 0.80;
+constexpr double kSeleneGemmKOverhead = 262;
 
 Cluster selene_a100() {
   Cluster c;

@@ -56,8 +56,8 @@ LayerTimes layer_times(const ModelShape& m, const Layout& l, const Device& dev, 
   LayerTimes r;
 
   // Linear layers (column-parallel QKV and fc1, row-parallel projection and fc2).
-  const double lin = dev.gemm(M, 3 * h / t, h, 1, e) + dev.gemm(M, h, h / t, 1, e) +
-                     dev.gemm(M, f / t, h, 1, e) + dev.gemm(M, h, f / t, 1, e);
+  const double qkv = dev.gemm(M, 3 * h / t, h, 1, e), fc1 = dev.gemm(M, f / t, h, 1, e);
+  const double lin = qkv + dev.gemm(M, h, h / t, 1, e) + fc1 + dev.gemm(M, h, f / t, 1, e);
   r.fwd += lin;
   r.bwd_input += lin;   // dgrad: same FLOPs and operand sizes as the forward GEMM
   r.bwd_weight += lin;  // wgrad: likewise
@@ -106,6 +106,12 @@ LayerTimes layer_times(const ModelShape& m, const Layout& l, const Device& dev, 
     }
     r.tp_fwd = per_pass;
     r.tp_bwd = per_pass;
+    if (l.tp_overlap_backward) {
+      // The input-gradient collectives of QKV and fc1 hide behind their weight-gradient GEMMs.
+      const double hidden_part = l.sequence_parallel ? 2 * net.seconds(CollectiveOp::reduce_scatter, g, bytes)
+                                                     : 2 * net.seconds(CollectiveOp::all_reduce, g, bytes);
+      r.tp_bwd = per_pass - hidden_part + std::max(0.0, hidden_part - (qkv + fc1));
+    }
     if (l.recompute == Recompute::full) r.tp_recompute = per_pass;
   }
   return r;
@@ -330,8 +336,12 @@ Estimate estimate(const ModelShape& m, const CollectiveModel& net, const Layout&
   est.time.dp_comm = dp_exposed;
 
   // AdamW streams per parameter: gradient read twice (norm, update) and zeroed, master/param, m, v
-  // read and written (24 bytes), the low-precision copy written.
-  const double opt_bytes = fp32 ? 3 * 4 + 24 : 3 * gbytes + 24 + wbytes;
+  // read and written (24 bytes), the low-precision copy written. Half-precision gradients go through
+  // Megatron-LM's mixed-precision optimizer: the model gradient is read and zeroed (2 x 2), copied to
+  // an fp32 main gradient (4), unscaled in place with the inf check (8), read for the norm (4), then
+  // Adam (28) and the main parameters copied back to the model (4 + 2): 54 bytes at fp16.
+  double opt_bytes = fp32 ? 3 * 4 + 24 : 3 * gbytes + 24 + wbytes;
+  if (!fp32 && !l.grad_reduce_fp32) opt_bytes = 2 * gbytes + 4 + 8 + 4 + 28 + 4 + wbytes;
   double opt = 0;
   for (int i = 0; i < p; ++i) {
     const double owned = l.zero1 ? params[i] / d : params[i];

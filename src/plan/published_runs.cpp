@@ -126,7 +126,12 @@ std::vector<PublishedRun> load_published_runs(const std::filesystem::path& csv) 
 }
 
 Layout software_layout(std::string_view software) {
-  if (software == "megatron-sc21" || software == "megatron-2022") return sc21_software();
+  if (software == "megatron-sc21") return sc21_software();
+  if (software == "megatron-2022") {
+    Layout l = sc21_software();
+    l.tp_overlap_backward = true;  // --async-tensor-model-parallel-allreduce (Megatron-LM since 2021-09)
+    return l;
+  }
   if (software == "triax") return Layout{};
   TRIAX_THROW(ConfigError, "unknown software '{}'; known: megatron-sc21, megatron-2022, triax", software);
 }

@@ -104,6 +104,8 @@ TuneResult tune(const ModelShape& m, const CollectiveModel& net, const Layout& c
   for (Recompute rc : {Recompute::none, Recompute::selective, Recompute::full}) {
     for (bool sp : {false, true}) {
       if ((rc == cur.recompute && sp == cur.sequence_parallel) || (sp && cur.tp == 1)) continue;
+      // A fused attention kernel stores no scores: selective is the same layout as none.
+      if (rc == Recompute::selective && cur.attention == AttentionKernel::fused) continue;
       Layout l = cur;
       l.recompute = rc;
       l.sequence_parallel = sp;

@@ -88,12 +88,11 @@ Cluster selene_a100() {
   // 80 GB HBM2e at 2039 GB/s.
   c.peak_tflops_bf16 = 312;
   c.peak_tflops_fp32 = 19.5;
-  // Achieved fractions, set once for the cluster, never per row (docs/PLANNER.md "Calibration").
-  // gemm_efficiency is the model's one fitted constant: 0.66 (206 TFLOP/s) minimises the mean
-  // error over the SC21 rows; leave-one-out fits land within 4% on the left-out row. It sits
-  // below A100 microbenchmark maxima (~0.85) because training runs at sustained (power-capped)
-  // clocks on Megatron's 2021 shapes. PyTorch's fused softmax / LayerNorm / dropout kernels
-  // stream at ~80% of HBM bandwidth (BabelStream-style copies reach ~88%).
+  // Achieved fractions, set once for the cluster, never per row (docs/PLANNER.md "Validation").
+  // gemm_efficiency (sustained rate of full waves of large tiles) and gemm_k_overhead are the two
+  // constants fitted to the 18 published runs of data/validation/published_runs.csv (least squares
+  // in log time; leave-one-out 1.8% mean / 3.9% worst). PyTorch's fused softmax / LayerNorm /
+  // dropout kernels stream at ~80% of HBM bandwidth (BabelStream-style copies reach ~88%).
   c.gemm_efficiency = kSeleneGemmEfficiency;
   c.kernel_overhead_us = 2;
   // A100 SXM4: 108 SMs (A100 datasheet / GA100 whitepaper). cuBLAS runs Megatron's fp16 GEMMs with

@@ -208,7 +208,7 @@ FitParameters fit_parameters(const Cluster& base, const std::vector<PublishedRun
   // Bounds: a sustained tensor-core fraction between 0.4 and 1, a per-tile overhead up to 512 K
   // elements (four K-steps of 128 are already a lot for a software-pipelined main loop).
   double e_lo = 0.4, e_hi = 1.0, k_lo = 0, k_hi = 512;
-  FitParameters best{0.66, 64};
+  FitParameters best{0.66, 64};  // a fixed start (the earlier flat model), so the fit depends only on the rows
   double best_loss = log_loss(base, best, rows);
   for (int round = 0; round < 4; ++round) {
     const int n = 6;

@@ -13,6 +13,7 @@
 #include <sstream>
 
 #include "triax/core/error.h"
+#include "triax/plan/csv_table.h"
 #include "triax/plan/validation.h"
 
 namespace triax::plan {
@@ -24,42 +25,13 @@ const std::vector<std::string> kColumns = {
     "vocab", "seq",  "tp",    "pp",      "dp",           "global_batch", "micro_batch", "vpp",
     "recompute", "sequence_parallel", "metric", "value"};
 
-std::vector<std::string> split_csv(const std::string& line) {
-  std::vector<std::string> out;
-  std::stringstream ss(line);
-  std::string cell;
-  while (std::getline(ss, cell, ',')) {
-    const auto b = cell.find_first_not_of(" \t\r");
-    const auto e = cell.find_last_not_of(" \t\r");
-    out.push_back(b == std::string::npos ? "" : cell.substr(b, e - b + 1));
-  }
-  if (!line.empty() && line.back() == ',') out.push_back("");
-  return out;
-}
-
 }  // namespace
 
 std::vector<PublishedRun> load_published_runs(const std::filesystem::path& csv) {
   const std::string file = csv.string();
-  std::ifstream in(csv);
-  if (!in) TRIAX_THROW(IoError, "{}: cannot open the published-runs table", file);
   std::vector<PublishedRun> rows;
   std::set<std::string> ids;
-  std::string line;
-  int lineno = 0;
-  bool header = false;
-  while (std::getline(in, line)) {
-    ++lineno;
-    if (line.empty() || line[0] == '#' || line.find_first_not_of(" \t\r") == std::string::npos) continue;
-    const auto cells = split_csv(line);
-    if (!header) {
-      if (cells != kColumns)
-        TRIAX_THROW(IoError, "{}:{}: header must be '{}'", file, lineno, fmt::join(kColumns, ","));
-      header = true;
-      continue;
-    }
-    if (cells.size() != kColumns.size())
-      TRIAX_THROW(IoError, "{}:{}: expected {} columns, got {}", file, lineno, kColumns.size(), cells.size());
+  read_csv_table(csv, kColumns, "the published-runs table", [&](const std::vector<std::string>& cells, int lineno) {
     auto col = [&](const char* name) -> const std::string& {
       const size_t i = std::find(kColumns.begin(), kColumns.end(), name) - kColumns.begin();
       return cells[i];
@@ -119,9 +91,7 @@ std::vector<PublishedRun> load_published_runs(const std::filesystem::path& csv) 
     if (r.model.global_batch % r.dp != 0)
       TRIAX_THROW(IoError, "{}:{}: dp {} does not divide global_batch {}", file, lineno, r.dp, r.model.global_batch);
     rows.push_back(std::move(r));
-  }
-  if (!header) TRIAX_THROW(IoError, "{}: no header line", file);
-  if (rows.empty()) TRIAX_THROW(IoError, "{}: no data rows", file);
+  });
   return rows;
 }
 

@@ -8,6 +8,7 @@
 #include <optional>
 
 #include "triax/core/error.h"
+#include "triax/core/hash.h"
 #include "triax/train/sample_order.h"
 #include "triax/train/token_corpus.h"
 
@@ -27,29 +28,22 @@ void Dataset::batch(int64_t first, int B, int T, std::vector<int32_t>& inputs, s
 
 namespace {
 
-uint64_t mix(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
-
 class SyntheticDataset final : public Dataset {
  public:
   SyntheticDataset(int vocab, uint64_t seed, double noise) : vocab_(vocab), seed_(seed), noise_(noise) {
     if (vocab < 2) TRIAX_THROW(ConfigError, "synthetic dataset needs a vocabulary of at least 2, got {}", vocab);
     if (!(noise >= 0 && noise <= 1)) TRIAX_THROW(ConfigError, "synthetic dataset noise {} outside [0, 1]", noise);
     next_.resize(static_cast<size_t>(vocab));
-    for (int v = 0; v < vocab; ++v) next_[static_cast<size_t>(v)] = static_cast<int32_t>(mix(seed ^ (v * 7919ull)) % vocab);
+    for (int v = 0; v < vocab; ++v) next_[static_cast<size_t>(v)] = static_cast<int32_t>(splitmix64(seed ^ (v * 7919ull)) % vocab);
   }
   int64_t num_samples(int) const override { return int64_t{1} << 40; }
   void sample(int64_t index, int T, int32_t* t) const override {
-    uint64_t s = mix(seed_ * 31 + static_cast<uint64_t>(index));
+    uint64_t s = splitmix64(seed_ * 31 + static_cast<uint64_t>(index));
     t[0] = static_cast<int32_t>(s % vocab_);
     for (int i = 1; i <= T; ++i) {
-      s = mix(s);
+      s = splitmix64(s);
       const double u = static_cast<double>(s >> 11) / 9007199254740992.0;
-      t[i] = u < noise_ ? static_cast<int32_t>(mix(s) % vocab_) : next_[static_cast<size_t>(t[i - 1])];
+      t[i] = u < noise_ ? static_cast<int32_t>(splitmix64(s) % vocab_) : next_[static_cast<size_t>(t[i - 1])];
     }
   }
   int vocab() const override { return vocab_; }

@@ -2,15 +2,10 @@
 #include "triax/train/sample_order.h"
 
 #include "triax/core/error.h"
+#include "triax/core/hash.h"
 
 namespace triax {
 namespace {
-uint64_t mix64(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
 constexpr int kRounds = 6;
 }  // namespace
 
@@ -22,14 +17,14 @@ SampleOrder::SampleOrder(int64_t n, uint64_t seed, bool shuffle) : n_(n), seed_(
 int64_t SampleOrder::permute(uint64_t epoch, int64_t r) const {
   if (!shuffle_ || n_ == 1) return r;
   const uint64_t mask = (uint64_t{1} << half_bits_) - 1;
-  const uint64_t key = mix64(seed_ ^ mix64(epoch + 0x5851f42d4c957f2dull));
+  const uint64_t key = splitmix64(seed_ ^ splitmix64(epoch + 0x5851f42d4c957f2dull));
   uint64_t x = static_cast<uint64_t>(r);
   // Cycle walking: the Feistel network permutes [0, 4^half_bits); re-apply it until the value
   // lands inside [0, n). The domain is below 4n, so a few rounds on average.
   do {
     uint64_t L = x >> half_bits_, R = x & mask;
     for (int i = 0; i < kRounds; ++i) {
-      const uint64_t F = mix64(key ^ (R * 0x100000001b3ull) ^ static_cast<uint64_t>(i)) & mask;
+      const uint64_t F = splitmix64(key ^ (R * 0x100000001b3ull) ^ static_cast<uint64_t>(i)) & mask;
       const uint64_t nl = R;
       R = L ^ F;
       L = nl;

@@ -166,7 +166,7 @@ StepResult PipelineExecutor::run(const Schedule& sch, const MicroBatchFn& data, 
         const auto c0 = Clock::now();
         const double loss = ch.forward(in.mb, B_, T_, first ? std::span<const int32_t>(tokens) : std::span<const int32_t>(),
                                       last ? std::span<const int32_t>(targets) : std::span<const int32_t>(), x_in, x_out,
-                                      true, dloss);
+                                      /*training=*/!sch.forward_only, dloss);
         res.compute_s += since(c0);
         if (last) res.loss_sum += loss;
         act_in.erase(k);

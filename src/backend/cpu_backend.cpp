@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 
 #include "triax/core/error.h"
 #include "triax/ops/attention.h"
@@ -48,6 +49,10 @@ R* ptr(const Tensor& t, const char* op, const char* what) {
                 dtype_name(dtype_of<R>()));
   return t.data<R>();
 }
+
+// The backend sees a vocabulary shard [v0, v1), not the full vocabulary: tokens are checked
+// against the vocabulary by the model on the host; here any token >= 0 outside the shard gives zeros.
+constexpr int kAnyVocab = std::numeric_limits<int>::max();
 
 }  // namespace
 
@@ -417,7 +422,7 @@ void CpuBackend::embedding_forward(const Tensor& out, const Tensor& tokens, cons
   by_real(out.dtype(), op, [&](auto r) {
     using R = decltype(r);
     ops::embedding_forward(ptr<R>(out, op, "out"), tokens.data<int32_t>(), static_cast<const R*>(ptr<R>(wte, op, "wte")),
-                           static_cast<const R*>(nullptr), 1, N, C, v1, v0, v1);
+                           static_cast<const R*>(nullptr), 1, N, C, kAnyVocab, v0, v1);
   });
 }
 
@@ -432,7 +437,8 @@ void CpuBackend::embedding_backward(const Tensor& dwte, const Tensor& dout, cons
   by_real(dout.dtype(), op, [&](auto r) {
     using R = decltype(r);
     ops::embedding_backward(ptr<R>(dwte, op, "dwte"), static_cast<R*>(nullptr),
-                            static_cast<const R*>(ptr<R>(dout, op, "dout")), tokens.data<int32_t>(), 1, N, C, v1, v0, v1);
+                            static_cast<const R*>(ptr<R>(dout, op, "dout")), tokens.data<int32_t>(), 1, N, C, kAnyVocab, v0,
+                            v1);
   });
 }
 

@@ -5,6 +5,7 @@
 // math. The objective is what backward differentiates: the micro-batch losses weighted by dloss,
 // plus aux_loss_coef x dloss x the MoE load-balancing losses.
 #include <catch2/catch.hpp>
+#include <fmt/format.h>
 
 #include <cmath>
 #include <random>
@@ -91,6 +92,7 @@ void check_case(const Case& k) {
   std::mt19937 pick(1234);  // same on every rank: every rank perturbs the same parameter in step
   int checked = 0, failed = 0;
   double worst = 0;
+  std::string failures;  // one line per element out of tolerance
   for (size_t i = 0; i < store.size(); ++i) {
     const auto& info = store.info(i);
     const Tensor p = store.param_t(i);
@@ -102,28 +104,31 @@ void check_case(const Case& k) {
       // one on every rank, as the replicas must stay equal.
       const int owner = static_cast<int>(pick() % static_cast<uint32_t>(tp.size()));
       const bool mine = info.spec.split == TpSplit::none || owner == tp.rank();
-      const double h = 1e-3 * std::max(0.02, std::abs(vals[e]));
+      // The owner's value and analytic gradient, shared with the other ranks: every rank divides
+      // by the same step h and compares with the same value.
+      const bool reports = mine && (info.spec.split != TpSplit::none || tp.rank() == 0);
+      double own[2] = {reports ? vals[e] : 0.0, reports ? grad[e] : 0.0};
+      tp.all_reduce(std::span<double>(own), ReduceOp::sum).wait();
+      const double h = 1e-3 * std::max(0.02, std::abs(own[0]));
       if (mine) set_elem(*be, p, e, vals[e] + h);
       const double jp = objective();
       if (mine) set_elem(*be, p, e, vals[e] - h);
       const double jm = objective();
       if (mine) set_elem(*be, p, e, vals[e]);
       const double fd = (jp - jm) / (2 * h);
-      // The owner's analytic value, shared with the other ranks for the comparison.
-      double an[1] = {mine && (info.spec.split != TpSplit::none || tp.rank() == 0) ? grad[e] : 0.0};
-      tp.all_reduce(std::span<double>(an), ReduceOp::sum).wait();
+      const double an[1] = {own[1]};
       const double err = std::abs(fd - an[0]);
       const double tol = 1e-8 + 1e-5 * std::abs(an[0]);
       worst = std::max(worst, err / tol);
       ++checked;
       if (err > tol) {
         ++failed;
-        UNSCOPED_INFO(k.name << ": " << info.spec.name << "[" << e << "] analytic " << an[0] << " finite difference "
-                             << fd << " (|diff| " << err << " > " << tol << ")");
+        failures += fmt::format("\n  {}: {}[{}] analytic {:.10g} finite difference {:.10g} (|diff| {:.3g} > {:.3g})",
+                                k.name, info.spec.name, e, an[0], fd, err, tol);
       }
     }
   }
-  INFO(k.name << ": " << checked << " elements checked, worst error / tolerance " << worst);
+  INFO(k.name << ": " << checked << " elements checked, worst error / tolerance " << worst << failures);
   CHECK(checked >= 3 * static_cast<int>(store.size()));
   CHECK(failed == 0);
 }

@@ -18,7 +18,6 @@
 #include <string>
 #include <vector>
 
-#include "triax/ops/adamw.h"
 #include "triax/ops/attention.h"
 #include "triax/ops/embedding.h"
 #include "triax/ops/gelu.h"
@@ -27,6 +26,7 @@
 #include "triax/ops/linear.h"
 #include "triax/ops/residual.h"
 #include "triax/ops/softmax_xent.h"
+#include "triax/optim/adamw.h"
 
 using namespace triax::ops;
 
@@ -181,7 +181,7 @@ int main(int argc, char** argv) {
     std::vector<float> p = random_floats(np, g), m(np, 0.0f), v(np, 0.0f), gr = random_floats(np, g);
     int64_t step = 0;
     add("adamw (15.5M params)", 0, 7.0 * np * 4, [&] {
-      adamw_step<float>(p.data(), m.data(), v.data(), gr.data(), np, AdamWConfig{.weight_decay = 0.1}, ++step);
+      triax::adamw_update(p, gr, m, v, triax::AdamWConfig{}, 0.1f, triax::AdamWStep{1e-3f, ++step, 1.0f});
     });
   }
 

@@ -1,5 +1,6 @@
-// Typed spans from backend tensors. A device backend records its stream's position first, so the
-// communicator (NCCL on its own stream) can order the call after the work that produced the data.
+// Typed spans from backend tensors (Backend::comm_span: host pointers on the CPU backends, device
+// pointers on a device backend). The ordering after the kernels that wrote them is the adapted
+// communicator's job (Backend::adapt; docs/CUDA.md "How the CUDA backend plugs in").
 #include "triax/backend/comm_ops.h"
 
 namespace triax {

@@ -568,9 +568,11 @@ void CpuBackend::adamw(const Tensor& param, const Tensor& grad, const Tensor& m,
   need(v, op, "v", param.numel());
   auto a = open({&param, &grad, &m, &v});
   const size_t n = static_cast<size_t>(param.numel());
-  adamw_update(std::span<float>(ptr<float>(param, op, "param"), n),
-               std::span<const float>(ptr<float>(grad, op, "grad"), n), std::span<float>(ptr<float>(m, op, "m"), n),
-               std::span<float>(ptr<float>(v, op, "v"), n), cfg, weight_decay, step);
+  by_real(param.dtype(), op, [&](auto r) {
+    using R = decltype(r);
+    adamw_update(std::span<R>(ptr<R>(param, op, "param"), n), std::span<const R>(ptr<R>(grad, op, "grad"), n),
+                 std::span<R>(ptr<R>(m, op, "m"), n), std::span<R>(ptr<R>(v, op, "v"), n), cfg, weight_decay, step);
+  });
 }
 
 // ---- MoE row moves

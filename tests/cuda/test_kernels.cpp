@@ -24,6 +24,7 @@
 #include "support/cuda_buffer.h"
 #include "triax/core/cuda_check.h"
 #include "triax/cuda/adamw.h"
+#include "triax/optim/adamw.h"
 #include "triax/cuda/allocator.h"
 #include "triax/cuda/attention.h"
 #include "triax/cuda/cast.h"
@@ -36,7 +37,6 @@
 #include "triax/cuda/linear.h"
 #include "triax/cuda/residual.h"
 #include "triax/cuda/softmax_xent.h"
-#include "triax/ops/adamw.h"
 #include "triax/ops/attention.h"
 #include "triax/ops/embedding.h"
 #include "triax/ops/gelu.h"
@@ -637,7 +637,7 @@ TEMPLATE_TEST_CASE("cuda attention forward/backward match ops::attention", "[cud
 
 // ---------------------------------------------------------------- optimizer
 
-TEMPLATE_TEST_CASE("cuda adamw_update matches ops::adamw_step (fp32 master, low-precision copy)", "[cuda][adamw]",
+TEMPLATE_TEST_CASE("cuda adamw_update matches the CPU adamw_update in float64 (fp32 master, low-precision copy)", "[cuda][adamw]",
                    float, bf16, f16) {
   using G = TestType;
   using Copy = std::conditional_t<std::is_same_v<G, f16>, f16, bf16>;
@@ -648,13 +648,8 @@ TEMPLATE_TEST_CASE("cuda adamw_update matches ops::adamw_step (fp32 master, low-
   AdamWStep st;
   st.lr = 0.1f;  // large, so the update is large against the rounding of the weights
   st.grad_scale = 0.5f;
-  // The CPU reference in double, with the very float hyper-parameters the GPU uses.
-  ops::AdamWConfig rc;
-  rc.lr = st.lr;
-  rc.beta1 = cfg.beta1;
-  rc.beta2 = cfg.beta2;
-  rc.eps = cfg.eps;
-  rc.weight_decay = wd;
+  // The CPU reference in double (triax::adamw_update's float64 overload), with the very float
+  // hyper-parameters the GPU uses.
   auto p0 = kt::random_data<float>(n);
   std::vector<double> rp = p0.ref, rm(n, 0.0), rv(n, 0.0);
   DeviceBuffer<float> master(p0.dev), m(std::vector<float>(n, 0.0f)), v(std::vector<float>(n, 0.0f));
@@ -663,7 +658,8 @@ TEMPLATE_TEST_CASE("cuda adamw_update matches ops::adamw_step (fp32 master, low-
     auto g = kt::random_data<G>(n);
     DeviceBuffer<G> dg(g.dev);
     st.t = t;
-    ops::adamw_step(rp.data(), rm.data(), rv.data(), g.ref.data(), n, rc, t, static_cast<double>(st.grad_scale));
+    adamw_update(std::span<double>(rp), std::span<const double>(g.ref), std::span<double>(rm), std::span<double>(rv), cfg,
+                 wd, st);
     kt::poison(copy);
     cuda::adamw_update(master.data(), copy.data(), dg.data(), m.data(), v.data(), n, cfg, wd, st, s);
   }
@@ -691,7 +687,8 @@ TEMPLATE_TEST_CASE("cuda adamw_update matches ops::adamw_step (fp32 master, low-
   st.t = 1;
   cuda::adamw_update(master2.data(), dg.data(), m2.data(), v2.data(), n, cfg, wd, st, s);
   std::vector<double> rp2 = p0.ref, rm2(n, 0.0), rv2(n, 0.0);
-  ops::adamw_step(rp2.data(), rm2.data(), rv2.data(), g.ref.data(), n, rc, 1, static_cast<double>(st.grad_scale));
+  adamw_update(std::span<double>(rp2), std::span<const double>(g.ref), std::span<double>(rm2), std::span<double>(rv2),
+               cfg, wd, st);
   kt::check(fmt::format("adamw_update no copy m (grad {})", kt::tname<G>()), m2, rm2, s);
 }
 

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "triax/model/params.h"
+#include "triax/params/param_store.h"
 
 namespace triax::test {
 

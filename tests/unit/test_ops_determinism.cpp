@@ -10,7 +10,6 @@
 #include <map>
 #include <string>
 
-#include "triax/ops/adamw.h"
 #include "triax/ops/attention.h"
 #include "triax/ops/embedding.h"
 #include "triax/ops/gelu.h"
@@ -18,6 +17,7 @@
 #include "triax/ops/linear.h"
 #include "triax/ops/residual.h"
 #include "triax/ops/softmax_xent.h"
+#include "triax/optim/adamw.h"
 #include "unit/ops_testing.h"
 
 using namespace triax::ops;
@@ -90,7 +90,8 @@ Outputs run_all(const Inputs& in, float fill) {
   auto& m = o["adamw_m"] = std::vector<float>(N * C, 0.0f);
   auto& v = o["adamw_v"] = std::vector<float>(N * C, 0.0f);
   for (int step = 1; step <= 2; ++step)
-    adamw_step<float>(p.data(), m.data(), v.data(), in.dout.data(), N * C, AdamWConfig{.weight_decay = 0.1}, step);
+    triax::adamw_update(p, std::span<const float>(in.dout).first(p.size()), m, v, triax::AdamWConfig{}, 0.1f,
+                        triax::AdamWStep{1e-3f, step, 1.0f});
   return o;
 }
 

@@ -7,7 +7,7 @@
 
 #include "triax/core/dtype.h"
 #include "triax/cuda/stream.h"
-#include "triax/optim/adamw.h"
+#include "triax/optim/adamw_config.h"
 
 namespace triax::cuda {
 

@@ -12,7 +12,7 @@
 #include "triax/dist/comm.h"
 #include "triax/io/tensor_file.h"
 #include "triax/model/config.h"
-#include "triax/model/params.h"
+#include "triax/params/param_store.h"
 
 namespace triax {
 

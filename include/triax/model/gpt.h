@@ -17,7 +17,7 @@
 #include "triax/dist/comm.h"
 #include "triax/model/config.h"
 #include "triax/model/moe.h"
-#include "triax/model/params.h"
+#include "triax/params/param_store.h"
 #include "triax/pipeline/stage.h"
 
 namespace triax {

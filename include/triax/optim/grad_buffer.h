@@ -19,7 +19,7 @@
 #include <vector>
 
 #include "triax/dist/comm.h"
-#include "triax/model/params.h"
+#include "triax/params/param_store.h"
 
 namespace triax {
 

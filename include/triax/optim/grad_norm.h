@@ -4,7 +4,7 @@
 #include <span>
 
 #include "triax/dist/grid.h"
-#include "triax/model/params.h"
+#include "triax/params/param_store.h"
 #include "triax/optim/grad_buffer.h"
 
 namespace triax {

@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "triax/dist/grid.h"
-#include "triax/model/params.h"
+#include "triax/params/param_store.h"
 #include "triax/optim/adamw.h"
 #include "triax/optim/grad_buffer.h"
 #include "triax/optim/zero.h"

@@ -9,7 +9,7 @@
 #include <span>
 #include <vector>
 
-#include "triax/model/params.h"
+#include "triax/params/param_store.h"
 #include "triax/optim/grad_buffer.h"
 
 namespace triax {

@@ -1,5 +1,5 @@
 // Flat parameter and gradient buffers with named views.
-#include "triax/model/params.h"
+#include "triax/params/param_store.h"
 
 #include <algorithm>
 

@@ -9,7 +9,7 @@
 
 #include "triax/core/dtype.h"
 #include "triax/cuda/stream.h"
-#include "triax/ops/gemm.h"
+#include "triax/ops/transpose.h"
 
 namespace triax::cuda {
 

@@ -3,9 +3,9 @@
 #pragma once
 #include <cstdint>
 
-namespace triax::ops {
+#include "triax/ops/transpose.h"
 
-enum class Trans : uint8_t { no, yes };
+namespace triax::ops {
 
 // C = alpha * op(A) * op(B) + beta * C, all row-major. C is (M, N) with row stride ldc >= N;
 // op(A) is (M, K): A is (M, K) with lda >= K when ta == no, (K, M) with lda >= M when yes; op(B) is

@@ -4,6 +4,9 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -105,23 +108,36 @@ std::unique_ptr<Dataset> make_token_shard_dataset(const std::vector<std::string>
 }
 
 std::unique_ptr<Dataset> make_text_dataset(const std::string& path) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec))
+    TRIAX_THROW(IoError, "--data {}: is a directory; expected llm.c token shards (a.bin,b.bin), a text file, or "
+                "synthetic", path);
   std::ifstream f(path, std::ios::binary);
-  if (!f) TRIAX_THROW(IoError, "{}: cannot open the text file", path);
+  if (!f) TRIAX_THROW(IoError, "--data {}: cannot open the text file: {}", path, std::strerror(errno));
   std::vector<int32_t> tokens;
   char c;
   while (f.get(c)) tokens.push_back(static_cast<unsigned char>(c));
-  if (tokens.size() < 2) TRIAX_THROW(IoError, "{}: the text file has {} bytes, too few to train on", path, tokens.size());
+  if (f.bad()) TRIAX_THROW(IoError, "--data {}: reading the text file failed: {}", path, std::strerror(errno));
+  if (tokens.size() < 2) TRIAX_THROW(IoError, "--data {}: the text file has {} bytes, too few to train on", path, tokens.size());
   return std::make_unique<TokenSequenceDataset>(std::move(tokens), 256, fmt::format("text file {} (bytes)", path));
 }
 
 std::unique_ptr<Dataset> open_dataset(const std::string& spec, int vocab, uint64_t seed) {
   if (spec.empty() || spec == "synthetic") return make_synthetic_dataset(vocab, seed);
-  if (spec.ends_with(".bin")) {
-    std::vector<std::string> paths;
-    std::stringstream ss(spec);
-    for (std::string p; std::getline(ss, p, ',');)
-      if (!p.empty()) paths.push_back(p);
-    return make_token_shard_dataset(paths, vocab);
+  // A comma list is token shards; every entry must be a .bin file (a trailing comma is a typo).
+  std::vector<std::string> parts;
+  std::stringstream ss(spec + ",");
+  for (std::string p; std::getline(ss, p, ',');) parts.push_back(p);
+  for (const auto& p : parts)
+    if (p.empty())
+      TRIAX_THROW(ConfigError, "--data '{}': an empty entry in the comma list (a stray comma?); expected token shards "
+                  "a.bin,b.bin", spec);
+  if (parts.size() > 1 || spec.ends_with(".bin")) {
+    for (const auto& p : parts)
+      if (!p.ends_with(".bin"))
+        TRIAX_THROW(ConfigError, "--data '{}': '{}' is not a .bin token shard; a comma list holds llm.c token shards "
+                    "only", spec, p);
+    return make_token_shard_dataset(parts, vocab);
   }
   if (vocab < 256)
     TRIAX_THROW(ConfigError, "text data is byte-level (256 tokens) but the model's vocabulary is {}", vocab);

@@ -17,51 +17,10 @@
 #include "triax/pipeline/executor.h"
 #include "triax/pipeline/schedule.h"
 #include "triax/train/batch.h"
+#include "triax/train/config.h"
 #include "triax/train/data.h"
 
 namespace triax {
-
-struct TrainConfig {
-  // Model: a preset, optionally overridden shape by shape (0 = keep the preset's value).
-  std::string model = "tiny";
-  int layers = 0, heads = 0, hidden = 0, ffn = 0, vocab = 0, max_seq = 0;
-  int seq = 0;  // sequence length of a sample; 0 = the model's max_seq
-  // Layout.
-  int tp = 1, pp = 1, dp = 0;  // dp 0: world / (tp * pp)
-  int vpp = 1;                 // virtual chunks per stage (interleaved schedule)
-  std::string order = "tp-dp-pp";
-  bool allow_tp_across_hosts = false;
-  std::vector<int> pipeline_layers;  // explicit layers per stage (uneven split, vpp = 1)
-  std::string schedule = "1f1b";     // gpipe | 1f1b | interleaved | zb-h1
-  // Batch knobs: any two of these (micro-batch alone: one micro-batch per step).
-  int64_t micro_batch = 0, global_batch = 0, num_micro_batches = 0;
-  std::optional<BatchRampup> rampup;
-  int64_t train_iters = 50;
-  uint64_t seed = 1234;
-  // Optimizer.
-  double lr = 3e-3, min_lr = 0.0;
-  int64_t warmup_iters = 0, decay_iters = 0;  // decay_iters 0: train_iters
-  std::string lr_decay = "cosine";
-  AdamWConfig adamw;
-  double clip_grad = 1.0;
-  bool zero1 = false;
-  double bucket_mb = 16.0;
-  bool overlap_grad_reduce = true;
-  std::string recompute = "none";
-  bool sequence_parallel = false;
-  // Mixture of experts (docs/MOE.md): layer l is MoE when moe_every > 0 and (l + 1) % moe_every == 0.
-  int moe_every = 0;
-  int experts = 8;
-  int topk = 2;
-  double capacity_factor = 1.25;
-  bool no_drop = false;
-  double moe_aux_coef = 0.01;
-  int moe_chunks = 1;
-  int ep = 1;  // expert-parallel size, carved from dp
-  // Data: "" or "synthetic" (built in), llm.c shards "a.bin,b.bin", or a text file.
-  std::string data;
-  std::string metrics_jsonl;
-};
 
 struct IterationMetrics {
   int64_t iteration = 0;          // 1-based
@@ -89,8 +48,9 @@ struct IterationMetrics {
 
 class Trainer {
  public:
-  // Collective over world: resolves and validates the whole configuration (ConfigError with the
-  // numbers for anything inconsistent), builds the grid, the model chunks and the optimizer.
+  // Collective over world: resolves and validates the whole configuration with
+  // resolve_train_config (ConfigError with the numbers for anything inconsistent), builds the
+  // grid, the model chunks and the optimizer.
   Trainer(std::shared_ptr<Communicator> world, const TrainConfig& cfg);
   ~Trainer();
 
@@ -99,8 +59,11 @@ class Trainer {
   // All remaining iterations; on_iteration is called after each.
   void train(const std::function<void(const IterationMetrics&)>& on_iteration);
 
-  // The fully resolved configuration as TOML-like lines (printed at start-up by rank 0).
+  // The fully resolved configuration as a TOML file that --config reads back to the same run,
+  // with derived facts as comments (printed at start-up by rank 0).
   std::string resolved_config() const;
+  // The configuration with every derived value filled in.
+  const TrainConfig& config() const { return cfg_; }
   const GptConfig& model_config() const { return model_; }
   ProcessGrid& grid() { return *grid_; }
   ParamStore& store() { return store_; }

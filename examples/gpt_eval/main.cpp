@@ -8,7 +8,9 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
+#include <charconv>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <nlohmann/json.hpp>
@@ -20,6 +22,7 @@
 #include <triax/core/log.h>
 #include <triax/dist/bootstrap.h>
 #include <triax/dist/grid.h>
+#include <triax/dist/job_failure.h>
 #include <triax/io/token_shard.h>
 #include <triax/model/checkpoint_io.h>
 #include <triax/model/gpt.h>
@@ -37,11 +40,19 @@ struct Options {
 
 // Before MPI starts, the launcher's environment says whether this process is rank 0: only it
 // prints command-line errors, so mpirun -np 8 shows one message, not eight.
-bool launcher_rank0() {
-  for (const char* v : {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "RANK"})
-    if (const char* s = std::getenv(v)) return std::string(s) == "0";
-  return true;
-}
+bool launcher_rank0() { return triax::launcher_rank() == 0; }
+
+// A whole-number flag of at least 1, with a message that says so (CLI::PositiveNumber printed
+// "Value 0 not in range 0.000000 to 1797693134862...").
+const CLI::Validator kAtLeastOne(
+    [](std::string& s) -> std::string {
+      long long v = 0;
+      const auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+      if (ec != std::errc() || p != s.data() + s.size()) return fmt::format("'{}' is not an integer; expected an integer >= 1", s);
+      if (v < 1) return fmt::format("{} is out of range; expected an integer >= 1", s);
+      return {};
+    },
+    "INT>=1");
 
 struct Result {
   std::vector<double> per_batch;  // (K) mean loss of each batch
@@ -93,18 +104,18 @@ int main(int argc, char** argv) {
   app.add_option("--weights", o.weights, "weights: HF GPT-2 .safetensors or llm.c .bin (format read from the file)")
       ->required();
   app.add_option("--data", o.data, "llm.c token shard (magic 20240520, uint16 tokens)")->required();
-  app.add_option("--batch", o.batch, "sequences per batch (B)")->required()->check(CLI::PositiveNumber);
+  app.add_option("--batch", o.batch, "sequences per batch (B)")->required()->check(kAtLeastOne);
   app.add_option("--seq", o.seq, "tokens per sequence (T), at most the model's positions")
       ->required()
-      ->check(CLI::PositiveNumber);
+      ->check(kAtLeastOne);
   app.add_option("--batches", o.batches, "consecutive batches to average (default: every whole batch in the shard)")
-      ->check(CLI::PositiveNumber);
-  app.add_option("--tp", o.tp, "tensor-parallel size")->check(CLI::PositiveNumber);
+      ->check(kAtLeastOne);
+  app.add_option("--tp", o.tp, "tensor-parallel size")->check(kAtLeastOne);
   app.add_option("--pp", o.pp, "pipeline-parallel size (layers split evenly, earlier stages take the remainder)")
-      ->check(CLI::PositiveNumber);
+      ->check(kAtLeastOne);
   app.add_option("--heads", o.heads, "attention heads, for safetensors files without n_head metadata whose hidden "
                                      "size is not a GPT-2 size")
-      ->check(CLI::PositiveNumber);
+      ->check(kAtLeastOne);
   app.add_option("--save", o.save,
                  "also write the loaded weights to this file before evaluating (a format converter): .bin -> "
                  "llm.c checkpoint, anything else -> HF safetensors");
@@ -125,7 +136,7 @@ int main(int argc, char** argv) {
     world = boot->world();
   } catch (const std::exception& e) {
     std::fprintf(stderr, "gpt_eval: error: start-up failed: %s\n", e.what());
-    return 1;
+    return triax::exit_code_for(e);
   }
   triax::log::set_rank(world->size() > 1 ? world->rank() : -1);
   const int W = world->size();
@@ -174,18 +185,27 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "gpt_eval: wrote %s (%s)\n", o.save.c_str(),
                      std::string(triax::weight_format_name(fmt_out)).c_str());
     }
-  } catch (const triax::Error& e) {
-    error = e.what();
-    code = 1;
   } catch (const std::exception& e) {
     error = e.what();
-    code = 1;
+    code = triax::exit_code_for(e);
   }
   int first_bad[1] = {code ? world->rank() : W};
   world->all_reduce(std::span<int>(first_bad), triax::ReduceOp::min).wait();
   if (first_bad[0] < W) {
     if (world->rank() == first_bad[0]) std::fprintf(stderr, "gpt_eval: error: %s\n", error.c_str());
-    return 1;
+    // Every rank exits with the reporting rank's code (docs/ERRORS.md).
+    int codes[1] = {world->rank() == first_bad[0] ? code : 0};
+    world->all_reduce(std::span<int>(codes), triax::ReduceOp::max).wait();
+    return codes[0];
+  }
+  {
+    // Weights full of NaN evaluate to "loss nan": say where it comes from.
+    int64_t bad[1] = {0};
+    for (float v : store.flat_params().first(store.numel())) bad[0] += !std::isfinite(v);
+    world->all_reduce(std::span<int64_t>(bad), triax::ReduceOp::sum).wait();
+    if (bad[0] > 0 && world->rank() == 0)
+      std::fprintf(stderr, "gpt_eval: warning: %s: %lld parameter values are NaN or infinite (over all ranks); the loss "
+                           "will not be finite\n", o.weights.c_str(), static_cast<long long>(bad[0]));
   }
 
   try {
@@ -217,12 +237,15 @@ int main(int argc, char** argv) {
                       {"max_seq", cfg.max_seq}, {"params", cfg.num_params()}};
         std::printf("%s\n", j.dump().c_str());
       }
+      if (!std::isfinite(loss))
+        std::fprintf(stderr, "gpt_eval: warning: the mean loss is %s (non-finite weights, or logits that overflow)\n",
+                     std::isnan(loss) ? "NaN" : "infinite");
       std::printf("loss %.9g\n", loss);
       std::fflush(stdout);
     }
     return 0;
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "gpt_eval: error (rank %d): %s\n", world->rank(), e.what());
-    return 1;
+    std::fprintf(stderr, "gpt_eval: error (rank %d, host %s): %s\n", world->rank(), triax::host_name().c_str(), e.what());
+    return triax::exit_code_for(e);
   }
 }

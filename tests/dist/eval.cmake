@@ -65,4 +65,10 @@ if(TARGET gpt_eval)
     STDERR "n_head=4 but 8 heads")
   triax_eval_test(bad_flag NP 1 ARGS "--weights|@DIR@/model.bin|--batch|2|--seq|16|--data" RC 2 STDERR "error:.*--data")
   triax_eval_test(bad_missing_flag NP 1 ARGS "--weights|@DIR@/model.bin|--batch|2|--seq|16" RC 2 STDERR "--data is required")
+  if(TRIAX_WITH_MPI)
+    add_test(NAME eval.inputs COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/eval/eval_inputs.sh $<TARGET_FILE:gpt_eval>
+             ${MPIEXEC_EXECUTABLE} ${_dir})
+    set_tests_properties(eval.inputs PROPERTIES FIXTURES_REQUIRED eval_data LABELS "eval;dist" TIMEOUT 300
+      PROCESSORS 2 ENVIRONMENT "${TRIAX_MPIRUN_ENV}")
+  endif()
 endif()

@@ -304,7 +304,7 @@ std::vector<ConfigOption> build_options() {
   constexpr long long kMaxInt = std::numeric_limits<int>::max();
   constexpr long long kMaxI64 = std::numeric_limits<long long>::max();
   std::vector<ConfigOption> t;
-  t.push_back(string_opt("model", "preset: nano, tiny, gpt2-124m, gpt2-350m, gpt2-774m, gpt2-1.5b", TRIAX_FIELD(model),
+  t.push_back(string_opt("model", "model preset", TRIAX_FIELD(model),
                          GptConfig::preset_names()));
   t.push_back(int_opt("num-layers", "override the preset's layer count", TRIAX_FIELD(layers), 1, kMaxInt));
   t.push_back(int_opt("num-attention-heads", "override the preset's heads", TRIAX_FIELD(heads), 1, kMaxInt));
@@ -450,7 +450,8 @@ std::string nearest_train_option(std::string_view key) {
   std::string best;
   size_t best_d = std::numeric_limits<size_t>::max();
   for (const auto& o : train_options()) {
-    const size_t d = edit_distance(k, o.key);
+    size_t d = edit_distance(k, o.key);
+    if (k.size() >= 4 && o.key.rfind(k, 0) == 0) d = std::min<size_t>(d, 1);  // a truncated key
     if (d < best_d) best_d = d, best = o.key;
   }
   return best_d <= std::max<size_t>(2, k.size() / 3) ? best : std::string();

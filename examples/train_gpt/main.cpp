@@ -96,6 +96,10 @@ int main(int argc, char** argv) {
       if (rank != 0) return;
       write_all(stdout, m.log_line() + "\n", "standard output");
       if (jsonl) write_all(jsonl, m.json() + "\n", "--metrics-jsonl " + c.metrics_jsonl);
+    }, [&](const triax::EvalMetrics& e) {
+      if (rank != 0) return;
+      write_all(stdout, e.log_line() + "\n", "standard output");
+      if (jsonl) write_all(jsonl, e.json() + "\n", "--metrics-jsonl " + c.metrics_jsonl);
     });
     if (jsonl && std::fclose(jsonl) != 0) {
       jsonl = nullptr;

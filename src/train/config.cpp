@@ -407,7 +407,16 @@ std::vector<ConfigOption> build_options() {
   t.push_back(int_opt("moe-chunks", "token chunks overlapping all-to-all with expert compute", TRIAX_FIELD(moe_chunks), 1,
                       kMaxInt));
   t.push_back(int_opt("ep", "expert-parallel size (divides dp)", TRIAX_FIELD(ep), 1, kMaxInt));
-  t.push_back(string_opt("data", "llm.c token shards (a.bin,b.bin), a text file, or synthetic (default)", TRIAX_FIELD(data)));
+  t.push_back(string_opt("data", "llm.c token shards (a.bin,b.bin or 'train_*.bin'), a Megatron indexed dataset "
+                         "(PREFIX[.bin|.idx]), a text file, or synthetic (default); docs/DATA.md", TRIAX_FIELD(data)));
+  t.push_back(bool_opt("no-data-shuffle", "visit training samples in file order (default: seeded shuffle per epoch)",
+                       TRIAX_FIELD(data_shuffle), /*invert=*/true));
+  t.push_back(bool_opt("data-respect-eod", "samples never cross a document boundary (Megatron format)",
+                       TRIAX_FIELD(data_respect_eod)));
+  t.push_back(string_opt("valid-data", "validation set (same formats as --data)", TRIAX_FIELD(valid_data)));
+  t.push_back(int_opt("eval-interval", "validation loss every N iterations (0: never)", TRIAX_FIELD(eval_interval), 0,
+                      kMaxI64));
+  t.push_back(int_opt("eval-iters", "global batches per validation", TRIAX_FIELD(eval_iters), 1, kMaxI64));
   t.push_back(string_opt("metrics-jsonl", "write one JSON object per iteration here", TRIAX_FIELD(metrics_jsonl)));
   return t;
 }

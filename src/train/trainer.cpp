@@ -105,10 +105,11 @@ Trainer::Trainer(std::shared_ptr<Communicator> world, const TrainConfig& given) 
     const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
     omp_set_num_threads(std::max(1, cores / std::max(1, grid_->local_size())));
   }
-  data_ = open_dataset(cfg.data, model_.vocab, cfg.seed);
+  data_ = open_dataset(cfg.data, model_.vocab, cfg.seed, DataOptions{cfg.data_shuffle, cfg.data_respect_eod});
   require(data_->vocab() <= model_.vocab, "the data's vocabulary {} exceeds the model's {}", data_->vocab(),
           model_.vocab);
   require(data_->num_samples(T_) > 0, "{} holds no sample of {} + 1 tokens", data_->describe(), T_);
+  open_validation();
 
   const BatchPlan plan = resolved.batch;
   batches_ = std::make_unique<BatchSchedule>(plan, cfg.rampup);
@@ -182,6 +183,7 @@ std::string Trainer::resolved_config() const {
     if (key == "vocab-size") return fmt::format("padded to {} for tp {}", model_.padded_vocab(c.tp), c.tp);
     if (key == "pp") return fmt::format("layers per virtual stage [{}]", fmt::join(stage_layers_, ", "));
     if (key == "data") return data_->describe();
+    if (key == "valid-data" && valid_) return valid_->describe();
     if (key == "ep" && moe_layers_ > 0) return fmt::format("{} MoE layers", moe_layers_);
     return {};
   };
@@ -232,8 +234,8 @@ IterationMetrics Trainer::step(bool record_events) {
   ++iteration_;
   // A dataset shorter than the run wraps around: say so once per epoch.
   if (const int64_t n = data_->num_samples(T_); grid_->world().rank() == 0 && consumed_ / n > base / n)
-    log::info("epoch {} of {} ended at iteration {} ({} samples of {} tokens per epoch); the data starts again from "
-              "its first sample", consumed_ / n, data_->describe(), iteration_, n, T_ + 1);
+    log::info("epoch {} of {} ended at iteration {} ({} samples of {} tokens per epoch); the next epoch "
+              "starts", consumed_ / n, data_->describe(), iteration_, n, T_ + 1);
   IterationMetrics mt;
   mt.iteration = iteration_;
   mt.train_iters = cfg_.train_iters;
@@ -257,10 +259,15 @@ IterationMetrics Trainer::step(bool record_events) {
   return mt;
 }
 
-void Trainer::train(const std::function<void(const IterationMetrics&)>& on_iteration) {
+void Trainer::train(const std::function<void(const IterationMetrics&)>& on_iteration,
+                    const std::function<void(const EvalMetrics&)>& on_eval) {
   while (iteration_ < cfg_.train_iters) {
     const auto m = step();
     if (on_iteration) on_iteration(m);
+    if (cfg_.eval_interval > 0 && iteration_ % cfg_.eval_interval == 0) {
+      const auto e = evaluate();
+      if (on_eval) on_eval(e);
+    }
   }
 }
 

@@ -104,14 +104,15 @@ writes)
 inputs)
   # Data specs a user gets wrong, the end of an epoch, and out of memory at start-up.
   mkdir -p "$tmp/somedir"
-  expect_exit 3 "--data $tmp/somedir/: is a directory" -np 2 "$exe" --data "$tmp/somedir/"
+  expect_exit 3 "$tmp/somedir/: is a directory" -np 2 "$exe" --data "$tmp/somedir/"
   head -c 4000 /dev/urandom >"$tmp/good.bin"
-  expect_exit 2 "--data '$tmp/good.bin,': an empty entry in the comma list" -np 2 "$exe" --data "$tmp/good.bin,"
-  expect_exit 2 "'$tmp/notes.txt' is not a .bin token shard" -np 2 "$exe" --data "$tmp/good.bin,$tmp/notes.txt"
+  expect_exit 2 "'$tmp/good.bin,': an empty entry in the comma list" -np 2 "$exe" --data "$tmp/good.bin,"
+  printf 'hello\n' >"$tmp/notes.txt"   # a text file in a list of token shards
+  expect_exit 3 "$tmp/notes.txt: file is 6 bytes, shorter than the 1024-byte token shard header" -np 2 "$exe" --data "$tmp/notes.txt,$tmp/good.bin"
   head -c 300 /dev/urandom >"$tmp/short.txt"   # 299 / 16 = 18 samples; 8 per iteration
   run -np 2 "$exe" --data "$tmp/short.txt" --seq-length 16 --global-batch-size 8 --micro-batch-size 2 --train-iters 5 \
     >"$tmp/out" 2>&1 || { tail -5 "$tmp/out"; fail "short text run failed"; }
-  [ "$(grep -c "epoch [0-9]* of text file $tmp/short.txt (bytes) (300 tokens) ended" "$tmp/out")" -eq 2 ] ||
+  [ "$(grep -c "epoch [0-9]* of text file $tmp/short.txt (bytes, 300 tokens).* ended" "$tmp/out")" -eq 2 ] ||
     { grep epoch "$tmp/out"; fail "expected two epoch ends (at 24 and 40 samples of 18 per epoch)"; }
   grep -q "epoch 1 of .* ended at iteration 3 (18 samples of 17 tokens per epoch)" "$tmp/out" || { grep epoch "$tmp/out"; fail "epoch 1 end"; }
   echo "ok: epoch ends announced"

@@ -36,6 +36,8 @@ TrainConfig unusual() {
   c.moe_every = 2, c.experts = 6, c.topk = 1, c.capacity_factor = 1.5, c.no_drop = true, c.moe_aux_coef = 0.02;
   c.moe_chunks = 3, c.ep = 3;
   c.data = "a \"quoted\" \\ path.txt";
+  c.data_shuffle = false, c.data_respect_eod = true;
+  c.valid_data = "val_*.bin", c.eval_interval = 5, c.eval_iters = 3;
   c.metrics_jsonl = "m.jsonl";
   return c;
 }

@@ -57,8 +57,16 @@ struct TrainConfig {
   double moe_aux_coef = 0.01;
   int moe_chunks = 1;
   int ep = 1;  // expert-parallel size, carved from dp
-  // Data: "" or "synthetic" (built in), llm.c shards "a.bin,b.bin", or a text file.
+  // Data: "" or "synthetic" (built in), llm.c shards "a.bin,b.bin" or a glob "train_*.bin", a
+  // Megatron indexed dataset (PREFIX, PREFIX.bin or PREFIX.idx), or a text file (docs/DATA.md).
   std::string data;
+  bool data_shuffle = true;       // seeded per-epoch shuffle of the training samples
+  bool data_respect_eod = false;  // samples inside documents (Megatron format)
+  // Validation: every eval_interval iterations (0: never), eval_iters batches of the global
+  // batch size from valid_data, in file order from its first sample.
+  std::string valid_data;
+  int64_t eval_interval = 0;
+  int64_t eval_iters = 10;
   std::string metrics_jsonl;
 };
 

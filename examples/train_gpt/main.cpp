@@ -6,12 +6,17 @@
 // iteration (Megatron's field names) and, with --metrics-jsonl, one JSON object per iteration.
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
+#include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <thread>
 
 #include <triax/core/log.h>
+#include <triax/core/log_json.h>
 #include <triax/dist/bootstrap.h>
+#include <triax/train/metrics_exporter.h>
 #include <triax/train/trainer.h>
 
 #if defined(TRIAX_HAVE_MPI)
@@ -83,6 +88,12 @@ int main(int argc, char** argv) {
   app.add_option("--ep", c.ep, "expert-parallel size (divides dp)")->capture_default_str();
   app.add_option("--data", c.data, "llm.c token shards (a.bin,b.bin), a text file, or synthetic (default)");
   app.add_option("--metrics-jsonl", c.metrics_jsonl, "write one JSON object per iteration here");
+  triax::MetricsExporterConfig prom;
+  double metrics_linger_s = 0;
+  app.add_option("--metrics-port", prom.port, "rank 0 serves Prometheus /metrics on this port (0: any free port)");
+  app.add_option("--metrics-bind", prom.bind, "address the metrics endpoint listens on")->capture_default_str();
+  app.add_option("--metrics-textfile", prom.textfile, "rewrite this Prometheus textfile atomically after each iteration");
+  app.add_option("--metrics-linger", metrics_linger_s, "keep serving /metrics this many seconds after the last iteration");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -98,7 +109,7 @@ int main(int argc, char** argv) {
   try {
     boot = triax::Bootstrap::create();
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "train_gpt: start-up failed: %s\n", e.what());
+    triax::log::emit(stderr, triax::log::Level::error, fmt::format("train_gpt: start-up failed: {}", e.what()));
     return 1;
   }
   try {
@@ -108,24 +119,35 @@ int main(int argc, char** argv) {
     triax::Trainer trainer(world, c);
     std::ofstream jsonl;
     if (rank == 0) {
-      std::fputs(trainer.resolved_config().c_str(), stdout);
+      if (triax::log::format() == triax::log::Format::json)
+        triax::log::emit(stdout, triax::log::Level::info, "resolved configuration",
+                         nlohmann::json{{"config", trainer.resolved_config()}}.dump());
+      else
+        std::fputs(trainer.resolved_config().c_str(), stdout);
       if (!c.metrics_jsonl.empty()) {
         jsonl.open(c.metrics_jsonl, std::ios::trunc);
         if (!jsonl) throw triax::IoError(fmt::format("{}: cannot open the metrics file for writing", c.metrics_jsonl));
       }
       std::fflush(stdout);
     }
+    std::unique_ptr<triax::MetricsExporter> exporter;
+    if (prom.port >= 0 || !prom.textfile.empty())
+      exporter = std::make_unique<triax::MetricsExporter>(world, prom, c.tp, c.pp, trainer.grid().layout().shape().dp);
     trainer.train([&](const triax::IterationMetrics& m) {
+      if (exporter)
+        exporter->observe(m, {trainer.last_step().compute_s, trainer.last_step().p2p_wait_s,
+                              trainer.last_report().sync.exposed_s + trainer.last_report().gather_s});
       if (rank != 0) return;
-      std::puts(m.log_line().c_str());
-      std::fflush(stdout);
+      triax::log::emit(stdout, triax::log::Level::info, m.log_line(), m.json());
       if (jsonl.is_open()) jsonl << m.json() << '\n' << std::flush;
     });
+    if (exporter && exporter->port() >= 0 && metrics_linger_s > 0)
+      std::this_thread::sleep_for(std::chrono::duration<double>(metrics_linger_s));
   } catch (const triax::ConfigError& e) {
-    std::fprintf(stderr, "train_gpt: rank %d: configuration error: %s\n", rank, e.what());
+    triax::log::emit(stderr, triax::log::Level::error, fmt::format("train_gpt: rank {}: configuration error: {}", rank, e.what()));
     abort_job(2);
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "train_gpt: rank %d: %s\n", rank, e.what());
+    triax::log::emit(stderr, triax::log::Level::error, fmt::format("train_gpt: rank {}: {}", rank, e.what()));
     abort_job(1);
   }
   return 0;

@@ -3,7 +3,8 @@
 // the resource score (0.4 compute + 0.3 memory + 0.2 latency + 0.1 IOPS, each against the
 // cluster median) and writes a table, --json, --prometheus and an ordered --hostfile.
 //   mpirun -np 16 --map-by ppr:1:node triax-probe --io-dir /checkpoints --hostfile hosts.txt
-// --score-from FILE re-scores the nodes of an earlier --json file (other weights, threshold).
+// --score-from FILE re-scores the nodes of an earlier --json file (other weights, threshold);
+// --rdma prints the HCAs, ports, GIDs and the NCCL_IB_HCA / NCCL_IB_GID_INDEX / NCCL_SOCKET_IFNAME to use.
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -17,6 +18,7 @@
 #include <triax/core/log.h>
 #include <triax/dist/bootstrap.h>
 #include <triax/probe/measure.h>
+#include <triax/probe/rdma.h>
 #include <triax/probe/score.h>
 
 namespace {
@@ -65,7 +67,8 @@ int main(int argc, char** argv) {
   double triad_mib = 256, io_mib = 64, io_seconds = 1.0, threshold = 0.8;
   std::string io_dir = ".", json_path, prom_path, hostfile, score_from;
   std::vector<double> weights{0.4, 0.3, 0.2, 0.1};
-  bool exclude = false;
+  bool exclude = false, rdma = false;
+  std::string sysfs_root;
   app.add_option("--gemm-n", gemm_n, "square GEMM size")->capture_default_str();
   app.add_option("--reps", reps, "repetitions (best is kept)")->capture_default_str();
   app.add_option("--triad-mib", triad_mib, "STREAM triad array size (MiB per array)")->capture_default_str();
@@ -81,6 +84,8 @@ int main(int argc, char** argv) {
   app.add_option("--hostfile", hostfile, "write an mpirun hostfile, best node first");
   app.add_flag("--exclude-stragglers", exclude, "comment stragglers out of the hostfile");
   app.add_option("--score-from", score_from, "re-score an earlier --json file instead of measuring");
+  app.add_flag("--rdma", rdma, "only discover RDMA devices and print the NCCL settings to use");
+  app.add_option("--sysfs-root", sysfs_root, "with --rdma: read this tree instead of /sys (a fixture)");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -88,6 +93,11 @@ int main(int argc, char** argv) {
   }
   std::unique_ptr<triax::Bootstrap> boot;
   try {
+    if (rdma) {
+      const auto info = sysfs_root.empty() ? triax::probe::discover_rdma() : triax::probe::read_rdma_sysfs(sysfs_root);
+      std::fputs(triax::probe::describe(info, triax::probe::suggest_nccl(info)).c_str(), stdout);
+      return 0;
+    }
     const triax::probe::ScoreWeights w{weights[0], weights[1], weights[2], weights[3]};
     w.validate();
     std::vector<triax::probe::NodeMeasure> nodes;

@@ -28,6 +28,13 @@ grep -q "none.json: cannot open" <<<"$out" || fail "missing file not named: $out
 out=$("$exe" "${small[@]}" --io-dir "$tmp/no/such/dir" 2>&1) && fail "a missing --io-dir was accepted"
 grep -q "no/such/dir" <<<"$out" || fail "missing io dir not named: $out"
 
+# RDMA discovery on the RoCE fixture tree, and on this machine (no HCA: none found, sockets).
+out=$("$exe" --rdma --sysfs-root "$src/tests/cluster/fixtures/sysfs-roce") || fail "--rdma on the fixture"
+grep -q "export NCCL_IB_HCA=mlx5_0:1" <<<"$out" && grep -q "export NCCL_IB_GID_INDEX=3" <<<"$out" \
+  && grep -q "export NCCL_SOCKET_IFNAME=eth2" <<<"$out" || fail "--rdma fixture settings: $out"
+out=$("$exe" --rdma) || fail "--rdma on this machine"
+echo "$out"
+[ -d /sys/class/infiniband ] || grep -q "NCCL_IB_DISABLE=1" <<<"$out" || fail "no HCA here but IB not disabled: $out"
 if command -v promtool >/dev/null; then
   for f in p f; do promtool check metrics <"$tmp/$f.prom" || fail "promtool check metrics $f.prom"; done
 fi

@@ -32,3 +32,17 @@ if(TRIAX_WITH_MPI AND TRIAX_BUILD_EXAMPLES)
   set_tests_properties(cluster.probe PROPERTIES TIMEOUT 300 LABELS cluster
     ENVIRONMENT "${TRIAX_MPIRUN_ENV};OMPI_MCA_orte_tmpdir_base=${_sess}" PROCESSORS 2)
 endif()
+
+add_executable(bootstrap_check cluster/bootstrap_check.cpp)
+target_link_libraries(bootstrap_check PRIVATE triax::triax)
+
+# A real one-node Slurm started by the test (slurm-wlm + munge).
+if(TRIAX_WITH_MPI AND TRIAX_BUILD_EXAMPLES)
+  add_test(NAME cluster.slurm
+    COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/cluster/slurm_test.sh $<TARGET_FILE:train_gpt> $<TARGET_FILE:bootstrap_check>
+      ${MPIEXEC_EXECUTABLE} ${PROJECT_SOURCE_DIR})
+  set(_sess ${CMAKE_BINARY_DIR}/ompi-sessions/cluster.slurm)
+  file(MAKE_DIRECTORY ${_sess})
+  set_tests_properties(cluster.slurm PROPERTIES TIMEOUT 600 LABELS cluster SKIP_RETURN_CODE 77 RUN_SERIAL TRUE
+    ENVIRONMENT "${TRIAX_MPIRUN_ENV};OMPI_MCA_orte_tmpdir_base=${_sess}" PROCESSORS 2)
+endif()

@@ -46,3 +46,9 @@ if(TRIAX_WITH_MPI AND TRIAX_BUILD_EXAMPLES)
   set_tests_properties(cluster.slurm PROPERTIES TIMEOUT 600 LABELS cluster SKIP_RETURN_CODE 77 RUN_SERIAL TRUE
     ENVIRONMENT "${TRIAX_MPIRUN_ENV};OMPI_MCA_orte_tmpdir_base=${_sess}" PROCESSORS 2)
 endif()
+
+# Kubernetes/Volcano manifests: fields, and the pods simulated as local processes with the
+# environment Volcano's plugins give them (own UTS and mount namespaces for host name and DNS).
+add_test(NAME cluster.k8s_volcano
+  COMMAND python3 ${CMAKE_CURRENT_SOURCE_DIR}/cluster/k8s_test.py $<TARGET_FILE:bootstrap_check> ${PROJECT_SOURCE_DIR})
+set_tests_properties(cluster.k8s_volcano PROPERTIES TIMEOUT 300 LABELS cluster SKIP_RETURN_CODE 77 PROCESSORS 2)

@@ -32,6 +32,14 @@ for _ in $(seq 100); do
   sleep 0.2
 done
 
+# The scrape manager applies new targets on a 5 s tick: wait until ours is listed (it reads
+# "down" until train_gpt listens), so the short run is scraped from its first iterations.
+listed=
+for _ in $(seq 100); do
+  python3 -c "import json,urllib.request,sys; t=json.load(urllib.request.urlopen('http://127.0.0.1:$pport/api/v1/targets', timeout=1)); sys.exit(0 if t['data']['activeTargets'] else 1)" 2>/dev/null && { listed=1; break; }
+  sleep 0.2
+done
+[ -n "$listed" ] || fail "prometheus never listed the scrape target"
 start=$(date +%s.%N)
 timeout 300 "$mpiexec" --oversubscribe -np 2 "$exe" --dp 2 --train-iters 6 --metrics-port "$mport" --metrics-bind 127.0.0.1 \
   --metrics-linger 4 --metrics-jsonl "$tmp/m.jsonl" --metrics-textfile "$tmp/triax.prom" >"$tmp/out" 2>&1 \

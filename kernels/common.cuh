@@ -106,6 +106,19 @@ inline unsigned grid_for(int64_t n, int threads = kThreads) {
   return static_cast<unsigned>(std::clamp<int64_t>(blocks, 1, int64_t{132} * 32));
 }
 
+// Deterministic sums over the rows of an (N, C) matrix, per column (parameter gradients: LayerNorm
+// weight/bias, linear bias): the rows are cut into at most ~1024 chunks of at least 32 rows, so the
+// fp32 partials (one per chunk and column, rows added in order) are bounded scratch and there are
+// enough blocks to fill the GPU; one thread per column then adds the chunks in order. The cut
+// depends only on N, so the bits do too.
+struct RowChunks {
+  int rows_per_chunk;
+  int count;
+  explicit RowChunks(int N)
+      : rows_per_chunk(std::max(32, (N + 1023) / 1024)), count((N + rows_per_chunk - 1) / rows_per_chunk) {}
+};
+inline constexpr int kChunkColumns = 128;  // threads (columns) per block of a per-chunk partial kernel
+
 // ---- host-side checks (before any CUDA call, so they work without a GPU) ----
 inline void require_positive(const char* op, const char* what, int64_t v) {
   if (v <= 0) TRIAX_THROW(ConfigError, "{}: {} must be positive, got {}", op, what, v);

@@ -41,31 +41,32 @@ __global__ void iota_kernel(int32_t* p, int n) {
   for (int64_t i = global_index(); i < n; i += global_stride()) p[i] = static_cast<int32_t>(i);
 }
 
-// Block i looks at sorted position i; only the head of a run of equal tokens does any work.
+// Block i looks at sorted position i; only the head of a run of equal tokens does any work. The
+// gradient tables are fp32 whatever the activation type D (parameter gradients keep their own type).
 template <class D>
-__global__ void embedding_wte_backward_kernel(D* dwte, const D* dout, const int32_t* sorted_tokens,
+__global__ void embedding_wte_backward_kernel(float* dwte, const D* dout, const int32_t* sorted_tokens,
                                               const int32_t* sorted_rows, int n, int C, int v0, int v1) {
   const int i = blockIdx.x;
   const int tok = sorted_tokens[i];
   if ((i > 0 && sorted_tokens[i - 1] == tok) || tok < v0 || tok >= v1) return;
   int end = i + 1;
   while (end < n && sorted_tokens[end] == tok) ++end;
-  D* g = dwte + int64_t{tok - v0} * C;
+  float* g = dwte + int64_t{tok - v0} * C;
   for (int c = threadIdx.x; c < C; c += blockDim.x) {
-    float acc = to_f32(g[c]);  // start from the old value: the CPU op's order of additions
+    float acc = g[c];  // start from the old value: the CPU op's order of additions
     for (int k = i; k < end; ++k) acc += to_f32(dout[int64_t{sorted_rows[k]} * C + c]);
-    g[c] = from_f32<D>(acc);
+    g[c] = acc;
   }
 }
 
 // One thread per (t, c): dwpe[t, c] += dout[b, t, c] for b in order.
 template <class D>
-__global__ void embedding_wpe_backward_kernel(D* dwpe, const D* dout, int B, int T, int C) {
+__global__ void embedding_wpe_backward_kernel(float* dwpe, const D* dout, int B, int T, int C) {
   const int64_t n = int64_t{T} * C;
   for (int64_t i = global_index(); i < n; i += global_stride()) {
-    float acc = to_f32(dwpe[i]);
+    float acc = dwpe[i];
     for (int b = 0; b < B; ++b) acc += to_f32(dout[int64_t{b} * n + i]);
-    dwpe[i] = from_f32<D>(acc);
+    dwpe[i] = acc;
   }
 }
 
@@ -84,7 +85,7 @@ void embedding_forward(Real* out, const int32_t* tokens, const Real* wte, const 
 }
 
 template <class Real>
-void embedding_backward(Real* dwte, Real* dwpe, const Real* dout, const int32_t* tokens, int B, int T, int C, int V,
+void embedding_backward(float* dwte, float* dwpe, const Real* dout, const int32_t* tokens, int B, int T, int C, int V,
                         int v0, int v1, cudaStream_t stream) {
   const char* op = "cuda::embedding_backward";
   check_embedding(op, B, T, C, V, v0, v1);
@@ -106,12 +107,12 @@ void embedding_backward(Real* dwte, Real* dwpe, const Real* dout, const int32_t*
     Scratch temp(temp_bytes, stream);
     TRIAX_CHECK_CUDA(cub::DeviceRadixSort::SortPairs(temp.as<void>(), temp_bytes, tokens, sorted_tokens, rows,
                                                      sorted_rows, n, 0, 32, stream));
-    embedding_wte_backward_kernel<<<n, kThreads, 0, stream>>>(dptr(dwte), dptr(dout), sorted_tokens, sorted_rows, n, C,
+    embedding_wte_backward_kernel<<<n, kThreads, 0, stream>>>(dwte, dptr(dout), sorted_tokens, sorted_rows, n, C,
                                                               v0, v1);
     check_launch();
   }
   if (dwpe) {
-    embedding_wpe_backward_kernel<<<grid_for(int64_t{T} * C), kThreads, 0, stream>>>(dptr(dwpe), dptr(dout), B, T, C);
+    embedding_wpe_backward_kernel<<<grid_for(int64_t{T} * C), kThreads, 0, stream>>>(dwpe, dptr(dout), B, T, C);
     check_launch();
   }
 }
@@ -122,7 +123,7 @@ template void embedding_forward<bf16>(bf16*, const int32_t*, const bf16*, const 
                                       cudaStream_t);
 template void embedding_backward<float>(float*, float*, const float*, const int32_t*, int, int, int, int, int, int,
                                         cudaStream_t);
-template void embedding_backward<bf16>(bf16*, bf16*, const bf16*, const int32_t*, int, int, int, int, int, int,
+template void embedding_backward<bf16>(float*, float*, const bf16*, const int32_t*, int, int, int, int, int, int,
                                        cudaStream_t);
 
 }  // namespace triax::cuda

@@ -77,9 +77,9 @@ __global__ void layernorm_param_partial_kernel(float* pw, float* pb, const D* do
   pb[int64_t{blockIdx.y} * C + c] = gb;
 }
 
-template <class D>
-__global__ void layernorm_param_finish_kernel(D* dweight, D* dbias, const float* pw, const float* pb, int nchunks,
-                                              int C) {
+// fp32 parameter gradients whatever the activation type: no rounding to Real on the way.
+__global__ void layernorm_param_finish_kernel(float* dweight, float* dbias, const float* pw, const float* pb,
+                                              int nchunks, int C) {
   const int c = blockIdx.x * blockDim.x + threadIdx.x;
   if (c >= C) return;
   float gw = 0.0f, gb = 0.0f;
@@ -87,8 +87,8 @@ __global__ void layernorm_param_finish_kernel(D* dweight, D* dbias, const float*
     gw += pw[int64_t{k} * C + c];
     gb += pb[int64_t{k} * C + c];
   }
-  if (dweight) dweight[c] = from_f32<D>(to_f32(dweight[c]) + gw);
-  if (dbias) dbias[c] = from_f32<D>(to_f32(dbias[c]) + gb);
+  if (dweight) dweight[c] += gw;
+  if (dbias) dbias[c] += gb;
 }
 
 }  // namespace
@@ -110,7 +110,7 @@ void layernorm_forward(Real* out, float* mean, float* rstd, const Real* inp, con
 }
 
 template <class Real>
-void layernorm_backward(Real* dinp, Real* dweight, Real* dbias, const Real* dout, const Real* inp, const Real* weight,
+void layernorm_backward(Real* dinp, float* dweight, float* dbias, const Real* dout, const Real* inp, const Real* weight,
                         const float* mean, const float* rstd, int N, int C, ops::GradMode dinp_mode,
                         cudaStream_t stream) {
   const char* op = "cuda::layernorm_backward";
@@ -126,19 +126,17 @@ void layernorm_backward(Real* dinp, Real* dweight, Real* dbias, const Real* dout
                                                     dinp_mode == ops::GradMode::accumulate);
   check_launch();
   if (!dweight && !dbias) return;
-  // At most ~1024 chunks of at least 32 rows: bounded scratch, enough blocks to fill the GPU.
-  const int rows_per_chunk = std::max(32, (N + 1023) / 1024);
-  const int nchunks = (N + rows_per_chunk - 1) / rows_per_chunk;
+  const RowChunks chunks(N);
+  const int nchunks = chunks.count;
   Scratch partial(sizeof(float) * 2 * static_cast<size_t>(nchunks) * C, stream);
   float* pw = partial.as<float>();
   float* pb = pw + static_cast<size_t>(nchunks) * C;
-  constexpr int kCols = 128;
-  const dim3 grid((C + kCols - 1) / kCols, nchunks);
-  layernorm_param_partial_kernel<<<grid, kCols, 0, stream>>>(pw, pb, dptr(dout), dptr(inp), mean, rstd, N, C,
-                                                            rows_per_chunk);
+  const dim3 grid((C + kChunkColumns - 1) / kChunkColumns, nchunks);
+  layernorm_param_partial_kernel<<<grid, kChunkColumns, 0, stream>>>(pw, pb, dptr(dout), dptr(inp), mean, rstd, N, C,
+                                                                     chunks.rows_per_chunk);
   check_launch();
-  layernorm_param_finish_kernel<<<(C + kThreads - 1) / kThreads, kThreads, 0, stream>>>(dptr(dweight), dptr(dbias), pw,
-                                                                                         pb, nchunks, C);
+  layernorm_param_finish_kernel<<<(C + kThreads - 1) / kThreads, kThreads, 0, stream>>>(dweight, dbias, pw, pb,
+                                                                                         nchunks, C);
   check_launch();
 }
 
@@ -148,7 +146,7 @@ template void layernorm_forward<bf16>(bf16*, float*, float*, const bf16*, const 
                                       cudaStream_t);
 template void layernorm_backward<float>(float*, float*, float*, const float*, const float*, const float*, const float*,
                                         const float*, int, int, ops::GradMode, cudaStream_t);
-template void layernorm_backward<bf16>(bf16*, bf16*, bf16*, const bf16*, const bf16*, const bf16*, const float*,
+template void layernorm_backward<bf16>(bf16*, float*, float*, const bf16*, const bf16*, const bf16*, const float*,
                                        const float*, int, int, ops::GradMode, cudaStream_t);
 
 }  // namespace triax::cuda

@@ -1,11 +1,16 @@
 # Planner tests beyond the globbed unit tests: data paths for two unit tests, and the triax-plan
 # command line (JSON parsed and checked, bad flags and bad layouts give a message and non-zero exit).
 
-# The SC21 data lives in the shared folder beside the repository (CI clones it there too); the
-# test skips (77) only when the file is absent. TRIAX_SC21_CSV in the environment overrides it.
+# The published measurements live in the project (data/validation/, each row with its source).
+# TRIAX_SC21_CSV in the environment overrides the SC21 subset's path.
 if(TARGET test_plan_validation)
   target_compile_definitions(test_plan_validation PRIVATE
-    TRIAX_SC21_CSV="${PROJECT_SOURCE_DIR}/../shared/data/megatron_sc21_table1_subset.csv")
+    TRIAX_SC21_CSV="${PROJECT_SOURCE_DIR}/data/validation/megatron_sc21_table1_subset.csv")
+endif()
+if(TARGET test_plan_published_runs)
+  target_compile_definitions(test_plan_published_runs PRIVATE
+    TRIAX_RUNS_CSV="${PROJECT_SOURCE_DIR}/data/validation/published_runs.csv")
+  set_tests_properties(unit.test_plan_published_runs PROPERTIES TIMEOUT 300)
 endif()
 if(TARGET test_plan_cluster)
   target_compile_definitions(test_plan_cluster PRIVATE TRIAX_SOURCE_DIR="${PROJECT_SOURCE_DIR}")
@@ -61,5 +66,15 @@ if(TARGET triax-plan)
     STDERR "/nonexistent/cal.json: calibration file does not exist")
   triax_plan_cli_test(validate_missing ARGS "--validate-sc21|/nonexistent/t.csv" RC 1
     STDERR "/nonexistent/t.csv: cannot open the SC21 table")
+  triax_plan_cli_test(tune_text
+    ARGS "--tune|--model|megatron-7.5b|--gpus|128|--global-batch|4096|--grad-accum|4|--mbs|64|--recompute|full"
+    STDOUT "current: tp8 pp1 dp16 mbs64.*limit:.*proposed changes.*micro-batch 64 ->.*recommendation:")
+  triax_plan_cli_test(tune_bad_accum
+    ARGS "--tune|--model|megatron-7.5b|--gpus|128|--global-batch|4096|--grad-accum|3|--mbs|64" RC 2
+    STDERR "global batch 4096 is not a multiple of mbs 64 x grad-accum 3")
+  triax_plan_cli_test(tune_needs_settings ARGS "--tune|--model|megatron-7.5b|--gpus|128" RC 2 STDERR "--tune needs --mbs")
+  triax_plan_cli_test(validate_runs
+    ARGS "--validate|${PROJECT_SOURCE_DIR}/data/validation/published_runs.csv"
+    STDOUT "sc21-1.7b.*mlsys23-1t-sel.*leave-one-out: +mean \\|error\\| [0-4]\\.[0-9]+%.*held out by source")
   triax_plan_cli_test(nothing_fits ARGS "--model|megatron-1t|--gpus|8" RC 3 STDERR "no layout of megatron-1t fits")
 endif()

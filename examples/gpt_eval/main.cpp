@@ -1,8 +1,11 @@
 // gpt_eval: the mean next-token cross-entropy of a GPT-2 checkpoint (HF safetensors or llm.c .bin)
-// over K consecutive batches of an llm.c token shard, forward only, tensor-, pipeline- and
+// over K consecutive batches of a token corpus (llm.c shards or a glob of them, a Megatron indexed
+// dataset: docs/DATA.md), forward only, tensor-, pipeline- and
 // data-parallel. Batch k uses tokens [k*B*T, k*B*T + B*T + 1): inputs and next-token targets.
 //   mpirun -np 4 gpt_eval --tp 4 --weights gpt2.safetensors --data val.bin --batch 4 --seq 64 --batches 8
 // The last line of stdout is "loss <value>"; --json prints a JSON object line before it.
+// --sample N continues a prompt instead (--prompt TEXT for byte-level models or --prompt-tokens,
+// --temperature, --top-k, --sample-seed), in one process: see sample.h.
 // --save FILE also writes the loaded weights (gathered over the layout) as HF safetensors or, for
 // a .bin name, an llm.c checkpoint: a converter between the two formats.
 #include <CLI/CLI.hpp>
@@ -20,9 +23,12 @@
 #include <triax/core/log.h>
 #include <triax/dist/bootstrap.h>
 #include <triax/dist/grid.h>
-#include <triax/io/token_shard.h>
+#include <triax/train/data.h>
+#include <triax/train/token_corpus.h>
 #include <triax/model/checkpoint_io.h>
 #include <triax/model/gpt.h>
+
+#include "sample.h"
 
 namespace {
 
@@ -53,7 +59,7 @@ struct Result {
 // rank 0 records the batch's loss. The per-batch losses are then summed over the world, so every
 // rank holds all K of them.
 Result evaluate(const Options& o, triax::ProcessGrid& grid, const triax::GptConfig& cfg, triax::GptChunk& chunk,
-                const triax::io::TokenShard& shard, int64_t K) {
+                const triax::Dataset& data, int64_t K) {
   const int B = o.batch, T = o.seq;
   const size_t N = static_cast<size_t>(B) * T, NC = N * static_cast<size_t>(cfg.n_embd);
   const auto co = grid.coord();
@@ -68,7 +74,7 @@ Result evaluate(const Options& o, triax::ProcessGrid& grid, const triax::GptConf
   for (int64_t k = 0; k < K; ++k) {
     if (k % dp != co.dp) continue;
     const auto tb = std::chrono::steady_clock::now();
-    shard.batch(k, B, T, inputs, targets);
+    data.batch(k * B, B, T, inputs, targets);  // samples kB..kB+B-1: tokens [kBT, kBT + BT + 1)
     if (!first) grid.pp().recv(std::span<float>(x_in), grid.prev_stage()).wait();
     const float loss = chunk.forward(0, B, T, first ? inputs.data() : nullptr, last ? targets.data() : nullptr,
                                      first ? nullptr : x_in.data(), last ? nullptr : x_out.data(), false);
@@ -85,18 +91,60 @@ Result evaluate(const Options& o, triax::ProcessGrid& grid, const triax::GptConf
   return r;
 }
 
+// --sample: one process; the launcher's world must be one rank.
+int sample_main(const Options& o, SampleRequest sr, const std::string& prompt_tokens) {
+  try {
+    const char* np = std::getenv("OMPI_COMM_WORLD_SIZE");
+    if ((np && std::string(np) != "1") || o.tp != 1 || o.pp != 1)
+      TRIAX_THROW(ConfigError, "--sample runs in one process with --tp 1 --pp 1");
+    sr.weights = o.weights;
+    sr.heads = o.heads;
+    sr.json = o.json;
+    for (size_t at = 0; at < prompt_tokens.size();) {
+      size_t end = prompt_tokens.find(',', at);
+      if (end == std::string::npos) end = prompt_tokens.size();
+      const std::string t = prompt_tokens.substr(at, end - at);
+      size_t used = 0;
+      int v = -1;
+      try {
+        v = std::stoi(t, &used);
+      } catch (const std::exception&) {
+        used = 0;
+      }
+      if (t.empty() || used != t.size())
+        TRIAX_THROW(ConfigError, "--prompt-tokens '{}': '{}' is not a token id", prompt_tokens, t);
+      sr.prompt_tokens.push_back(v);
+      at = end + 1;
+    }
+    run_sample(sr);
+    return 0;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "gpt_eval: error: %s\n", e.what());
+    return 1;
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"gpt_eval: mean cross-entropy of a GPT-2 checkpoint on an llm.c token shard (forward only)"};
+  CLI::App app{"gpt_eval: mean cross-entropy of a GPT-2 checkpoint on a token corpus (forward only)"};
   Options o;
   app.add_option("--weights", o.weights, "weights: HF GPT-2 .safetensors or llm.c .bin (format read from the file)")
       ->required();
-  app.add_option("--data", o.data, "llm.c token shard (magic 20240520, uint16 tokens)")->required();
-  app.add_option("--batch", o.batch, "sequences per batch (B)")->required()->check(CLI::PositiveNumber);
-  app.add_option("--seq", o.seq, "tokens per sequence (T), at most the model's positions")
-      ->required()
+  app.add_option("--data", o.data, "llm.c token shards (a.bin,b.bin or a glob) or a Megatron indexed dataset "
+                 "(PREFIX); required unless --sample");
+  app.add_option("--batch", o.batch, "sequences per batch (B); required unless --sample")->check(CLI::PositiveNumber);
+  app.add_option("--seq", o.seq, "tokens per sequence (T), at most the model's positions; required unless --sample")
       ->check(CLI::PositiveNumber);
+  SampleRequest sr;
+  std::string prompt_tokens;
+  app.add_option("--sample", sr.tokens, "instead of a loss: continue the prompt with N sampled tokens (one process)")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--prompt", sr.prompt, "--sample's prompt as text (byte-level models, vocab 256)");
+  app.add_option("--prompt-tokens", prompt_tokens, "--sample's prompt as token ids, e.g. 464,3290");
+  app.add_option("--temperature", sr.sampling.temperature, "--sample: softmax temperature (0: greedy)")->capture_default_str();
+  app.add_option("--top-k", sr.sampling.top_k, "--sample: draw from the k most likely tokens (0: all)")->capture_default_str();
+  app.add_option("--sample-seed", sr.seed, "--sample: seed of the draws")->capture_default_str();
   app.add_option("--batches", o.batches, "consecutive batches to average (default: every whole batch in the shard)")
       ->check(CLI::PositiveNumber);
   app.add_option("--tp", o.tp, "tensor-parallel size")->check(CLI::PositiveNumber);
@@ -117,6 +165,12 @@ int main(int argc, char** argv) {
     if (launcher_rank0()) std::fprintf(stderr, "gpt_eval: error: %s\nRun with --help for the options.\n", e.what());
     return 2;
   }
+  if (sr.tokens > 0) return sample_main(o, sr, prompt_tokens);
+  for (const auto& [missing, name] : {std::pair{o.data.empty(), "--data"}, {o.batch == 0, "--batch"}, {o.seq == 0, "--seq"}})
+    if (missing) {
+      if (launcher_rank0()) std::fprintf(stderr, "gpt_eval: error: %s is required (unless --sample)\n", name);
+      return 2;
+    }
 
   std::unique_ptr<triax::Bootstrap> boot;
   std::shared_ptr<triax::Communicator> world;
@@ -134,7 +188,7 @@ int main(int argc, char** argv) {
   // anyone goes on, and the lowest failing rank prints its message.
   std::optional<triax::ProcessGrid> grid;
   std::optional<triax::WeightFile> wf;
-  std::optional<triax::io::TokenShard> shard;
+  std::unique_ptr<triax::Dataset> data;
   std::unique_ptr<triax::GptChunk> chunk;
   triax::ParamStore store;
   triax::GptConfig cfg;
@@ -153,12 +207,18 @@ int main(int argc, char** argv) {
     if (o.pp > cfg.n_layer)
       TRIAX_THROW(ConfigError, "--pp {} is more than the model's {} layers", o.pp, cfg.n_layer);
     cfg.validate(o.tp);
-    shard.emplace(o.data, cfg.vocab);
-    const int64_t avail = shard->num_batches(o.batch, o.seq);
+    // In file order; token values are checked (file and offset named) as batches are read.
+    data = triax::make_corpus_dataset(triax::open_corpus(o.data, cfg.vocab), 0, triax::DataOptions{false, false});
+    const int64_t avail = data->num_samples(o.seq) / o.batch;
     K = o.batches > 0 ? o.batches : avail;
     if (avail < 1 || K > avail)
-      TRIAX_THROW(IoError, "{}: {} tokens hold {} whole batches of {} x {} (+1 target), {} asked for",
-                  o.data, shard->size(), avail, o.batch, o.seq, o.batches > 0 ? o.batches : 1);
+      TRIAX_THROW(IoError, "{} holds {} whole batches of {} x {} (+1 target), {} asked for", data->describe(), avail,
+                  o.batch, o.seq, o.batches > 0 ? o.batches : 1);
+    {  // Every rank checks the tokens of all K batches now, where set-up errors are agreed on, so a
+       // token past the vocabulary stops the job here instead of inside the pipeline.
+      std::vector<int32_t> x, y;
+      for (int64_t k = 0; k < K; ++k) data->batch(k * o.batch, o.batch, o.seq, x, y);
+    }
     grid.emplace(world, triax::GridShape{o.tp, o.pp, W / (o.tp * o.pp), 1, "tp-dp-pp"});
     const int s = grid->coord().pp;
     const int per = cfg.n_layer / o.pp, extra = cfg.n_layer % o.pp;
@@ -193,7 +253,7 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "gpt_eval: %s (%s): %s; tp %d pp %d dp %d; %lld batches of %d x %d\n", o.weights.c_str(),
                    std::string(triax::weight_format_name(wf->format())).c_str(), cfg.describe().c_str(), o.tp, o.pp,
                    W / (o.tp * o.pp), static_cast<long long>(K), o.batch, o.seq);
-    const Result r = evaluate(o, *grid, cfg, *chunk, *shard, K);
+    const Result r = evaluate(o, *grid, cfg, *chunk, *data, K);
     double sum = 0;
     for (double l : r.per_batch) sum += l;  // fixed order: the same on every layout
     const double loss = sum / static_cast<double>(K);

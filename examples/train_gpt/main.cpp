@@ -86,7 +86,14 @@ int main(int argc, char** argv) {
   app.add_option("--moe-aux-coef", c.moe_aux_coef, "weight of the load-balancing loss")->capture_default_str();
   app.add_option("--moe-chunks", c.moe_chunks, "token chunks overlapping all-to-all with expert compute")->capture_default_str();
   app.add_option("--ep", c.ep, "expert-parallel size (divides dp)")->capture_default_str();
-  app.add_option("--data", c.data, "llm.c token shards (a.bin,b.bin), a text file, or synthetic (default)");
+  app.add_option("--data", c.data, "llm.c token shards (a.bin,b.bin or 'train_*.bin'), a Megatron indexed dataset "
+                 "(PREFIX[.bin|.idx]), a text file, or synthetic (default); docs/DATA.md");
+  bool no_shuffle = false;
+  app.add_flag("--no-data-shuffle", no_shuffle, "visit training samples in file order (default: seeded shuffle per epoch)");
+  app.add_flag("--data-respect-eod", c.data_respect_eod, "samples never cross a document boundary (Megatron format)");
+  app.add_option("--valid-data", c.valid_data, "validation set (same formats as --data)");
+  app.add_option("--eval-interval", c.eval_interval, "validation loss every N iterations (0: never)")->capture_default_str();
+  app.add_option("--eval-iters", c.eval_iters, "global batches per validation")->capture_default_str();
   app.add_option("--metrics-jsonl", c.metrics_jsonl, "write one JSON object per iteration here");
   triax::MetricsExporterConfig prom;
   double metrics_linger_s = 0;
@@ -100,6 +107,7 @@ int main(int argc, char** argv) {
     return app.exit(e);
   }
   c.overlap_grad_reduce = !no_overlap;
+  c.data_shuffle = !no_shuffle;
   if (!ramp.empty()) c.rampup = triax::BatchRampup{ramp[0], ramp[1], ramp[2]};
 
   int rank = 0;
@@ -140,6 +148,11 @@ int main(int argc, char** argv) {
       if (rank != 0) return;
       triax::log::emit(stdout, triax::log::Level::info, m.log_line(), m.json());
       if (jsonl.is_open()) jsonl << m.json() << '\n' << std::flush;
+    }, [&](const triax::EvalMetrics& e) {
+      if (rank != 0) return;
+      std::puts(e.log_line().c_str());
+      std::fflush(stdout);
+      if (jsonl.is_open()) jsonl << e.json() << '\n' << std::flush;
     });
     if (exporter && exporter->port() >= 0 && metrics_linger_s > 0)
       std::this_thread::sleep_for(std::chrono::duration<double>(metrics_linger_s));

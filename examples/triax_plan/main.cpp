@@ -10,7 +10,9 @@
 #include <optional>
 
 #include "triax/core/error.h"
+#include "triax/plan/published_runs.h"
 #include "triax/plan/report.h"
+#include "triax/plan/tune.h"
 #include "triax/plan/validation.h"
 
 using namespace triax::plan;
@@ -53,6 +55,10 @@ int main(int argc, char** argv) {
                "Transformer layout on a cluster, or search for the best layouts (docs/PLANNER.md)"};
 
   std::string model_name, cluster_spec = "selene-a100", calibration, validate_csv, software = "triax";
+  std::string validate_runs_csv;
+  bool tune_mode = false;
+  int grad_accum = 0;
+  double gpu_hour_price = 0;
   ModelShape shape;
   int gpus = 0, tp = 0, pp = 0, dp = 0, vpp = 0, mbs = 0, top_k = 5;
   std::string schedule, recompute, precision = "bf16", attention;
@@ -97,6 +103,16 @@ int main(int argc, char** argv) {
   app.add_option("--top-k", top_k, "layouts to show in search mode")->check(kPositive)->capture_default_str();
   app.add_flag("--json", json, "print one JSON object instead of tables");
   app.add_option("--validate-sc21", validate_csv, "predict the rows of a Megatron-LM SC21 Table 1 CSV");
+  app.add_option("--validate", validate_runs_csv,
+                 "predict every published run of a CSV (data/validation/published_runs.csv) on --cluster: fit the "
+                 "cluster's GEMM constants, print in-sample, leave-one-out and held-out-by-source errors");
+  app.add_flag("--tune", tune_mode,
+               "recommend changes to the current settings (--gpus, --mbs, --grad-accum or --dp, optional --tp/--pp, "
+               "--recompute): micro-batch, accumulation, recompute, layout, with step time, MFU, cost and the limit");
+  app.add_option("--grad-accum", grad_accum, "gradient accumulation steps of the current settings (--tune)")
+      ->check(kPositive);
+  app.add_option("--gpu-hour-price", gpu_hour_price, "price of one GPU-hour, for the cost column of --tune")
+      ->check(CLI::NonNegativeNumber);
   app.add_flag("--list", list, "list model and cluster presets");
 
   try {
@@ -124,6 +140,20 @@ int main(int argc, char** argv) {
     Calibration cal;
     if (!calibration.empty()) cal = load_calibration(calibration);
     const CollectiveModel net(cluster, cal);
+
+    if (!validate_runs_csv.empty()) {
+      std::vector<PublishedRun> rows;
+      for (auto& r : load_published_runs(validate_runs_csv))
+        if (r.cluster == cluster.name) rows.push_back(std::move(r));
+      if (rows.empty()) {
+        std::fprintf(stderr, "triax-plan: error: %s has no rows measured on cluster '%s'\n", validate_runs_csv.c_str(),
+                     cluster.name.c_str());
+        return 1;
+      }
+      const ValidationReport rep = validate_runs(cluster, rows);
+      fmt::print("{}\n", json ? validation_json(rep) : format_validation(rep));
+      return 0;
+    }
 
     if (!validate_csv.empty()) {
       std::vector<Sc21Prediction> preds;
@@ -170,6 +200,61 @@ int main(int argc, char** argv) {
     if (no_scatter_gather) base.pp_scatter_gather = false;
     LayoutRules rules;
     rules.allow_cross_node_tp = cross_node_tp;
+
+    if (tune_mode) {
+      if (!mbs || (!grad_accum && !dp) || (!gpus && !(tp && pp && dp))) {
+        std::fprintf(stderr, "triax-plan: error: --tune needs --mbs, --grad-accum (or --dp) and --gpus (or --tp --pp --dp)\n");
+        return 2;
+      }
+      Layout l = base;
+      l.micro_batch = mbs;
+      if (grad_accum) {
+        const long per_step = long(mbs) * grad_accum;
+        if (m.global_batch % per_step != 0) {
+          std::fprintf(stderr, "triax-plan: error: global batch %ld is not a multiple of mbs %d x grad-accum %d\n",
+                       m.global_batch, mbs, grad_accum);
+          return 2;
+        }
+        l.dp = int(m.global_batch / per_step);
+        if (dp && dp != l.dp) {
+          std::fprintf(stderr, "triax-plan: error: --dp %d but global batch / (mbs x grad-accum) = %d\n", dp, l.dp);
+          return 2;
+        }
+      } else {
+        l.dp = dp;
+      }
+      const int g = gpus ? gpus : tp * pp * dp;
+      if (g % l.dp != 0) {
+        std::fprintf(stderr, "triax-plan: error: %d GPUs are not a multiple of dp %d\n", g, l.dp);
+        return 2;
+      }
+      const int mp = g / l.dp;  // GPUs per model replica
+      if (tp && pp && tp * pp != mp) {
+        std::fprintf(stderr, "triax-plan: error: tp*pp = %d but GPUs / dp = %d\n", tp * pp, mp);
+        return 2;
+      }
+      l.tp = tp ? tp : 1;
+      if (!tp) {  // the widest tensor parallelism inside a node that divides the heads, the rest pipeline
+        for (int t = 1; t <= std::min(mp, cluster.gpus_per_node); ++t)
+          if (mp % t == 0 && m.heads % t == 0) l.tp = t;
+      }
+      l.pp = pp ? pp : mp / l.tp;
+      if (l.tp * l.pp != mp) {
+        std::fprintf(stderr, "triax-plan: error: tp %d does not divide GPUs / dp = %d\n", l.tp, mp);
+        return 2;
+      }
+      l.vpp = vpp ? vpp : 1;
+      l.schedule = !schedule.empty() ? parse_schedule(schedule) : (l.vpp > 1 ? Schedule::interleaved : Schedule::one_f_one_b);
+      l.recompute = recompute.empty() ? Recompute::none : parse_recompute(recompute);
+      l.sequence_parallel = sp;
+      l.zero1 = zero1;
+      TuneOptions opt;
+      opt.gpu_hour_price = gpu_hour_price;
+      opt.rules = rules;
+      const TuneResult r = tune(m, net, l, opt);
+      fmt::print("{}", json ? tune_json(r) + "\n" : format_tune(r, opt));
+      return 0;
+    }
 
     const bool single = tp && pp && dp && mbs;
     if (single) {

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <algorithm>
 #include <cstring>
 #include <utility>
 
@@ -41,6 +42,19 @@ MappedFile::MappedFile(std::string path) : path_(std::move(path)) {
 }
 
 MappedFile::~MappedFile() { release(); }
+
+void MappedFile::advise_random() const {
+  if (data_) ::madvise(const_cast<std::byte*>(data_), size_, MADV_RANDOM);  // advice only: failure is harmless
+}
+
+void MappedFile::release_pages(size_t offset, size_t len) const {
+  if (!data_ || offset >= size_) return;
+  static const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
+  const size_t end = std::min(size_, offset + len);
+  // Outward to whole pages: the mapping is read-only, so a dropped page is only re-read, never lost.
+  const size_t first = offset / page * page, last = (end + page - 1) / page * page;
+  if (last > first) ::madvise(const_cast<std::byte*>(data_) + first, last - first, MADV_DONTNEED);
+}
 
 MappedFile::MappedFile(MappedFile&& o) noexcept
     : path_(std::move(o.path_)), data_(std::exchange(o.data_, nullptr)), size_(std::exchange(o.size_, 0)) {}

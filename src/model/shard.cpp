@@ -5,16 +5,10 @@
 #include <cmath>
 
 #include "triax/core/error.h"
+#include "triax/core/hash.h"
 
 namespace triax {
 namespace {
-
-uint64_t splitmix64(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
 
 // FNV-1a of the name: stable across compilers, unlike std::hash.
 uint64_t name_hash(const std::string& s) {

@@ -133,7 +133,7 @@ StepResult PipelineExecutor::run(const Schedule& sch, const MicroBatchFn& data, 
         }
         const auto c0 = Clock::now();
         const float loss = ch.forward(in.mb, B_, T_, first ? tokens.data() : nullptr, last ? targets.data() : nullptr,
-                                      x_in, x_out, true, dloss);
+                                      x_in, x_out, /*training=*/!sch.forward_only, dloss);
         res.compute_s += since(c0);
         if (last) res.loss_sum += loss;
         act_in.erase(k);

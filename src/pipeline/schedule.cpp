@@ -75,7 +75,8 @@ ScheduleKind parse_schedule_kind(std::string_view name) {
 }
 
 std::string Schedule::label() const {
-  return fmt::format("{} p={} v={} m={}", schedule_kind_name(kind), stages, chunks, micro_batches);
+  return fmt::format("{} p={} v={} m={}", forward_only ? std::string_view("forward-only") : schedule_kind_name(kind),
+                     stages, chunks, micro_batches);
 }
 
 StageChunk next_virtual(const Schedule& s, int stage, int chunk) {

@@ -148,6 +148,17 @@ void check_stage_order(const Schedule& s, int st) {
       if (pos(PipeOp::forward) < 0)
         TRIAX_THROW(ConfigError, "{}: stage {} never runs forward(mb={}, chunk={}); every (mb, chunk) is forwarded "
                     "once on every stage", label, st, mb, c);
+      if (s.forward_only) {
+        for (PipeOp op : {PipeOp::backward, PipeOp::backward_input, PipeOp::backward_weight, PipeOp::send_grad,
+                          PipeOp::recv_grad})
+          if (pos(op) >= 0)
+            TRIAX_THROW(ConfigError, "{}: {} in a forward-only schedule", label, at(s, st, static_cast<size_t>(pos(op))));
+        if (!s.is_last_virtual(st, c) && pos(PipeOp::send_activation) < 0)
+          TRIAX_THROW(ConfigError, "{}: {} never sends its output: expected send_activation(mb={}, chunk={}, to stage "
+                      "{}) after it", label, at(s, st, static_cast<size_t>(pos(PipeOp::forward))), mb, c,
+                      next_virtual(s, st, c).stage);
+        continue;
+      }
       if (pos(PipeOp::backward) < 0 && pos(PipeOp::backward_input) < 0)
         TRIAX_THROW(ConfigError, "{}: {} has no backward (neither backward nor backward_input follows it)", label,
                     at(s, st, static_cast<size_t>(pos(PipeOp::forward))));

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "triax/core/error.h"
+#include "triax/plan/gemm_model.h"
 
 namespace triax::plan {
 
@@ -17,19 +18,22 @@ namespace {
 
 constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 
-// Roofline of one device: a kernel takes the longer of its FLOPs at the achieved GEMM rate and its
-// bytes at the achieved memory bandwidth, plus the launch gap.
+// Roofline of one device: a kernel takes the longer of its FLOPs at the rate its shape reaches
+// (gemm_model.h: waves, tiles, K overhead) and its bytes at the achieved memory bandwidth, plus the
+// launch gap.
 struct Device {
-  double flop_rate;   // FLOP/s
+  GemmModel gemm_model;
   double byte_rate;   // bytes/s
   double overhead_s;  // per kernel
-  double kernel(double flops, double bytes) const {
-    return std::max(flops / flop_rate, bytes / byte_rate) + overhead_s;
+  // A kernel whose FLOPs run as GEMMs of shape `g` (fused attention: QK^T-sized tiles).
+  double kernel(double flops, double bytes, const GemmShape& g) const {
+    return std::max(flops / (gemm_model.rate() * gemm_model.efficiency(g)), bytes / byte_rate) + overhead_s;
   }
   double stream(double bytes) const { return bytes / byte_rate + overhead_s; }
   // C(m x n) = A(m x k) B(k x n), `batch` times, elements of e bytes.
   double gemm(double m, double n, double k, double batch, double e) const {
-    return kernel(2 * m * n * k * batch, e * batch * (m * k + k * n + m * n));
+    return std::max(gemm_model.seconds({m, n, k, batch}), e * batch * (m * k + k * n + m * n) / byte_rate) +
+           overhead_s;
   }
 };
 
@@ -52,8 +56,8 @@ LayerTimes layer_times(const ModelShape& m, const Layout& l, const Device& dev, 
   LayerTimes r;
 
   // Linear layers (column-parallel QKV and fc1, row-parallel projection and fc2).
-  const double lin = dev.gemm(M, 3 * h / t, h, 1, e) + dev.gemm(M, h, h / t, 1, e) +
-                     dev.gemm(M, f / t, h, 1, e) + dev.gemm(M, h, f / t, 1, e);
+  const double qkv = dev.gemm(M, 3 * h / t, h, 1, e), fc1 = dev.gemm(M, f / t, h, 1, e);
+  const double lin = qkv + dev.gemm(M, h, h / t, 1, e) + fc1 + dev.gemm(M, h, f / t, 1, e);
   r.fwd += lin;
   r.bwd_input += lin;   // dgrad: same FLOPs and operand sizes as the forward GEMM
   r.bwd_weight += lin;  // wgrad: likewise
@@ -73,8 +77,9 @@ LayerTimes layer_times(const ModelShape& m, const Layout& l, const Device& dev, 
     // One fused kernel: 4 b s^2 h / t FLOPs forward; backward recomputes the scores and runs four
     // more matmuls (2.5x the forward FLOPs). Bytes: Q, K, V, O (and their gradients).
     const double flops = 4 * b * s * s * h / t;
-    attn_fwd = dev.kernel(flops, 4 * e * M * h / t);
-    attn_bwd = dev.kernel(2.5 * flops, 8 * e * M * h / t);
+    const GemmShape tile{s, s, dh, b * at};  // the score tiles, K = head dim
+    attn_fwd = dev.kernel(flops, 4 * e * M * h / t, tile);
+    attn_bwd = dev.kernel(2.5 * flops, 8 * e * M * h / t, tile);
   }
   r.fwd += attn_fwd;
   r.bwd_input += attn_bwd;
@@ -101,6 +106,12 @@ LayerTimes layer_times(const ModelShape& m, const Layout& l, const Device& dev, 
     }
     r.tp_fwd = per_pass;
     r.tp_bwd = per_pass;
+    if (l.tp_overlap_backward) {
+      // The input-gradient collectives of QKV and fc1 hide behind their weight-gradient GEMMs.
+      const double hidden_part = l.sequence_parallel ? 2 * net.seconds(CollectiveOp::reduce_scatter, g, bytes)
+                                                     : 2 * net.seconds(CollectiveOp::all_reduce, g, bytes);
+      r.tp_bwd = per_pass - hidden_part + std::max(0.0, hidden_part - (qkv + fc1));
+    }
     if (l.recompute == Recompute::full) r.tp_recompute = per_pass;
   }
   return r;
@@ -159,7 +170,7 @@ Estimate estimate(const ModelShape& m, const CollectiveModel& net, const Layout&
 
   const bool fp32 = l.precision == Precision::fp32;
   const double peak = (fp32 ? c.peak_tflops_fp32 : c.peak_tflops_bf16) * 1e12;
-  const Device dev{peak * c.gemm_efficiency, c.memory_gbps * 1e9 * c.memory_efficiency,
+  const Device dev{GemmModel::for_cluster(c, peak), c.memory_gbps * 1e9 * c.memory_efficiency,
                    c.kernel_overhead_us * 1e-6};
   const int p = l.pp, v = l.vpp, t = l.tp, d = l.dp;
   const long mb = micro_batches(m, l);
@@ -325,8 +336,12 @@ Estimate estimate(const ModelShape& m, const CollectiveModel& net, const Layout&
   est.time.dp_comm = dp_exposed;
 
   // AdamW streams per parameter: gradient read twice (norm, update) and zeroed, master/param, m, v
-  // read and written (24 bytes), the low-precision copy written.
-  const double opt_bytes = fp32 ? 3 * 4 + 24 : 3 * gbytes + 24 + wbytes;
+  // read and written (24 bytes), the low-precision copy written. Half-precision gradients go through
+  // Megatron-LM's mixed-precision optimizer: the model gradient is read and zeroed (2 x 2), copied to
+  // an fp32 main gradient (4), unscaled in place with the inf check (8), read for the norm (4), then
+  // Adam (28) and the main parameters copied back to the model (4 + 2): 54 bytes at fp16.
+  double opt_bytes = fp32 ? 3 * 4 + 24 : 3 * gbytes + 24 + wbytes;
+  if (!fp32 && !l.grad_reduce_fp32) opt_bytes = 2 * gbytes + 4 + 8 + 4 + 28 + 4 + wbytes;
   double opt = 0;
   for (int i = 0; i < p; ++i) {
     const double owned = l.zero1 ? params[i] / d : params[i];

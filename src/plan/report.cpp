@@ -38,6 +38,7 @@ nlohmann::json to_json(const Estimate& e) {
                  {"dp_overlap", l.dp_overlap},
                  {"grad_reduce_fp32", l.grad_reduce_fp32},
                  {"pp_scatter_gather", l.pp_scatter_gather},
+                 {"tp_overlap_backward", l.tp_overlap_backward},
                  {"summary", describe(l)}};
   j["seconds_per_iteration"] = e.seconds_per_iteration;
   j["tflops_per_gpu"] = e.tflops_per_gpu;

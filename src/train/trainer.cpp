@@ -118,10 +118,11 @@ Trainer::Trainer(std::shared_ptr<Communicator> world, const TrainConfig& cfg) : 
     const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
     omp_set_num_threads(std::max(1, cores / std::max(1, grid_->local_size())));
   }
-  data_ = open_dataset(cfg.data, model_.vocab, cfg.seed);
+  data_ = open_dataset(cfg.data, model_.vocab, cfg.seed, DataOptions{cfg.data_shuffle, cfg.data_respect_eod});
   require(data_->vocab() <= model_.vocab, "the data's vocabulary {} exceeds the model's {}", data_->vocab(),
           model_.vocab);
   require(data_->num_samples(T_) > 0, "{} holds no sample of {} + 1 tokens", data_->describe(), T_);
+  open_validation();
 
   BatchConfig bc{cfg.global_batch, cfg.micro_batch, cfg.num_micro_batches};
   if (!bc.global_batch && !bc.micro_batch && !bc.num_micro_batches) {
@@ -218,6 +219,9 @@ std::string Trainer::resolved_config() const {
   s += fmt::format("zero1 = {}\nbucket_mb = {}\noverlap_grad_reduce = {}\nrecompute = \"{}\"\nsequence_parallel = {}\n",
                    c.zero1, c.bucket_mb, c.overlap_grad_reduce, c.recompute, c.sequence_parallel);
   s += fmt::format("data = \"{}\"  # {}\nmetrics_jsonl = \"{}\"\n", c.data, data_->describe(), c.metrics_jsonl);
+  if (valid_)
+    s += fmt::format("valid_data = \"{}\"  # {}\neval_interval = {}\neval_iters = {}\n", c.valid_data, valid_->describe(),
+                     c.eval_interval, c.eval_iters);
   if (c.moe_every > 0)
     s += fmt::format("moe_every = {}\nexperts = {}\ntopk = {}\ncapacity_factor = {}\nno_drop = {}\nmoe_aux_coef = {}\n"
                      "moe_chunks = {}\nep = {}  # {} MoE layers\n",
@@ -287,10 +291,15 @@ IterationMetrics Trainer::step(bool record_events) {
   return mt;
 }
 
-void Trainer::train(const std::function<void(const IterationMetrics&)>& on_iteration) {
+void Trainer::train(const std::function<void(const IterationMetrics&)>& on_iteration,
+                    const std::function<void(const EvalMetrics&)>& on_eval) {
   while (iteration_ < cfg_.train_iters) {
     const auto m = step();
     if (on_iteration) on_iteration(m);
+    if (cfg_.eval_interval > 0 && iteration_ % cfg_.eval_interval == 0) {
+      const auto e = evaluate();
+      if (on_eval) on_eval(e);
+    }
   }
 }
 

@@ -4,7 +4,8 @@
 // before the launch. Each check prints one line "kernel <name> <type> rel_err <e> tol <t> ok|FAIL",
 // rel_err = max|gpu - ref| / max|ref| over the tensor (NaN -> inf). Tolerances follow the output
 // type: fp32 1e-5, bf16 1e-2 (plus the few documented exceptions: exact checks are tighter, the
-// cuBLASLt GELU epilogue in fp32 looser). Without a GPU only the [nogpu] argument checks run and
+// cuBLASLt GELU epilogue in fp32 looser). Parameter gradients are fp32 for bf16 activations too
+// (docs/CUDA.md, "Gradient types"), so they are always held to 1e-5. Without a GPU only the [nogpu] argument checks run and
 // the test reports "skipped" (exit 77, tests/support/cuda_main.cpp).
 #include <catch2/catch.hpp>
 #include <cuda_runtime_api.h>
@@ -16,6 +17,7 @@
 #include <cstring>
 #include <limits>
 #include <string>
+#include <tuple>
 #include <type_traits>
 #include <vector>
 
@@ -31,6 +33,7 @@
 #include "triax/cuda/grad_norm.h"
 #include "triax/cuda/grad_scale.h"
 #include "triax/cuda/layernorm.h"
+#include "triax/cuda/linear.h"
 #include "triax/cuda/residual.h"
 #include "triax/cuda/softmax_xent.h"
 #include "triax/ops/adamw.h"
@@ -39,6 +42,7 @@
 #include "triax/ops/gelu.h"
 #include "triax/ops/gemm.h"
 #include "triax/ops/layernorm.h"
+#include "triax/ops/linear.h"
 #include "triax/ops/residual.h"
 #include "triax/ops/softmax_xent.h"
 #include "triax/tensor/tensor.h"
@@ -345,9 +349,11 @@ TEMPLATE_TEST_CASE("cuda layernorm forward/backward match ops::layernorm", "[cud
     kt::check("layernorm_forward mean" + shape, mean, rmean, s);  // fp32 statistics: fp32 tolerance
     kt::check("layernorm_forward rstd" + shape, rstd, rrstd, s);
 
-    // Backward, overwrite then accumulate; weight and bias gradients accumulate onto old values.
-    auto gw0 = kt::random_data<T>(C), gb0 = kt::random_data<T>(C), dinp0 = kt::random_data<T>(nc);
-    DeviceBuffer<T> gw(gw0.dev), gb(gb0.dev);
+    // Backward, overwrite then accumulate; weight and bias gradients (fp32 whatever T is)
+    // accumulate onto old values, and are held to the fp32 threshold.
+    auto gw0 = kt::random_data<float>(C), gb0 = kt::random_data<float>(C);
+    auto dinp0 = kt::random_data<T>(nc);
+    DeviceBuffer<float> gw(gw0.dev), gb(gb0.dev);
     std::vector<double> rdinp(nc), rgw = gw0.ref, rgb = gb0.ref;
     ops::layernorm_backward(rdinp.data(), rgw.data(), rgb.data(), g.ref.data(), x.ref.data(), w.ref.data(),
                             rmean.data(), rrstd.data(), N, C);
@@ -355,14 +361,15 @@ TEMPLATE_TEST_CASE("cuda layernorm forward/backward match ops::layernorm", "[cud
     cuda::layernorm_backward(dinp.data(), gw.data(), gb.data(), dg.data(), dx.data(), dw.data(), mean.data(),
                              rstd.data(), N, C, ops::GradMode::overwrite, s);
     kt::check("layernorm_backward dinp" + shape, dinp, rdinp, s);
-    kt::check("layernorm_backward dweight" + shape, gw, rgw, s);
-    kt::check("layernorm_backward dbias" + shape, gb, rgb, s);
+    const std::string act = fmt::format(" act={}", kt::tname<T>());
+    kt::check("layernorm_backward dweight" + shape + act, gw, rgw, s);
+    kt::check("layernorm_backward dbias" + shape + act, gb, rgb, s);
     std::vector<double> racc = dinp0.ref;
     ops::layernorm_backward(racc.data(), static_cast<double*>(nullptr), static_cast<double*>(nullptr), g.ref.data(),
                             x.ref.data(), w.ref.data(), rmean.data(), rrstd.data(), N, C, ops::GradMode::accumulate);
     dinp.upload(dinp0.dev);
-    cuda::layernorm_backward(dinp.data(), static_cast<T*>(nullptr), static_cast<T*>(nullptr), dg.data(), dx.data(),
-                             dw.data(), mean.data(), rstd.data(), N, C, ops::GradMode::accumulate, s);
+    cuda::layernorm_backward(dinp.data(), nullptr, nullptr, dg.data(), dx.data(), dw.data(), mean.data(), rstd.data(),
+                             N, C, ops::GradMode::accumulate, s);
     kt::check("layernorm_backward dinp accumulate" + shape, dinp, racc, s);
   }
 }
@@ -395,24 +402,90 @@ TEMPLATE_TEST_CASE("cuda embedding forward/backward match ops::embedding (vocab 
                               v1, s);
       kt::check("embedding_forward no wpe" + what, out, ref, s);
 
-      auto gte0 = kt::random_data<T>(wte.dev.size()), gpe0 = kt::random_data<T>(wpe.dev.size());
-      DeviceBuffer<T> gte(gte0.dev), gpe(gpe0.dev);
+      // The gradient tables are fp32 whatever T is (parameter gradients keep their own type).
+      auto gte0 = kt::random_data<float>(wte.dev.size()), gpe0 = kt::random_data<float>(wpe.dev.size());
+      DeviceBuffer<float> gte(gte0.dev), gpe(gpe0.dev);
       std::vector<double> rte = gte0.ref, rpe = gpe0.ref;
       ops::embedding_backward(rte.data(), rpe.data(), dout.ref.data(), tokens.data(), B, T_, C, V, v0, v1);
       cuda::embedding_backward(gte.data(), gpe.data(), ddout.data(), dtok.data(), B, T_, C, V, v0, v1, s);
-      kt::check("embedding_backward dwte" + what, gte, rte, s);
-      kt::check("embedding_backward dwpe" + what, gpe, rpe, s);
-      if constexpr (std::is_same_v<T, float>) {
-        // The same additions in the same order as the CPU float op: the same bits.
-        std::vector<float> cte = gte0.dev, cpe = gpe0.dev;
-        ops::embedding_backward(cte.data(), cpe.data(), dout.dev.data(), tokens.data(), B, T_, C, V, v0, v1);
-        s.sync();
-        const auto ge = gte.download();
-        const auto gp = gpe.download();
-        CHECK(std::memcmp(ge.data(), cte.data(), cte.size() * 4) == 0);
-        CHECK(std::memcmp(gp.data(), cpe.data(), cpe.size() * 4) == 0);
-      }
+      const std::string act = fmt::format(" act={}", kt::tname<T>());
+      kt::check("embedding_backward dwte" + what + act, gte, rte, s);
+      kt::check("embedding_backward dwpe" + what + act, gpe, rpe, s);
+      // The same additions in the same order as the CPU float op on dout widened to fp32: the
+      // same bits, for bf16 activations too (no rounding to T on the way).
+      std::vector<float> cte = gte0.dev, cpe = gpe0.dev, dout_f32(dout.ref.begin(), dout.ref.end());
+      ops::embedding_backward(cte.data(), cpe.data(), dout_f32.data(), tokens.data(), B, T_, C, V, v0, v1);
+      s.sync();
+      const auto ge = gte.download();
+      const auto gp = gpe.download();
+      const auto differing = [](const std::vector<float>& a, const std::vector<float>& b) {
+        size_t bad = 0;
+        for (size_t i = 0; i < a.size(); ++i) bad += std::memcmp(&a[i], &b[i], 4) != 0;
+        return static_cast<double>(bad);
+      };
+      kt::report("embedding_backward dwte == CPU float op (bits differing)" + what + act, "fp32",
+                 differing(ge, cte), 0);
+      kt::report("embedding_backward dwpe == CPU float op (bits differing)" + what + act, "fp32",
+                 differing(gp, cpe), 0);
     }
+  }
+}
+
+TEMPLATE_TEST_CASE("cuda linear forward/backward match ops::linear, fp32 parameter gradients", "[cuda][linear]", float,
+                   bf16) {
+  using T = TestType;
+  kt::Stream s;
+  cuda::CublasLtGemm gemm;
+  const std::string act = fmt::format(" act={}", kt::tname<T>());
+  // 257 rows: 9 chunks in the bias column sum (the last one partial); 33 rows: two chunks.
+  for (auto [N, IC, OC] : {std::tuple{257, 64, 192}, std::tuple{33, 40, 24}}) {
+    const std::string shape = fmt::format(" N={} IC={} OC={}", N, IC, OC);
+    auto x = kt::random_data<T>(static_cast<size_t>(N) * IC), w = kt::random_data<T>(static_cast<size_t>(OC) * IC);
+    auto b = kt::random_data<T>(OC), g = kt::random_data<T>(static_cast<size_t>(N) * OC);
+    DeviceBuffer<T> dx(x.dev), dw(w.dev), dbias_in(b.dev), dg(g.dev), out(g.dev.size()), dinp(x.dev.size());
+    std::vector<double> ref(g.dev.size());
+    ops::linear_forward(ref.data(), x.ref.data(), w.ref.data(), b.ref.data(), N, IC, OC);
+    kt::poison(out);
+    cuda::linear_forward(out.data(), dx.data(), dw.data(), dbias_in.data(), N, IC, OC, gemm, s);
+    kt::check("linear_forward" + shape, out, ref, s);
+    ops::linear_forward(ref.data(), x.ref.data(), w.ref.data(), static_cast<const double*>(nullptr), N, IC, OC);
+    kt::poison(out);
+    cuda::linear_forward(out.data(), dx.data(), dw.data(), static_cast<const T*>(nullptr), N, IC, OC, gemm, s);
+    kt::check("linear_forward no bias" + shape, out, ref, s);
+
+    // Backward: dinp overwritten in T; dweight and dbias accumulate onto old fp32 values and are
+    // held to the fp32 threshold whatever T is.
+    auto gw0 = kt::random_data<float>(w.dev.size()), gb0 = kt::random_data<float>(OC);
+    DeviceBuffer<float> gw(gw0.dev), gb(gb0.dev);
+    std::vector<double> rdinp(x.dev.size()), rgw = gw0.ref, rgb = gb0.ref;
+    ops::linear_backward(rdinp.data(), rgw.data(), rgb.data(), g.ref.data(), x.ref.data(), w.ref.data(), N, IC, OC);
+    kt::poison(dinp);
+    cuda::linear_backward(dinp.data(), gw.data(), gb.data(), dg.data(), dx.data(), dw.data(), N, IC, OC,
+                          ops::GradMode::overwrite, gemm, s);
+    kt::check("linear_backward dinp" + shape, dinp, rdinp, s);
+    kt::check("linear_backward dweight" + shape + act, gw, rgw, s);
+    kt::check("linear_backward dbias" + shape + act, gb, rgb, s);
+
+    // dinp accumulates with GradMode::accumulate; null dweight/dbias are skipped (left alone).
+    auto dinp0 = kt::random_data<T>(x.dev.size());
+    std::vector<double> racc = dinp0.ref;
+    ops::linear_backward(racc.data(), static_cast<double*>(nullptr), static_cast<double*>(nullptr), g.ref.data(),
+                         x.ref.data(), w.ref.data(), N, IC, OC, ops::GradMode::accumulate);
+    dinp.upload(dinp0.dev);
+    cuda::linear_backward(dinp.data(), nullptr, nullptr, dg.data(), dx.data(), dw.data(), N, IC, OC,
+                          ops::GradMode::accumulate, gemm, s);
+    kt::check("linear_backward dinp accumulate" + shape, dinp, racc, s);
+
+    // The bias gradient alone, twice from the same start: the same bits (fixed summation order).
+    DeviceBuffer<float> gb2(gb0.dev), gb3(gb0.dev);
+    cuda::linear_bias_backward(gb2.data(), dg.data(), N, OC, s);
+    cuda::linear_bias_backward(gb3.data(), dg.data(), N, OC, s);
+    std::vector<double> rgb2 = gb0.ref;
+    ops::linear_backward(static_cast<double*>(nullptr), static_cast<double*>(nullptr), rgb2.data(), g.ref.data(),
+                         x.ref.data(), w.ref.data(), N, IC, OC);
+    kt::check("linear_bias_backward" + shape + act, gb2, rgb2, s);
+    const auto b2 = gb2.download(), b3 = gb3.download();
+    CHECK(std::memcmp(b2.data(), b3.data(), b2.size() * sizeof(float)) == 0);
   }
 }
 
@@ -785,9 +858,28 @@ TEST_CASE("cuda launchers reject bad arguments before touching the device", "[no
   CHECK_THROWS_AS((cuda::layernorm_forward<float>(f, f, f, f, nullptr, f, 4, 8, s)), ConfigError);
   CHECK_THROWS_AS(cuda::layernorm_backward<float>(f, f, f, f, f, f, nullptr, f, 4, 8, ops::GradMode::overwrite, s),
                   ConfigError);
+  // bf16 activations, fp32 parameter gradients (the signature is the check: b for Real, f for grads).
+  CHECK_THROWS_AS(cuda::layernorm_backward<bf16>(b, f, f, b, b, b, f, f, 0, 8, ops::GradMode::overwrite, s),
+                  ConfigError);
   CHECK_THROWS_AS((cuda::embedding_forward<float>(f, tok, f, f, 2, 3, 4, 10, 5, 5, s)), ConfigError);  // empty shard
   CHECK_THROWS_AS((cuda::embedding_forward<float>(f, tok, f, f, 2, 3, 4, 10, 0, 11, s)), ConfigError);  // past V
   CHECK_THROWS_AS((cuda::embedding_backward<float>(f, f, f, nullptr, 2, 3, 4, 10, 0, 10, s)), ConfigError);
+  CHECK_THROWS_AS((cuda::embedding_backward<bf16>(f, f, b, nullptr, 2, 3, 4, 10, 0, 10, s)), ConfigError);
+  CHECK_THROWS_AS((cuda::linear_bias_backward<bf16>(nullptr, b, 4, 8, s)), ConfigError);
+  CHECK_THROWS_AS((cuda::linear_bias_backward<float>(f, f, 4, 0, s)), ConfigError);
+  {
+    cuda::CublasLtGemm g;  // no CUDA call: every case below is rejected first
+    const auto bad_bwd = [&](bf16* dinp, float* dw, const bf16* inp, const bf16* w, const bf16* dout, int N) {
+      cuda::linear_backward<bf16>(dinp, dw, f, dout, inp, w, N, 8, 16, ops::GradMode::overwrite, g, s);
+    };
+    CHECK_THROWS_AS(bad_bwd(b, f, b, b, nullptr, 4), ConfigError);  // no dout
+    CHECK_THROWS_AS(bad_bwd(b, f, b, nullptr, b, 4), ConfigError);  // dinp without weight
+    CHECK_THROWS_AS(bad_bwd(nullptr, f, nullptr, b, b, 4), ConfigError);  // dweight without inp
+    CHECK_THROWS_AS(bad_bwd(b, f, b, b, b, 0), ConfigError);
+    CHECK_THROWS_AS((cuda::linear_forward<float>(f, f, nullptr, f, 4, 8, 16, g, s)), ConfigError);
+    CHECK_THROWS_AS((cuda::linear_forward<bf16>(b, b, b, b, 4, -1, 16, g, s)), ConfigError);
+    CHECK(g.plan_count() == 0);
+  }
   CHECK_THROWS_AS((cuda::softmax_xent_forward<float>(f, f, f, tok, 4, 10, 11, s)), ConfigError);  // valid > V
   CHECK_THROWS_AS((cuda::softmax_xent_forward<float>(f, f, f, nullptr, 4, 10, 10, s)), ConfigError);
   CHECK_THROWS_AS((cuda::xent_shard_max<float>(f, f, 4, 10, -1, 10, s)), ConfigError);

@@ -35,6 +35,11 @@ if(TARGET gpt_eval)
   triax_eval_test(np4_tp2_pp2 NP 4 ARGS "--tp|2|--pp|2|--weights|@DIR@/model.safetensors|${_common}")
   triax_eval_test(np2_pp2 NP 2 ARGS "--pp|2|--weights|@DIR@/model.bin|${_common}")
   triax_eval_test(np2_dp2 NP 2 ARGS "--weights|@DIR@/model.safetensors|${_common}|--json")
+  # The same tokens as a Megatron indexed dataset give the same loss; a token past the vocabulary
+  # is named with its file and byte offset (1024 + 2 * 40).
+  triax_eval_test(megatron_np2 NP 2 ARGS "--tp|2|--weights|@DIR@/model.safetensors|--data|@DIR@/tokens_text_document|--batch|2|--seq|16|--batches|3")
+  triax_eval_test(bad_token NP 2 ARGS "--weights|@DIR@/model.bin|--data|@DIR@/bad_tokens.bin|--batch|2|--seq|16|--batches|3" RC 1
+    STDERR "bad_tokens.bin: token 150 at position 40 \\(byte offset 1104\\) is outside the vocabulary \\[0, 101\\)")
 
   # --save from a tp x pp layout writes the model (llm.c and HF); evaluating the saved files gives
   # the same loss.
@@ -65,4 +70,14 @@ if(TARGET gpt_eval)
     STDERR "n_head=4 but 8 heads")
   triax_eval_test(bad_flag NP 1 ARGS "--weights|@DIR@/model.bin|--batch|2|--seq|16|--data" RC 2 STDERR "error:.*--data")
   triax_eval_test(bad_missing_flag NP 1 ARGS "--weights|@DIR@/model.bin|--batch|2|--seq|16" RC 2 STDERR "--data is required")
+
+  # --sample: greedy continuation against the fixture's reference, seeded draws (sample_run.cmake).
+  add_test(NAME eval.sample
+    COMMAND ${CMAKE_COMMAND} -DEVAL=$<TARGET_FILE:gpt_eval> -DFIXTURE=$<TARGET_FILE:eval_fixture> -DDIR=${_dir}
+            -P ${CMAKE_CURRENT_SOURCE_DIR}/eval/sample_run.cmake)
+  set_tests_properties(eval.sample PROPERTIES FIXTURES_REQUIRED eval_data LABELS "eval" TIMEOUT 300)
+  if(TRIAX_WITH_MPI)
+    triax_eval_test(bad_sample_np2 NP 2 ARGS "--weights|@DIR@/model.bin|--sample|4|--prompt-tokens|1" RC 1
+      STDERR "one process")
+  endif()
 endif()

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "triax/io/indexed_dataset.h"
 #include "triax/io/safetensors.h"
 #include "triax/io/token_shard.h"
 #include "triax/model/checkpoint_io.h"
@@ -63,8 +64,8 @@ void conv1d(const double* x, const Mat& W, const Mat& b, double* y, int in, int 
   }
 }
 
-// Mean cross-entropy of one sequence of T tokens with next-token targets.
-double sequence_loss(Ref& R, const std::vector<int>& tok, const std::vector<int>& tgt) {
+// The residual stream after the last block (T, C) of one sequence, in double precision.
+Mat hidden_states(Ref& R, const std::vector<int>& tok) {
   const int T = static_cast<int>(tok.size()), C = R.C, NH = R.NH, hd = C / NH, F = R.F;
   const Mat wte = R.get("wte.weight"), wpe = R.get("wpe.weight");
   Mat x(static_cast<size_t>(T) * C);
@@ -113,18 +114,33 @@ double sequence_loss(Ref& R, const std::vector<int>& tok, const std::vector<int>
       for (int c = 0; c < C; ++c) x[t * C + c] += tmp[c];
     }
   }
-  const Mat lfw = R.get("ln_f.weight"), lfb = R.get("ln_f.bias");
+  return x;
+}
+
+// The logits (V) at position t of hidden states x: final LayerNorm, then the tied embedding.
+std::vector<double> logits_at(Ref& R, const Mat& x, int t) {
+  const int C = R.C;
+  const Mat lfw = R.get("ln_f.weight"), lfb = R.get("ln_f.bias"), wte = R.get("wte.weight");
+  Mat ln(C);
+  layernorm(&x[static_cast<size_t>(t) * C], lfw, lfb, ln.data(), C);
+  std::vector<double> logit(R.V);
+  for (int v = 0; v < R.V; ++v) {
+    double d = 0;
+    for (int c = 0; c < C; ++c) d += ln[c] * wte[static_cast<size_t>(v) * C + c];
+    logit[v] = d;
+  }
+  return logit;
+}
+
+// Mean cross-entropy of one sequence of T tokens with next-token targets.
+double sequence_loss(Ref& R, const std::vector<int>& tok, const std::vector<int>& tgt) {
+  const int T = static_cast<int>(tok.size());
+  const Mat x = hidden_states(R, tok);
   double total = 0;
   for (int t = 0; t < T; ++t) {
-    layernorm(&x[t * C], lfw, lfb, ln.data(), C);
-    std::vector<double> logit(R.V);
+    const std::vector<double> logit = logits_at(R, x, t);
     double mx = -1e300;
-    for (int v = 0; v < R.V; ++v) {
-      double d = 0;
-      for (int c = 0; c < C; ++c) d += ln[c] * wte[static_cast<size_t>(v) * C + c];
-      logit[v] = d;
-      mx = std::max(mx, d);
-    }
+    for (double d : logit) mx = std::max(mx, d);
     double z = 0;
     for (double d : logit) z += std::exp(d - mx);
     total += (std::log(z) + mx) - logit[tgt[t]];
@@ -155,6 +171,17 @@ int write(const std::string& dir, int B, int T, int K) {
   std::vector<uint16_t> tokens(static_cast<size_t>(n));
   for (auto& t : tokens) t = static_cast<uint16_t>(u(rng));
   triax::io::write_token_shard(dir + "/tokens.bin", tokens);
+  {  // The same tokens as a Megatron indexed dataset (two documents), and a shard with a token
+     // past the vocabulary at position 40.
+    const std::vector<int32_t> all(tokens.begin(), tokens.end());
+    const size_t half = all.size() / 2;
+    const std::vector<std::span<const int32_t>> docs = {std::span<const int32_t>(all).first(half),
+                                                        std::span<const int32_t>(all).subspan(half)};
+    triax::io::write_indexed_dataset(dir + "/tokens_text_document", docs);
+    auto bad = tokens;
+    bad[40] = 150;
+    triax::io::write_token_shard(dir + "/bad_tokens.bin", bad);
+  }
 
   Ref R{triax::io::SafetensorsReader(st), cfg.n_layer, cfg.n_embd, cfg.n_head, cfg.vocab, cfg.ffn_size()};
   double sum = 0;
@@ -191,6 +218,32 @@ int compare(const std::string& dir, double loss, double tol) {
   return rel <= tol ? 0 : 1;
 }
 
+// The greedy continuation (argmax of the double-precision logits) of a prompt by N tokens, as
+// "tokens a b c": what gpt_eval --sample N --top-k 1 must print.
+int greedy(const std::string& dir, const std::string& prompt, int N) {
+  const auto cfg = fixture_cfg();
+  Ref R{triax::io::SafetensorsReader(dir + "/model.safetensors"), cfg.n_layer, cfg.n_embd, cfg.n_head, cfg.vocab,
+        cfg.ffn_size()};
+  std::vector<int> ctx;
+  for (size_t at = 0; at < prompt.size();) {
+    size_t end = prompt.find(',', at);
+    if (end == std::string::npos) end = prompt.size();
+    ctx.push_back(std::stoi(prompt.substr(at, end - at)));
+    at = end + 1;
+  }
+  std::string out = "tokens";
+  for (int n = 0; n < N; ++n) {
+    const size_t start = ctx.size() > static_cast<size_t>(cfg.max_seq) ? ctx.size() - cfg.max_seq : 0;
+    const std::vector<int> window(ctx.begin() + static_cast<ptrdiff_t>(start), ctx.end());
+    const auto logit = logits_at(R, hidden_states(R, window), static_cast<int>(window.size()) - 1);
+    const int best = static_cast<int>(std::max_element(logit.begin(), logit.end()) - logit.begin());
+    ctx.push_back(best);
+    out += " " + std::to_string(best);
+  }
+  std::printf("%s\n", out.c_str());
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -198,7 +251,8 @@ int main(int argc, char** argv) {
     const std::string cmd = argc > 1 ? argv[1] : "";
     if (cmd == "write" && argc == 6) return write(argv[2], std::atoi(argv[3]), std::atoi(argv[4]), std::atoi(argv[5]));
     if (cmd == "compare" && argc == 5) return compare(argv[2], std::atof(argv[3]), std::atof(argv[4]));
-    std::fprintf(stderr, "usage: eval_fixture write DIR B T K | compare DIR LOSS TOL\n");
+    if (cmd == "greedy" && argc == 5) return greedy(argv[2], argv[3], std::atoi(argv[4]));
+    std::fprintf(stderr, "usage: eval_fixture write DIR B T K | compare DIR LOSS TOL | greedy DIR PROMPT(1,2,3) N\n");
     return 2;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "eval_fixture: %s\n", e.what());

@@ -22,6 +22,10 @@ void require_same(const Cluster& a, const Cluster& b) {
   CHECK(a.peak_tflops_fp32 == b.peak_tflops_fp32);
   CHECK(a.gemm_efficiency == b.gemm_efficiency);
   CHECK(a.kernel_overhead_us == b.kernel_overhead_us);
+  CHECK(a.sm_count == b.sm_count);
+  CHECK(a.gemm_tile_m == b.gemm_tile_m);
+  CHECK(a.gemm_tile_n == b.gemm_tile_n);
+  CHECK(a.gemm_k_overhead == b.gemm_k_overhead);
   CHECK(a.memory_gib == b.memory_gib);
   CHECK(a.memory_gbps == b.memory_gbps);
   CHECK(a.memory_efficiency == b.memory_efficiency);

@@ -55,7 +55,9 @@ class CublasLtGemm {
   // Row-major, as ops::gemm: C is (M, N) with row stride ldc >= N; op(A) is (M, K): A is (M, K)
   // with lda >= K when ta == no, (K, M) with lda >= M when yes; op(B) is (K, N) likewise.
   // (In, Out) in {(float, float), (bf16, float), (bf16, bf16)}; compute is fp32 (CUBLAS_COMPUTE_32F,
-  // no TF32), alpha and beta fp32. ConfigError for bad sizes, leading dimensions, null pointers,
+  // no TF32), alpha and beta fp32. A weight gradient is a parameter gradient, so fp32 whatever the
+  // activation type: it is matmul<Real, float> with beta = 1 into the fp32 accumulator (the
+  // linear layer's backward in linear.h does exactly that). ConfigError for bad sizes, leading dimensions, null pointers,
   // a bad epilogue combination; DeviceError when cuBLASLt has no algorithm for the problem
   // (naming it) or a call fails.
   template <class In, class Out>

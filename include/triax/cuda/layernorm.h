@@ -19,14 +19,16 @@ void layernorm_forward(Real* out,           // (N, C)
                        const Real* bias,    // (C)
                        int N, int C, cudaStream_t stream);
 
-// dinp (=, or += with GradMode::accumulate); dweight and dbias accumulated (+=), either may be
+// dinp (=, or += with GradMode::accumulate) in Real; dweight and dbias are parameter gradients,
+// so fp32 whatever Real is (docs/CUDA.md, "Gradient types"), accumulated (+=), either may be
 // nullptr. The weight and bias sums are deterministic without atomics: fixed chunks of rows give
-// fp32 partial sums (rows in order), then one thread per column adds the chunks in order.
+// fp32 partial sums (rows in order), then one thread per column adds the chunks in order onto the
+// old fp32 value (no rounding to Real anywhere on the way).
 // Scratch for the partials comes from cudaMallocAsync on the stream.
 template <class Real>
 void layernorm_backward(Real* dinp,          // (N, C)
-                        Real* dweight,       // (C)
-                        Real* dbias,         // (C)
+                        float* dweight,      // (C) fp32, +=
+                        float* dbias,        // (C) fp32, +=
                         const Real* dout,    // (N, C)
                         const Real* inp,     // (N, C)
                         const Real* weight,  // (C)

@@ -24,6 +24,12 @@ class MappedFile {
   const std::string& path() const { return path_; }
   size_t size() const { return size_; }
   std::span<const std::byte> bytes() const { return {data_, size_}; }
+  // For corpora sampled at random offsets: no read-ahead around a fault (madvise MADV_RANDOM).
+  void advise_random() const;
+  // Unmaps the whole pages inside [offset, offset + len) from this process (MADV_DONTNEED: the
+  // next access faults them in again from the page cache), so reading a corpus piece by piece
+  // keeps the resident set at the pieces in use, not every page ever read.
+  void release_pages(size_t offset, size_t len) const;
 
  private:
   void release() noexcept;

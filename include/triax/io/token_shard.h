@@ -22,6 +22,7 @@ class TokenShard {
   explicit TokenShard(std::string path, int64_t vocab_size = 0);
 
   const std::string& path() const { return file_.path(); }
+  const MappedFile& file() const { return file_; }
   int64_t size() const { return static_cast<int64_t>(tokens_.size()); }
   std::span<const uint16_t> tokens() const { return tokens_; }
 

@@ -53,6 +53,9 @@ struct Schedule {
   int stages = 1;         // p: pipeline ranks
   int chunks = 1;         // v: model chunks per stage (virtual pipeline size)
   int micro_batches = 1;  // m
+  // Forward passes only (evaluation): no backward instructions, and the executor runs each
+  // forward without keeping activations or computing gradients (make_forward_only).
+  bool forward_only = false;
   // lists[s]: what pipeline rank s executes, in order.
   std::vector<std::vector<PipeInstr>> lists;
   // Documented memory bounds per stage, in units of one (mb, chunk)'s stored activations:
@@ -103,6 +106,9 @@ Schedule make_gpipe(int p, int m, int v = 1);
 Schedule make_1f1b(int p, int m);
 Schedule make_interleaved_1f1b(int p, int v, int m);
 Schedule make_zb_h1(int p, int m);
+// Evaluation: every stage runs F(mb, c) for each chunk c in order, all m micro-batches of it
+// (GPipe's forward half), with the activation sends and receives; forward_only is set.
+Schedule make_forward_only(int p, int v, int m);
 
 // Adds the send/receive instructions to lists that hold compute instructions only, in an order
 // that is deadlock-free even for a fully blocking executor: both ends of every message are

@@ -20,6 +20,11 @@ struct Cluster {
   double peak_tflops_fp32 = 0;
   double gemm_efficiency = 0;   // fraction of peak that large GEMMs reach
   double kernel_overhead_us = 0;  // idle gap per kernel launch on the device
+  // GEMM structure (gemm_model.h); sm_count 0 means a flat rate (CPUs).
+  int sm_count = 0;             // streaming multiprocessors: tiles computed at once
+  int gemm_tile_m = 0;          // output tile of one SM (rows x columns; both orientations tried)
+  int gemm_tile_n = 0;
+  double gemm_k_overhead = 0;   // per-tile prologue/epilogue, in elements of K
 
   // Device memory.
   double memory_gib = 0;          // capacity per device

@@ -44,6 +44,10 @@ struct Layout {
   bool dp_overlap = true;         // DP reduction in buckets, hidden behind the last backward
   bool grad_reduce_fp32 = true;   // gradients accumulated and reduced in fp32
   bool pp_scatter_gather = true;  // cross-node p2p split over the tp ranks, re-gathered on NVLink
+  // Backward collective of each column-parallel layer's input gradient (all-reduce, or reduce-scatter
+  // with SP) runs while the layer's weight-gradient GEMM computes (Megatron-LM
+  // --async-tensor-model-parallel-allreduce, 2021-09 and later); exposed only past that GEMM.
+  bool tp_overlap_backward = false;
   bool dropout = false;           // dropout masks stored and applied (hidden and attention)
   AttentionKernel attention = AttentionKernel::fused;
 

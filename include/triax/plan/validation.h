@@ -1,6 +1,6 @@
 // Validation against published results: the Megatron-LM SC21 Table 1 rows (Narayanan et al.
-// 2021) predicted on the selene-a100 preset with the software of that paper, micro-batch size and
-// pipeline schedule searched as its authors tuned them.
+// 2021) predicted on the selene-a100 preset with the software of that paper, micro-batch size
+// searched as its authors tuned it, the schedule Megatron-LM's default 1F1B.
 #pragma once
 #include <filesystem>
 #include <vector>

@@ -58,8 +58,16 @@ struct TrainConfig {
   double moe_aux_coef = 0.01;
   int moe_chunks = 1;
   int ep = 1;  // expert-parallel size, carved from dp
-  // Data: "" or "synthetic" (built in), llm.c shards "a.bin,b.bin", or a text file.
+  // Data: "" or "synthetic" (built in), llm.c shards "a.bin,b.bin" or a glob "train_*.bin", a
+  // Megatron indexed dataset (PREFIX, PREFIX.bin or PREFIX.idx), or a text file (docs/DATA.md).
   std::string data;
+  bool data_shuffle = true;       // seeded per-epoch shuffle of the training samples
+  bool data_respect_eod = false;  // samples inside documents (Megatron format)
+  // Validation: every eval_interval iterations (0: never), eval_iters batches of the global
+  // batch size from valid_data, in file order from its first sample.
+  std::string valid_data;
+  int64_t eval_interval = 0;
+  int64_t eval_iters = 10;
   std::string metrics_jsonl;
 };
 
@@ -87,6 +95,17 @@ struct IterationMetrics {
   std::string json() const;
 };
 
+// One validation pass: the mean LM loss over eval_iters global batches of the validation set.
+struct EvalMetrics {
+  int64_t iteration = 0;  // training iterations done when it ran
+  double loss = 0;
+  double ppl = 0;         // exp(loss), capped at exp(20) like Megatron
+  int64_t samples = 0;
+  // Megatron's block: a rule, " validation loss at iteration N | lm loss value: ... | lm loss PPL: ... |", a rule.
+  std::string log_line() const;
+  std::string json() const;  // {"iteration":N,"valid_loss":...,"valid_ppl":...,"valid_samples":...}
+};
+
 class Trainer {
  public:
   // Collective over world: resolves and validates the whole configuration (ConfigError with the
@@ -97,7 +116,12 @@ class Trainer {
   // One iteration (collective). Returns the same metrics on every rank.
   IterationMetrics step(bool record_events = false);
   // All remaining iterations; on_iteration is called after each.
-  void train(const std::function<void(const IterationMetrics&)>& on_iteration);
+  // With eval_interval > 0, also evaluates after every eval_interval-th iteration (on_eval).
+  void train(const std::function<void(const IterationMetrics&)>& on_iteration,
+             const std::function<void(const EvalMetrics&)>& on_eval = {});
+  // Validation loss now (collective): forward-only pipeline schedule over eval_iters global
+  // batches of the validation set, the same value on every rank and every layout.
+  EvalMetrics evaluate();
 
   // The fully resolved configuration as TOML-like lines (printed at start-up by rank 0).
   std::string resolved_config() const;
@@ -111,15 +135,19 @@ class Trainer {
   const StepReport& last_report() const { return last_report_; }
   const Schedule& last_schedule() const { return *schedule_; }
   int64_t iteration() const { return iteration_; }
+  const Dataset& train_data() const { return *data_; }
   int64_t consumed_samples() const { return consumed_; }
   // Layers [first, first + count) of virtual stage vs.
   std::pair<int, int> virtual_stage_layers(int vs) const;
 
  private:
+  void open_validation();  // trainer_eval.cpp
   TrainConfig cfg_;
   GptConfig model_;
   std::unique_ptr<ProcessGrid> grid_;
   std::unique_ptr<Dataset> data_;
+  std::unique_ptr<Dataset> valid_;
+  std::optional<Schedule> eval_schedule_;
   ParamStore store_;
   std::vector<std::unique_ptr<GptChunk>> chunks_;
   std::unique_ptr<Optimizer> optimizer_;

@@ -1,0 +1,89 @@
+// Published measurements of training runs (data/validation/published_runs.csv) and how the planner
+// is checked against them: each row predicted on its cluster with the software that ran it, a few
+// cluster constants fitted to the rows, and the error on rows left out of the fit (leave-one-out
+// and held out by source).
+#pragma once
+#include <filesystem>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "triax/plan/planner.h"
+
+namespace triax::plan {
+
+enum class RunMetric { tflops_eq3, seconds };
+
+struct PublishedRun {
+  std::string id, source, where, cluster, software;
+  ModelShape model;
+  int tp = 1, pp = 1, dp = 1;
+  int micro_batch = 0;  // 0: not published, searched
+  int vpp = 0;          // 0: not published, 1f1b and interleaved searched
+  Recompute recompute = Recompute::full;
+  bool sequence_parallel = false;
+  RunMetric metric = RunMetric::seconds;
+  double value = 0;
+  int line = 0;  // in the file, for messages
+  int gpus() const { return tp * pp * dp; }
+};
+
+// Reads the CSV ('#' comment lines, one header line with exactly the documented columns). IoError
+// naming the file, line and column on anything missing, malformed or out of range.
+std::vector<PublishedRun> load_published_runs(const std::filesystem::path& csv);
+
+// The runtime behaviour a software name stands for: "megatron-sc21" (Megatron-LM 2021: fp16, unfused
+// attention with dropout, gradient all-reduce after backward, scatter/gather p2p), "megatron-2022"
+// (the same code with selective recomputation and sequence parallelism available), "triax".
+Layout software_layout(std::string_view software);
+
+// Seconds per iteration the row measured (TFLOP/s rows through Narayanan et al.'s Eq. 3).
+double measured_seconds(const PublishedRun& r);
+
+struct RunPrediction {
+  PublishedRun run;
+  Estimate estimate;
+  double measured_seconds = 0;
+  double predicted_seconds = 0;
+  double error = 0;  // throughput error: measured_seconds / predicted_seconds - 1
+};
+
+// Predicts a row on `net` (its cluster). Unpublished micro-batch / schedule are searched among the
+// layouts that fit; a fully published layout is priced as run even if the memory model disagrees.
+RunPrediction predict_run(const PublishedRun& r, const CollectiveModel& net);
+
+// The constants fitted per cluster.
+struct FitParameters {
+  double gemm_efficiency = 0;
+  double gemm_k_overhead = 0;
+};
+Cluster with_parameters(Cluster c, const FitParameters& p);
+
+// Least squares in log(predicted / measured) over `rows` (all on cluster `base`), searched over a
+// bounded grid refined around its best point. ConfigError on an empty row set.
+FitParameters fit_parameters(const Cluster& base, const std::vector<PublishedRun>& rows);
+
+struct ValidationRow {
+  RunPrediction in_sample;       // with the parameters fitted to every row
+  double leave_one_out_error = 0;  // fitted without this row
+  double held_out_source_error = 0;  // fitted without every row of this row's source
+  FitParameters leave_one_out_fit, held_out_source_fit;
+};
+struct ErrorSummary {
+  double mean = 0, worst = 0;
+};
+struct ValidationReport {
+  std::string cluster;
+  FitParameters fit;  // on every row
+  std::vector<ValidationRow> rows;
+  ErrorSummary in_sample, leave_one_out, held_out_source;
+};
+
+// Fits, predicts and cross-validates every row of one cluster. ConfigError when rows name
+// different clusters or a source has no rows outside it to fit on.
+ValidationReport validate_runs(const Cluster& base, const std::vector<PublishedRun>& rows);
+
+std::string format_validation(const ValidationReport& r);
+std::string validation_json(const ValidationReport& r, int indent = 2);
+
+}  // namespace triax::plan

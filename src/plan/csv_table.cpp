@@ -1,0 +1,55 @@
+// One reader for the planner's CSV tables (see csv_table.h).
+#include "triax/plan/csv_table.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <fstream>
+#include <sstream>
+
+#include "triax/core/error.h"
+
+namespace triax::plan {
+
+namespace {
+std::vector<std::string> split_csv(const std::string& line) {
+  std::vector<std::string> out;
+  std::stringstream ss(line);
+  std::string cell;
+  while (std::getline(ss, cell, ',')) {
+    const auto b = cell.find_first_not_of(" \t\r");
+    const auto e = cell.find_last_not_of(" \t\r");
+    out.push_back(b == std::string::npos ? "" : cell.substr(b, e - b + 1));
+  }
+  if (!line.empty() && line.back() == ',') out.push_back("");
+  return out;
+}
+}  // namespace
+
+void read_csv_table(const std::filesystem::path& csv, const std::vector<std::string>& columns, std::string_view what,
+                    const std::function<void(const std::vector<std::string>& cells, int line)>& row) {
+  const std::string file = csv.string();
+  std::ifstream in(csv);
+  if (!in) TRIAX_THROW(IoError, "{}: cannot open {}", file, what);
+  std::string line;
+  int lineno = 0, rows = 0;
+  bool header = false;
+  while (std::getline(in, line)) {
+    ++lineno;
+    if (line.empty() || line[0] == '#' || line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    const auto cells = split_csv(line);
+    if (!header) {
+      if (cells != columns) TRIAX_THROW(IoError, "{}:{}: header must be '{}'", file, lineno, fmt::join(columns, ","));
+      header = true;
+      continue;
+    }
+    if (cells.size() != columns.size())
+      TRIAX_THROW(IoError, "{}:{}: expected {} columns, got {}", file, lineno, columns.size(), cells.size());
+    row(cells, lineno);
+    ++rows;
+  }
+  if (!header) TRIAX_THROW(IoError, "{}: no header line", file);
+  if (rows == 0) TRIAX_THROW(IoError, "{}: no data rows", file);
+}
+
+}  // namespace triax::plan

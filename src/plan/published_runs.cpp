@@ -1,0 +1,304 @@
+// Reading published runs, predicting them, fitting the cluster constants and cross-validating.
+#include "triax/plan/published_runs.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+
+#include "triax/core/error.h"
+#include "triax/plan/csv_table.h"
+#include "triax/plan/validation.h"
+
+namespace triax::plan {
+
+namespace {
+
+const std::vector<std::string> kColumns = {
+    "id",  "source", "where", "cluster", "software",     "layers",      "hidden",    "heads",
+    "vocab", "seq",  "tp",    "pp",      "dp",           "global_batch", "micro_batch", "vpp",
+    "recompute", "sequence_parallel", "metric", "value"};
+
+}  // namespace
+
+std::vector<PublishedRun> load_published_runs(const std::filesystem::path& csv) {
+  const std::string file = csv.string();
+  std::vector<PublishedRun> rows;
+  std::set<std::string> ids;
+  read_csv_table(csv, kColumns, "the published-runs table", [&](const std::vector<std::string>& cells, int lineno) {
+    auto col = [&](const char* name) -> const std::string& {
+      const size_t i = std::find(kColumns.begin(), kColumns.end(), name) - kColumns.begin();
+      return cells[i];
+    };
+    auto number = [&](const char* name, double lo) {
+      const std::string& s = col(name);
+      double v = 0;
+      auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+      if (s.empty() || ec != std::errc() || ptr != s.data() + s.size())
+        TRIAX_THROW(IoError, "{}:{}: column {} '{}' is not a number", file, lineno, name, s);
+      if (!(v >= lo)) TRIAX_THROW(IoError, "{}:{}: column {} is {}, must be >= {}", file, lineno, name, s, lo);
+      return v;
+    };
+    auto integer = [&](const char* name, int lo) {
+      const double v = number(name, lo);
+      if (v != std::floor(v) || v > 1e9)
+        TRIAX_THROW(IoError, "{}:{}: column {} '{}' must be an integer", file, lineno, name, col(name));
+      return int(v);
+    };
+    PublishedRun r;
+    r.line = lineno;
+    r.id = col("id");
+    r.source = col("source");
+    r.where = col("where");
+    r.cluster = col("cluster");
+    r.software = col("software");
+    for (const char* k : {"id", "source", "where", "cluster", "software"})
+      if (col(k).empty()) TRIAX_THROW(IoError, "{}:{}: column {} is empty", file, lineno, k);
+    if (!ids.insert(r.id).second) TRIAX_THROW(IoError, "{}:{}: id '{}' appears twice", file, lineno, r.id);
+    try {
+      (void)software_layout(r.software);
+      r.recompute = parse_recompute(col("recompute"));
+    } catch (const ConfigError& e) {
+      TRIAX_THROW(IoError, "{}:{}: {}", file, lineno, e.what());
+    }
+    r.model.name = r.id;
+    r.model.layers = integer("layers", 1);
+    r.model.hidden = integer("hidden", 1);
+    r.model.heads = integer("heads", 1);
+    r.model.vocab = integer("vocab", 1);
+    r.model.seq = integer("seq", 1);
+    r.model.global_batch = integer("global_batch", 1);
+    r.tp = integer("tp", 1);
+    r.pp = integer("pp", 1);
+    r.dp = integer("dp", 1);
+    r.micro_batch = integer("micro_batch", 0);
+    r.vpp = integer("vpp", 0);
+    const int sp = integer("sequence_parallel", 0);
+    if (sp > 1) TRIAX_THROW(IoError, "{}:{}: column sequence_parallel must be 0 or 1, got {}", file, lineno, sp);
+    r.sequence_parallel = sp == 1;
+    const std::string& metric = col("metric");
+    if (metric == "tflops_eq3") r.metric = RunMetric::tflops_eq3;
+    else if (metric == "seconds") r.metric = RunMetric::seconds;
+    else TRIAX_THROW(IoError, "{}:{}: column metric '{}' must be tflops_eq3 or seconds", file, lineno, metric);
+    r.value = number("value", 0);
+    if (!(r.value > 0)) TRIAX_THROW(IoError, "{}:{}: column value must be positive", file, lineno);
+    if (r.model.global_batch % r.dp != 0)
+      TRIAX_THROW(IoError, "{}:{}: dp {} does not divide global_batch {}", file, lineno, r.dp, r.model.global_batch);
+    rows.push_back(std::move(r));
+  });
+  return rows;
+}
+
+Layout software_layout(std::string_view software) {
+  if (software == "megatron-sc21") return sc21_software();
+  if (software == "megatron-2022") {
+    Layout l = sc21_software();
+    l.tp_overlap_backward = true;  // --async-tensor-model-parallel-allreduce (Megatron-LM since 2021-09)
+    return l;
+  }
+  if (software == "triax") return Layout{};
+  TRIAX_THROW(ConfigError, "unknown software '{}'; known: megatron-sc21, megatron-2022, triax", software);
+}
+
+double measured_seconds(const PublishedRun& r) {
+  if (r.metric == RunMetric::seconds) return r.value;
+  return megatron_eq3_flops(r.model) / (double(r.gpus()) * r.value * 1e12);
+}
+
+RunPrediction predict_run(const PublishedRun& r, const CollectiveModel& net) {
+  Layout base = software_layout(r.software);
+  base.recompute = r.recompute;
+  base.sequence_parallel = r.sequence_parallel;
+  RunPrediction p;
+  p.run = r;
+  p.measured_seconds = measured_seconds(r);
+  if (r.micro_batch > 0 && r.vpp > 0) {
+    Layout l = base;
+    l.tp = r.tp;
+    l.pp = r.pp;
+    l.dp = r.dp;
+    l.micro_batch = r.micro_batch;
+    l.vpp = r.vpp;
+    l.schedule = r.vpp > 1 ? Schedule::interleaved : Schedule::one_f_one_b;
+    p.estimate = estimate(r.model, net, l);
+  } else {
+    SearchSpace sp;
+    sp.gpus = r.gpus();
+    sp.tp = {r.tp};
+    sp.pp = {r.pp};
+    sp.dp = {r.dp};
+    if (r.micro_batch > 0) sp.micro_batch = {r.micro_batch};
+    sp.schedules = {Schedule::one_f_one_b};
+    if (r.pp > 1 && r.vpp != 1) sp.schedules.push_back(Schedule::interleaved);
+    if (r.vpp > 1) sp.schedules = {Schedule::interleaved}, sp.vpp = {r.vpp};
+    sp.recompute = {r.recompute};
+    sp.sequence_parallel = {r.sequence_parallel};
+    sp.zero1 = {false};
+    sp.base = base;
+    sp.top_k = 1;
+    const SearchResult res = search(r.model, net, sp);
+    if (res.best.empty())
+      TRIAX_THROW(ConfigError, "published run '{}' (line {}): no micro-batch size or schedule fits in memory", r.id,
+                  r.line);
+    p.estimate = res.best.front();
+  }
+  p.predicted_seconds = p.estimate.seconds_per_iteration;
+  p.error = p.measured_seconds / p.predicted_seconds - 1;
+  return p;
+}
+
+Cluster with_parameters(Cluster c, const FitParameters& p) {
+  c.gemm_efficiency = p.gemm_efficiency;
+  c.gemm_k_overhead = p.gemm_k_overhead;
+  return c;
+}
+
+namespace {
+
+double log_loss(const Cluster& base, const FitParameters& p, const std::vector<PublishedRun>& rows) {
+  const CollectiveModel net(with_parameters(base, p));
+  double sum = 0;
+  for (const auto& r : rows) {
+    const double x = std::log(predict_run(r, net).error + 1);
+    sum += x * x;
+  }
+  return sum / rows.size();
+}
+
+}  // namespace
+
+FitParameters fit_parameters(const Cluster& base, const std::vector<PublishedRun>& rows) {
+  if (rows.empty()) TRIAX_THROW(ConfigError, "fit of cluster '{}': no rows to fit", base.name);
+  // Bounds: a sustained tensor-core fraction between 0.4 and 1, a per-tile overhead up to 512 K
+  // elements (four K-steps of 128 are already a lot for a software-pipelined main loop).
+  double e_lo = 0.4, e_hi = 1.0, k_lo = 0, k_hi = 512;
+  FitParameters best{0.66, 64};  // a fixed start (the earlier flat model), so the fit depends only on the rows
+  double best_loss = log_loss(base, best, rows);
+  for (int round = 0; round < 4; ++round) {
+    const int n = 6;
+    FitParameters round_best = best;
+    for (int i = 0; i <= n; ++i) {
+      for (int j = 0; j <= n; ++j) {
+        const FitParameters p{e_lo + (e_hi - e_lo) * i / n, k_lo + (k_hi - k_lo) * j / n};
+        const double loss = log_loss(base, p, rows);
+        if (loss < best_loss) best_loss = loss, round_best = p;
+      }
+    }
+    best = round_best;
+    const double de = (e_hi - e_lo) / n, dk = (k_hi - k_lo) / n;
+    e_lo = std::max(0.4, best.gemm_efficiency - de), e_hi = std::min(1.0, best.gemm_efficiency + de);
+    k_lo = std::max(0.0, best.gemm_k_overhead - dk), k_hi = std::min(512.0, best.gemm_k_overhead + dk);
+  }
+  return best;
+}
+
+namespace {
+
+ErrorSummary summarize(const std::vector<double>& errors) {
+  ErrorSummary s;
+  for (double e : errors) {
+    s.mean += std::abs(e) / errors.size();
+    s.worst = std::max(s.worst, std::abs(e));
+  }
+  return s;
+}
+
+}  // namespace
+
+ValidationReport validate_runs(const Cluster& base, const std::vector<PublishedRun>& rows) {
+  if (rows.empty()) TRIAX_THROW(ConfigError, "validation on '{}': no rows", base.name);
+  for (const auto& r : rows)
+    if (r.cluster != base.name)
+      TRIAX_THROW(ConfigError, "validation on '{}': row '{}' (line {}) was measured on '{}'", base.name, r.id, r.line,
+                  r.cluster);
+  ValidationReport rep;
+  rep.cluster = base.name;
+  rep.fit = fit_parameters(base, rows);
+  const CollectiveModel all(with_parameters(base, rep.fit));
+  std::map<std::string, FitParameters> by_source;
+  for (const auto& r : rows) {
+    if (by_source.count(r.source)) continue;
+    std::vector<PublishedRun> others;
+    for (const auto& o : rows)
+      if (o.source != r.source) others.push_back(o);
+    if (others.empty())
+      TRIAX_THROW(ConfigError, "validation on '{}': every row is from source '{}', nothing to fit on without it",
+                  base.name, r.source);
+    by_source[r.source] = fit_parameters(base, others);
+  }
+  std::vector<double> in, loo, src;
+  for (size_t i = 0; i < rows.size(); ++i) {
+    ValidationRow v;
+    v.in_sample = predict_run(rows[i], all);
+    std::vector<PublishedRun> others = rows;
+    others.erase(others.begin() + i);
+    v.leave_one_out_fit = fit_parameters(base, others);
+    v.leave_one_out_error = predict_run(rows[i], CollectiveModel(with_parameters(base, v.leave_one_out_fit))).error;
+    v.held_out_source_fit = by_source.at(rows[i].source);
+    v.held_out_source_error =
+        predict_run(rows[i], CollectiveModel(with_parameters(base, v.held_out_source_fit))).error;
+    in.push_back(v.in_sample.error);
+    loo.push_back(v.leave_one_out_error);
+    src.push_back(v.held_out_source_error);
+    rep.rows.push_back(std::move(v));
+  }
+  rep.in_sample = summarize(in);
+  rep.leave_one_out = summarize(loo);
+  rep.held_out_source = summarize(src);
+  return rep;
+}
+
+std::string format_validation(const ValidationReport& r) {
+  std::string out = fmt::format(
+      "published runs on {}: fitted on all rows gemm_efficiency {:.3f}, gemm_k_overhead {:.0f}\n"
+      "error = measured / predicted time - 1 (throughput error); LOO: fitted without the row; "
+      "by source: fitted without every row of its source\n",
+      r.cluster, r.fit.gemm_efficiency, r.fit.gemm_k_overhead);
+  out += fmt::format("{:<18} {:<34} {:<40} {:>9} {:>9} {:>7} {:>7} {:>9}\n", "id", "source", "layout", "measured",
+                     "predicted", "fit-all", "LOO", "by-source");
+  for (const auto& v : r.rows) {
+    const auto& p = v.in_sample;
+    out += fmt::format("{:<18} {:<34} {:<40} {:>8.3f}s {:>8.3f}s {:>+6.1f}% {:>+6.1f}% {:>+8.1f}%\n", p.run.id,
+                       p.run.source + " " + p.run.where, describe(p.estimate.layout), p.measured_seconds,
+                       p.predicted_seconds, 100 * p.error, 100 * v.leave_one_out_error,
+                       100 * v.held_out_source_error);
+  }
+  out += fmt::format("fit on all rows:      mean |error| {:.2f}%, worst {:.2f}%\n", 100 * r.in_sample.mean,
+                     100 * r.in_sample.worst);
+  out += fmt::format("leave-one-out:        mean |error| {:.2f}%, worst {:.2f}%\n", 100 * r.leave_one_out.mean,
+                     100 * r.leave_one_out.worst);
+  out += fmt::format("held out by source:   mean |error| {:.2f}%, worst {:.2f}%\n", 100 * r.held_out_source.mean,
+                     100 * r.held_out_source.worst);
+  return out;
+}
+
+std::string validation_json(const ValidationReport& r, int indent) {
+  nlohmann::json j;
+  j["cluster"] = r.cluster;
+  j["fit"] = {{"gemm_efficiency", r.fit.gemm_efficiency}, {"gemm_k_overhead", r.fit.gemm_k_overhead}};
+  auto sum = [](const ErrorSummary& s) { return nlohmann::json{{"mean", s.mean}, {"worst", s.worst}}; };
+  j["in_sample"] = sum(r.in_sample);
+  j["leave_one_out"] = sum(r.leave_one_out);
+  j["held_out_source"] = sum(r.held_out_source);
+  j["rows"] = nlohmann::json::array();
+  for (const auto& v : r.rows) {
+    j["rows"].push_back({{"id", v.in_sample.run.id},
+                         {"source", v.in_sample.run.source},
+                         {"where", v.in_sample.run.where},
+                         {"layout", describe(v.in_sample.estimate.layout)},
+                         {"measured_seconds", v.in_sample.measured_seconds},
+                         {"predicted_seconds", v.in_sample.predicted_seconds},
+                         {"error", v.in_sample.error},
+                         {"leave_one_out_error", v.leave_one_out_error},
+                         {"held_out_source_error", v.held_out_source_error}});
+  }
+  return j.dump(indent);
+}
+
+}  // namespace triax::plan

@@ -418,6 +418,13 @@ std::vector<ConfigOption> build_options() {
                       kMaxI64));
   t.push_back(int_opt("eval-iters", "global batches per validation", TRIAX_FIELD(eval_iters), 1, kMaxI64));
   t.push_back(string_opt("metrics-jsonl", "write one JSON object per iteration here", TRIAX_FIELD(metrics_jsonl)));
+  t.push_back(int_opt("metrics-port", "rank 0 serves Prometheus /metrics on this port (0: any free port)",
+                      TRIAX_FIELD(metrics_port), 0, 65535));
+  t.push_back(string_opt("metrics-bind", "address the metrics endpoint listens on", TRIAX_FIELD(metrics_bind)));
+  t.push_back(string_opt("metrics-textfile", "rewrite this Prometheus textfile atomically after each iteration",
+                         TRIAX_FIELD(metrics_textfile)));
+  t.push_back(real_opt("metrics-linger", "keep serving /metrics this many seconds after the last iteration",
+                       TRIAX_FIELD(metrics_linger), {0, 86400}));
   return t;
 }
 

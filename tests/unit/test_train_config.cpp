@@ -39,6 +39,7 @@ TrainConfig unusual() {
   c.data_shuffle = false, c.data_respect_eod = true;
   c.valid_data = "val_*.bin", c.eval_interval = 5, c.eval_iters = 3;
   c.metrics_jsonl = "m.jsonl";
+  c.metrics_port = 9400, c.metrics_bind = "127.0.0.1", c.metrics_textfile = "triax.prom", c.metrics_linger = 2.5;
   return c;
 }
 

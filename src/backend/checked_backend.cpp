@@ -281,7 +281,8 @@ class CheckedCpuBackendImpl final : public CpuBackend {
     const size_t ps = page_size();
     const size_t len = (nbytes + ps - 1) / ps * ps;
     void* p = mmap(nullptr, len, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (p == MAP_FAILED) TRIAX_THROW(DeviceError, "checked backend: mmap of {} bytes failed: {}", len, std::strerror(errno));
+    if (p == MAP_FAILED)
+      TRIAX_THROW(OutOfMemoryError, "checked backend: mmap of {} bytes failed: {}", len, std::strerror(errno));
     guard_->add_region(reinterpret_cast<uintptr_t>(p), len);
     return p;
   }

@@ -89,7 +89,8 @@ void* CpuBackend::allocate(size_t nbytes) {
   if (nbytes == 0) return nullptr;
   const size_t rounded = (nbytes + kCpuAlignment - 1) / kCpuAlignment * kCpuAlignment;
   void* p = std::aligned_alloc(kCpuAlignment, rounded);
-  if (!p) TRIAX_THROW(DeviceError, "cpu backend: out of memory allocating {} bytes ({} in use)", nbytes, in_use_.load());
+  if (!p)
+    TRIAX_THROW(OutOfMemoryError, "cpu backend: out of memory allocating {} bytes ({} in use)", nbytes, in_use_.load());
   return p;
 }
 

@@ -53,11 +53,11 @@ TEST_CASE("3D steps through the checking backend equal the plain backend bit for
     cfg.tp = l.tp;
     cfg.pp = l.pp;
     cfg.dp = dp;
-    cfg.schedule = l.schedule;
+    cfg.schedule = parse_schedule_kind(l.schedule);
     cfg.vpp = l.vpp;
     cfg.zero1 = l.zero1;
     cfg.sequence_parallel = l.sp;
-    cfg.recompute = l.recompute;
+    cfg.recompute = parse_recompute(l.recompute);
     cfg.moe_every = l.moe_every;
     cfg.experts = 4;
     cfg.ep = l.ep;
@@ -82,8 +82,8 @@ TEST_CASE("the executor releases each send buffer as its send completes", "[back
   TrainConfig cfg = base();
   cfg.pp = 2;
   cfg.dp = W / 2;
-  cfg.schedule = "1f1b";
-  cfg.global_batch = 8 * cfg.dp;
+  cfg.schedule = ScheduleKind::one_f_one_b;
+  cfg.global_batch = 8 * (W / 2);
   cfg.backend = "cpu-checked";
   Trainer t(world_ptr(), cfg);
   t.train([](const IterationMetrics&) {});

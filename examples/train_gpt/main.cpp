@@ -8,11 +8,14 @@
 #include <fmt/format.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <thread>
 
 #include <triax/core/log.h>
 #include <triax/dist/bootstrap.h>
+#include <triax/dist/flight_recorder.h>
 #include <triax/dist/job_failure.h>
 #include <triax/train/config.h>
 #include <triax/train/trainer.h>
@@ -76,6 +79,21 @@ int main(int argc, char** argv) {
     const int rank = world->rank();
     triax::log::set_rank(world->size() > 1 ? rank : -1);
     triax::Trainer trainer(world, c);
+    // A stall (--stall-timeout): every rank's watchdog has dumped its flight recorder; rank 0
+    // waits for the others' dumps and prints triax-fr's verdict, then the job ends (exit 4).
+    const auto started = std::chrono::system_clock::now();
+    trainer.set_stall_handler([rank, size = world->size(), started](const std::string& msg) {
+      std::fprintf(stderr, "%s: %s\n", kProgram, msg.c_str());
+      std::fflush(stderr);
+      if (rank == 0) {
+        for (const auto& line : triax::stall_verdict(size, started, std::chrono::seconds(3)))
+          std::fprintf(stderr, "%s: triax-fr: %s\n", kProgram, line.c_str());
+        std::fflush(stderr);
+      } else {
+        std::this_thread::sleep_for(std::chrono::seconds(5));  // rank 0 reads this rank's dump meanwhile
+      }
+      std::_Exit(triax::kExitComm);
+    });
     std::FILE* jsonl = nullptr;
     struct Closer {
       std::FILE*& f;
@@ -107,6 +125,7 @@ int main(int argc, char** argv) {
     }
     jsonl = nullptr;
   } catch (const std::exception& e) {
+    triax::dump_flight_recorder(std::string("error: ") + e.what());
     end_job(triax::settle_failure(kProgram, e), boot);
   }
   return 0;

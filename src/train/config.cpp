@@ -418,6 +418,14 @@ std::vector<ConfigOption> build_options() {
                       kMaxI64));
   t.push_back(int_opt("eval-iters", "global batches per validation", TRIAX_FIELD(eval_iters), 1, kMaxI64));
   t.push_back(string_opt("metrics-jsonl", "write one JSON object per iteration here", TRIAX_FIELD(metrics_jsonl)));
+  t.push_back(real_opt("stall-timeout", "seconds without a finished iteration before the watchdog dumps the flight "
+                       "recorder and ends the job (0: off; docs/FAULTS.md)", TRIAX_FIELD(stall_timeout), {0, 1e9}));
+  t.push_back(int_opt("max-skipped-iterations", "end the run after K consecutive iterations skipped for a non-finite "
+                      "gradient norm (0: never)", TRIAX_FIELD(max_skipped_iterations), 0, kMaxI64));
+  t.push_back(real_opt("straggler-factor", "report a rank whose compute time stays above this factor times the "
+                       "median", TRIAX_FIELD(straggler_factor), {1, 1e6}));
+  t.push_back(real_opt("loss-spike-zscore", "log a loss more than this many standard deviations above the recent "
+                       "window (0: off)", TRIAX_FIELD(loss_spike_zscore), {0, 1e6}));
   return t;
 }
 

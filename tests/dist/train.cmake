@@ -3,3 +3,6 @@
 triax_add_dist_test(test_3d_equivalence SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_3d_equivalence.cpp NP 4 8 TIMEOUT 900)
 triax_add_dist_test(test_train_errors SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_train_errors.cpp NP 4 TIMEOUT 120)
 triax_add_dist_test(test_moe_train SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_moe_train.cpp NP 4 8 TIMEOUT 600)
+# Injected faults (TRIAX_FAULT, docs/FAULTS.md): NaN attribution and skip, --max-skipped-iterations,
+# the collective mismatch check.
+triax_add_dist_test(test_fault_injection SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_fault_injection.cpp NP 4 TIMEOUT 120)

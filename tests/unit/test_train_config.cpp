@@ -39,6 +39,7 @@ TrainConfig unusual() {
   c.data_shuffle = false, c.data_respect_eod = true;
   c.valid_data = "val_*.bin", c.eval_interval = 5, c.eval_iters = 3;
   c.metrics_jsonl = "m.jsonl";
+  c.stall_timeout = 12.5, c.max_skipped_iterations = 4, c.straggler_factor = 1.5, c.loss_spike_zscore = 3.5;
   return c;
 }
 

@@ -68,6 +68,13 @@ struct TrainConfig {
   int64_t eval_interval = 0;
   int64_t eval_iters = 10;
   std::string metrics_jsonl;
+  // Faults (docs/FAULTS.md): the watchdog's stall timeout in seconds (0: off), the consecutive
+  // skipped (non-finite) iterations that end the run (0: never), the factor over the median
+  // compute time that marks a straggler, and the z-score of a loss spike (0: off).
+  double stall_timeout = 0;
+  int64_t max_skipped_iterations = 0;
+  double straggler_factor = 1.2;
+  double loss_spike_zscore = 5.0;
 };
 
 // One value as it arrives: the text of a flag's arguments (one or more words), or a TOML node

@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# train_gpt under mpirun np 4 with an injected fault (TRIAX_FAULT, docs/FAULTS.md): the job ends
+# quickly, non-zero, naming rank 2; a hang ends through the watchdog with dumps that triax-fr
+# reads; a slow rank is reported as a straggler. No process of the job may outlive it.
+#   faults_test.sh TRAIN_GPT TRIAX_FR MPIEXEC CASE
+set -uo pipefail
+exe=$1; fr=$2; mpiexec=$3; case_=$4
+tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+fail() { echo "FAIL ($case_): $*"; exit 1; }
+tag="triax-faults-$$-$RANDOM"
+
+# No process whose environment carries this run's tag may be left.
+check_no_leftovers() {
+  sleep 0.5
+  local left=""
+  for e in /proc/[0-9]*/environ; do
+    grep -qz "TRIAX_FAULT_TEST_TAG=$tag" "$e" 2>/dev/null && left+=" ${e//[^0-9]/}"
+  done
+  [ -z "$left" ] || { ps -o pid,args -p ${left// /,} ; fail "processes left behind:$left"; }
+}
+
+# run_job SECONDS FAULT ARGS...: sets rc, secs, out (stdout+stderr) in $tmp
+run_job() {
+  local limit=$1 fault=$2; shift 2
+  local t0 t1
+  t0=$(date +%s.%N)
+  (cd "$tmp" && TRIAX_FAULT_TEST_TAG=$tag timeout "$limit" "$mpiexec" --oversubscribe -np 4 -x TRIAX_FAULT="$fault" \
+     -x TRIAX_FAULT_TEST_TAG "$exe" "$@" >"$tmp/out" 2>&1); rc=$?
+  t1=$(date +%s.%N)
+  secs=$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.1f", b - a }')
+}
+
+common=(--train-iters 8 --num-layers 2 --seq-length 16)
+case $case_ in
+kill|exit|throw)
+  # The fault fires at iteration 3, about 1-2 s after start: the job must be gone within 10 s of it.
+  run_job 60 "2:3:$case_" "${common[@]}"
+  [ $rc -ne 124 ] || fail "timed out (a hang)"
+  [ $rc -ne 0 ] || fail "exit 0 after a $case_ fault"
+  grep -q "rank 2" "$tmp/out" || { tail -20 "$tmp/out"; fail "rank 2 is not named"; }
+  awk -v s="$secs" 'BEGIN { exit !(s < 14) }' || fail "took $secs s (fault at ~2 s + 10 s allowed)"
+  check_no_leftovers
+  echo "ok: $case_ on rank 2: exit $rc after $secs s, rank 2 named, nothing left behind"
+  ;;
+hang)
+  run_job 60 "2:3:hang" "${common[@]}" --stall-timeout 10
+  [ $rc -ne 124 ] || fail "timed out (a hang)"
+  [ $rc -ne 0 ] || fail "exit 0 after a hang"
+  awk -v s="$secs" 'BEGIN { exit !(s < 25) }' || fail "took $secs s, expected < 25"
+  for r in 0 1 2 3; do [ -s "$tmp/triax_fr_rank$r.json" ] || fail "no dump from rank $r"; done
+  grep -q "stalled: no training progress" "$tmp/out" || { tail -20 "$tmp/out"; fail "no stall message"; }
+  verdict=$("$fr" "$tmp"); frc=$?
+  echo "$verdict"
+  [ $frc -eq 1 ] || fail "triax-fr exit $frc, expected 1 (findings)"
+  grep -q "^verdict: rank 2 .*#[0-9]* .* of group '[a-z]*' (world ranks" <<<"$verdict" ||
+    fail "triax-fr does not name rank 2 with a group and a sequence number"
+  ! grep "^verdict:" <<<"$verdict" | grep -qv "rank 2 " || fail "triax-fr blames another rank"
+  grep -q "triax-fr: rank 2 " "$tmp/out" || fail "the job's own message does not name rank 2"
+  check_no_leftovers
+  echo "ok: hang on rank 2 ended after $secs s; triax-fr names rank 2"
+  ;;
+straggler)
+  run_job 120 "3:1:slow:300" "${common[@]}" --train-iters 5 --metrics-jsonl "$tmp/m.jsonl"
+  [ $rc -eq 0 ] || { tail -20 "$tmp/out"; fail "exit $rc"; }
+  grep -q "iteration [1-5]: straggler: rank 3 (host " "$tmp/out" || { grep -i straggler "$tmp/out"; fail "rank 3 not reported within 5 iterations"; }
+  grep -q '"stragglers":\[\(.*,\)\?3\(,.*\)\?\]' "$tmp/m.jsonl" || fail "the metrics do not list rank 3"
+  check_no_leftovers
+  echo "ok: slow rank 3 reported: $(grep -o 'iteration [0-9]*: straggler: rank 3[^)]*)' "$tmp/out" | head -1)"
+  ;;
+*) fail "unknown case" ;;
+esac

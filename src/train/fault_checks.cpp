@@ -64,7 +64,8 @@ double LossSpikeDetector::update(double loss) {
   return z;
 }
 
-StragglerDetector::StragglerDetector(double factor, int persist) : factor_(factor), persist_(persist) {}
+StragglerDetector::StragglerDetector(double factor, int persist, double min_excess_s)
+    : factor_(factor), persist_(persist), min_excess_s_(min_excess_s) {}
 
 std::vector<int> StragglerDetector::update(std::span<const double> times) {
   const size_t n = times.size();
@@ -75,7 +76,7 @@ std::vector<int> StragglerDetector::update(std::span<const double> times) {
   std::vector<int> fresh;
   current_.clear();
   for (size_t r = 0; r < n; ++r) {
-    streak_[r] = times[r] > factor_ * median_ && median_ > 0 ? streak_[r] + 1 : 0;
+    streak_[r] = times[r] > factor_ * median_ && times[r] - median_ > min_excess_s_ ? streak_[r] + 1 : 0;
     if (streak_[r] >= persist_) current_.push_back(static_cast<int>(r));
     if (streak_[r] == persist_) fresh.push_back(static_cast<int>(r));
   }

@@ -66,6 +66,9 @@ TEST_CASE("straggler detector: persistent factor over the median", "[faults]") {
   CHECK(s.stragglers().empty());
   const double blip[4] = {0.10, 0.11, 0.10, 0.40};  // one slow iteration is no straggler
   CHECK(s.update(blip).empty());
+  StragglerDetector tiny(1.2, 1);  // 1.5x of a 10 ms step is timer noise, not a straggler
+  const double small[4] = {0.010, 0.010, 0.010, 0.015};
+  CHECK(tiny.update(small).empty());
 }
 
 TEST_CASE("flight recorder ring keeps the last N calls in order", "[faults]") {

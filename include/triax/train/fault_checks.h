@@ -40,11 +40,12 @@ class LossSpikeDetector {
   std::deque<double> values_;
 };
 
-// A rank is a straggler once its compute time exceeded factor x the median of all ranks in
-// `persist` consecutive iterations; it stops being one after an iteration below it.
+// A rank is a straggler once its compute time exceeded factor x the median of all ranks, and the
+// median by more than min_excess_s (timer and scheduling noise of tiny steps), in `persist`
+// consecutive iterations; it stops being one after an iteration below it.
 class StragglerDetector {
  public:
-  explicit StragglerDetector(double factor, int persist = 3);
+  explicit StragglerDetector(double factor, int persist = 3, double min_excess_s = 0.02);
   // times[r]: rank r's compute seconds in this iteration. Returns the ranks that became stragglers now.
   std::vector<int> update(std::span<const double> times);
   const std::vector<int>& stragglers() const { return current_; }
@@ -53,6 +54,7 @@ class StragglerDetector {
  private:
   double factor_;
   int persist_;
+  double min_excess_s_;
   std::vector<int> streak_;
   std::vector<int> current_;
   double median_ = 0;

@@ -13,7 +13,9 @@
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
+#include <atomic>
 #include <chrono>
+#include <mutex>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -27,6 +29,7 @@
 #include "triax/core/error.h"
 #include "triax/dist/bootstrap.h"
 #include "triax/dist/tcp_wire.h"
+#include "triax/train/fault_injection.h"
 
 #include <fmt/format.h>
 
@@ -983,4 +986,76 @@ TEST_CASE("tcp bootstrap: the master listens only on the MASTER_ADDR it was give
   INFO(procs.report());
   CHECK(procs[master].code == 0);
   CHECK(procs[1].code == 0);
+}
+
+// Peer death without mpirun: rank 2 is killed, exits or throws at iteration 3 while the others
+// compute without talking to the rendezvous (as inside a NCCL collective); the peer watch names
+// rank 2 to every other rank within seconds. Ranks leaving normally say goodbye: no false alarm.
+namespace {
+int watched_rank(const RankEnv& e, const std::string& fault, int iters, std::string& msg) {
+  apply(e);
+  triax::BootstrapOptions o;
+  o.timeout = 20s;
+  auto boot = triax::make_env_bootstrap(o);
+  std::mutex mu;
+  std::string death;
+  std::atomic<bool> dead{false};
+  boot->watch_peers([&](const std::string& m) {
+    std::lock_guard lock(mu);
+    death = m;
+    dead.store(true);
+  });
+  boot->barrier();
+  const triax::FaultInjector faults(triax::parse_faults(fault), e.rank);
+  for (int it = 1; it <= iters; ++it) {
+    faults.at_step_start(it);
+    for (int k = 0; k < 10 && !dead.load(); ++k) std::this_thread::sleep_for(5ms);
+    if (dead.load()) {
+      std::lock_guard lock(mu);
+      msg = death;
+      return 4;
+    }
+  }
+  msg = "finished without noticing a death";
+  return 0;
+}
+}  // namespace
+
+TEST_CASE("tcp bootstrap: a dead rank is named to every other rank within seconds", "[tcp][faults]") {
+  const std::string kind = GENERATE(std::string("kill"), std::string("exit"), std::string("throw"));
+  CAPTURE(kind);
+  const int port = free_port();
+  Procs procs;
+  for (int r = 3; r >= 0; --r) {
+    RankEnv e{r, 4, port, "127.0.0.1"};
+    e.host = "node" + std::to_string(r);
+    // 400 iterations of ~50 ms: far longer than the 10 s the others may take to notice.
+    procs.spawn("rank " + std::to_string(r),
+                [e, kind](std::string& msg) { return watched_rank(e, "2:3:" + kind, 400, msg); });
+  }
+  const size_t rank2 = 1;  // spawned in order 3, 2, 1, 0
+  REQUIRE(procs.wait_any(30s, {rank2}) == static_cast<long>(rank2));
+  const auto died = Clock::now();
+  REQUIRE(procs.wait(10s));
+  const double secs = std::chrono::duration<double>(Clock::now() - died).count();
+  INFO(procs.report());
+  CHECK(secs < 10.0);
+  CHECK(procs[rank2].code != 0);
+  for (size_t i : {size_t{0}, size_t{2}, size_t{3}}) {
+    CHECK(procs[i].code == 4);
+    CHECK_THAT(procs[i].msg, Catch::Contains("rank 2 (") && Catch::Contains("host node2") && Catch::Contains("died"));
+  }
+}
+
+TEST_CASE("tcp bootstrap: watched ranks that finish normally raise no alarm", "[tcp][faults]") {
+  const int port = free_port();
+  Procs procs;
+  for (int r = 3; r >= 0; --r) {
+    RankEnv e{r, 4, port, "127.0.0.1"};
+    // Ranks leave at different times, without a final barrier: rank 0 (the master) first.
+    procs.spawn("rank " + std::to_string(r), [e](std::string& msg) { return watched_rank(e, "", 3 + 2 * e.rank, msg); });
+  }
+  REQUIRE(procs.wait(30s));
+  INFO(procs.report());
+  for (size_t i = 0; i < procs.size(); ++i) CHECK(procs[i].code == 0);
 }

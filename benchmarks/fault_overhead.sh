@@ -6,7 +6,7 @@
 # off: TRIAX_FR_SIZE=0 (no ring) and no --stall-timeout; on: the default 2048-call ring per
 # communicator and --stall-timeout 600.
 set -euo pipefail
-exe=$1; rounds=${2:-5}; iters=${3:-20}
+exe=$(realpath "$1"); rounds=${2:-5}; iters=${3:-20}
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_pml=ob1 OMPI_MCA_btl=self,vader \
   OMPI_MCA_rmaps_base_oversubscribe=1 OMPI_MCA_btl_vader_single_copy_mechanism=none
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT

@@ -75,6 +75,12 @@ int main(int argc, char** argv) {
   std::unique_ptr<triax::Bootstrap> boot;
   try {
     boot = triax::Bootstrap::create();
+    // Without mpirun (TCP rendezvous) a dead rank is named by the peer watch (docs/FAULTS.md).
+    boot->watch_peers([](const std::string& msg) {
+      std::fprintf(stderr, "%s: communication error: %s\n", kProgram, msg.c_str());
+      std::fflush(stderr);
+      std::_Exit(triax::kExitComm);
+    });
     auto world = boot->world();
     const int rank = world->rank();
     triax::log::set_rank(world->size() > 1 ? rank : -1);

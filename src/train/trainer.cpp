@@ -176,6 +176,7 @@ Trainer::Trainer(std::shared_ptr<Communicator> world, const TrainConfig& given) 
   for (auto& ch : chunks_) ptrs.push_back(ch.get());
   executor_ = std::make_unique<PipelineExecutor>(ptrs, grid_->pp(), static_cast<int>(plan.micro_batch), T_,
                                                  model_.n_embd);
+  watchdog_->set_detail([ex = executor_.get()] { return ex->position(); });
   LrScheduleConfig lc;
   lc.max_lr = cfg.lr;
   lc.min_lr = cfg.min_lr;

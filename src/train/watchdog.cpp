@@ -43,12 +43,31 @@ void Watchdog::set_handler(StallHandler h) {
   handler_ = std::move(h);
 }
 
+void Watchdog::set_detail(std::function<std::string()> detail) {
+  std::lock_guard lock(mu_);
+  detail_ = std::move(detail);
+}
+
+// Called with mu_ held.
+std::string Watchdog::phase_with_detail() {
+  std::string phase = flight_recorder_phase();
+  if (detail_) {
+    const std::string d = detail_();
+    if (!d.empty()) {
+      phase += ", at " + d;
+      set_flight_recorder_phase(phase);
+    }
+  }
+  return phase;
+}
+
 void Watchdog::run() {
   const auto tick = std::chrono::milliseconds(
       timeout_s_ > 0 ? std::clamp<int64_t>(static_cast<int64_t>(timeout_s_ * 1000 / 20), 5, 100) : 100);
   std::unique_lock lock(mu_);
   while (!cv_.wait_for(lock, tick, [this] { return stop_; })) {
     if (poll_flight_recorder_signal()) {
+      phase_with_detail();
       const std::string path = dump_flight_recorder("SIGUSR2");
       if (!path.empty()) log::info("flight recorder dumped to {} (SIGUSR2)", path);
     }
@@ -56,7 +75,7 @@ void Watchdog::run() {
     const double idle = (now_us() - last_us_.load(std::memory_order_relaxed)) / 1e6;
     if (idle < timeout_s_) continue;
     fired_.store(true);
-    const std::string phase = flight_recorder_phase();
+    const std::string phase = phase_with_detail();
     const std::string path = dump_flight_recorder(fmt::format("watchdog stall: no progress for {:.1f} s", idle));
     const std::string msg = fmt::format(
         "rank {} (host {}): stalled: no training progress for {:.1f} s (--stall-timeout {}) in {}; flight recorder "

@@ -67,5 +67,27 @@ straggler)
   check_no_leftovers
   echo "ok: slow rank 3 reported: $(grep -o 'iteration [0-9]*: straggler: rank 3[^)]*)' "$tmp/out" | head -1)"
   ;;
+sigusr2)
+  # SIGUSR2 dumps every rank's flight recorder while training goes on.
+  (cd "$tmp" && TRIAX_FAULT_TEST_TAG=$tag timeout 120 "$mpiexec" --oversubscribe -np 4 -x TRIAX_FAULT_TEST_TAG "$exe" \
+     "${common[@]}" --train-iters 60 >"$tmp/out" 2>&1) &
+  job=$!
+  for _ in $(seq 200); do grep -q "^ iteration *2/" "$tmp/out" 2>/dev/null && break; sleep 0.1; done
+  pids=()
+  for e in /proc/[0-9]*/environ; do
+    p=${e//[^0-9]/}
+    grep -qz "TRIAX_FAULT_TEST_TAG=$tag" "$e" 2>/dev/null && [ "$(readlink /proc/$p/exe)" = "$(readlink -f "$exe")" ] && pids+=("$p")
+  done
+  [ ${#pids[@]} -eq 4 ] || fail "found ${#pids[@]} train_gpt ranks, expected 4"
+  kill -USR2 "${pids[@]}"
+  wait $job; rc=$?
+  [ $rc -eq 0 ] || { tail -20 "$tmp/out"; fail "exit $rc after SIGUSR2"; }
+  for r in 0 1 2 3; do
+    grep -q '"SIGUSR2"' "$tmp/triax_fr_rank$r.json" 2>/dev/null || fail "rank $r wrote no SIGUSR2 dump"
+  done
+  grep -q "^ iteration *60/" "$tmp/out" || fail "training did not go on to iteration 60"
+  check_no_leftovers
+  echo "ok: SIGUSR2 dumped all 4 ranks; training finished"
+  ;;
 *) fail "unknown case" ;;
 esac

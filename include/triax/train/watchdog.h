@@ -29,15 +29,20 @@ class Watchdog {
   // The phase of the step, recorded with the dump ("iteration 3: pipeline schedule").
   void set_phase(std::string phase);
   void set_handler(StallHandler h);
+  // Finer position inside the phase, asked for at dump time from the watchdog thread (the
+  // pipeline executor's current instruction and micro-batch); "" adds nothing.
+  void set_detail(std::function<std::string()> detail);
   bool stalled() const { return fired_.load(); }
   double stall_timeout_s() const { return timeout_s_; }
 
  private:
   static int64_t now_us();
   void run();
+  std::string phase_with_detail();
   double timeout_s_;
   int rank_;
   StallHandler handler_;
+  std::function<std::string()> detail_;
   std::mutex mu_;
   std::condition_variable cv_;
   bool stop_ = false;

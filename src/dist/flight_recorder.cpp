@@ -32,6 +32,8 @@ int64_t now_us() {
 struct Registry {
   std::mutex mu;
   std::vector<std::weak_ptr<FlightRecorder>> recorders;
+  std::vector<std::shared_ptr<FlightRecorder>> kept;  // TRIAX_FR_DUMP_ON_EXIT: rings outlive their communicators
+  bool keep = false;
   std::vector<std::string> reasons;
   std::string phase;
   int world_rank = -1;
@@ -138,9 +140,12 @@ void register_flight_recorder(const std::shared_ptr<FlightRecorder>& fr) {
   r.recorders.push_back(fr);
   if (!r.at_exit) {
     r.at_exit = true;
-    if (const char* s = std::getenv("TRIAX_FR_DUMP_ON_EXIT"); s && std::string_view(s) == "1")
+    if (const char* s = std::getenv("TRIAX_FR_DUMP_ON_EXIT"); s && std::string_view(s) == "1") {
+      r.keep = true;
       std::atexit([] { dump_flight_recorder("exit"); });
+    }
   }
+  if (r.keep) r.kept.push_back(fr);
 }
 
 void set_flight_recorder_world_rank(int rank) {

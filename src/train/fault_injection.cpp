@@ -116,6 +116,7 @@ void FaultInjector::at_step_start(int64_t it) const {
         notice(f, it, "exit: status 1 without finalising");
         std::_Exit(1);
       case FaultKind::throw_error:
+        notice(f, it, "throw: an exception inside the step");
         TRIAX_THROW(Error, "injected fault (TRIAX_FAULT): an exception inside the step on rank {} at iteration {}",
                     f.rank, it);
       default: break;

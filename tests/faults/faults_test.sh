@@ -78,6 +78,23 @@ straggler)
   check_no_leftovers
   echo "ok: slow rank 3 reported: $(grep -o 'iteration [0-9]*: straggler: rank 3[^)]*)' "$tmp/out" | head -1)"
   ;;
+nan)
+  # The message names rank 1 and the parameter; iteration 2 is skipped, training goes on.
+  run_job 120 "1:2:nan" "${common[@]}" --train-iters 4 --metrics-jsonl "$tmp/m.jsonl"
+  [ $rc -eq 0 ] || { tail -20 "$tmp/out"; fail "exit $rc"; }
+  grep -q "iteration 2: non-finite gradient norm (nan); the step was skipped on every rank. First non-finite gradient: rank 1 (host [^)]*), parameter '[^']*' element 0; ranks with non-finite gradients: \[1\]" "$tmp/out" ||
+    { grep -i "non-finite" "$tmp/out"; fail "no message naming rank 1 and the parameter"; }
+  python3 - "$tmp/m.jsonl" <<'PY' || fail "metrics"
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+assert len(rows) == 4, len(rows)
+assert [r.get("step_skipped", False) for r in rows] == [False, True, False, False], rows
+assert rows[1]["nonfinite_rank"] == 1 and rows[1]["nonfinite_param"], rows[1]
+assert rows[3]["skipped_iterations"] == 1, rows[3]
+PY
+  check_no_leftovers
+  echo "ok: nan on rank 1: iteration 2 skipped, rank 1 named, training finished"
+  ;;
 sigusr2)
   # SIGUSR2 dumps every rank's flight recorder while training goes on.
   (cd "$tmp" && TRIAX_FAULT_TEST_TAG=$tag timeout 120 "$mpiexec" --oversubscribe -np 4 -x TRIAX_FAULT_TEST_TAG "$exe" \

@@ -6,6 +6,7 @@
 // file of this run), then one line per iteration (Megatron's field names) and, with
 // --metrics-jsonl, one JSON object per iteration. Exit codes: docs/ERRORS.md.
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include <cerrno>
 #include <chrono>
@@ -14,10 +15,12 @@
 #include <thread>
 
 #include <triax/core/log.h>
+#include <triax/core/log_json.h>
 #include <triax/dist/bootstrap.h>
 #include <triax/dist/flight_recorder.h>
 #include <triax/dist/job_failure.h>
 #include <triax/train/config.h>
+#include <triax/train/metrics_exporter.h>
 #include <triax/train/trainer.h>
 
 #if defined(TRIAX_HAVE_MPI)
@@ -29,7 +32,7 @@ namespace {
 constexpr const char* kProgram = "train_gpt";
 
 [[noreturn]] void end_job(const triax::JobFailure& f, std::unique_ptr<triax::Bootstrap>& boot) {
-  if (!f.message.empty()) std::fprintf(stderr, "%s\n", f.message.c_str());
+  if (!f.message.empty()) triax::log::emit(stderr, triax::log::Level::error, f.message);  // JSON under TRIAX_LOG_FORMAT=json
   std::fflush(stderr);
 #if defined(TRIAX_HAVE_MPI)
   int inited = 0, finalized = 0;
@@ -48,6 +51,17 @@ constexpr const char* kProgram = "train_gpt";
 void write_all(std::FILE* f, std::string_view text, const std::string& name) {
   if (std::fwrite(text.data(), 1, text.size(), f) != text.size() || std::fflush(f) != 0)
     throw triax::IoError(fmt::format("{}: write failed: {}", name, std::strerror(errno)));
+}
+
+// One line of the job's standard output: as it is, or (TRIAX_LOG_FORMAT=json) one JSON record with
+// `fields_json` attached. IoError when the write fails.
+void print_line(std::string_view text, std::string_view fields_json = {}) {
+  if (triax::log::format() == triax::log::Format::json) {
+    triax::log::emit(stdout, triax::log::Level::info, text, fields_json);
+    if (std::ferror(stdout)) throw triax::IoError(fmt::format("standard output: write failed: {}", std::strerror(errno)));
+  } else {
+    write_all(stdout, std::string(text) + "\n", "standard output");
+  }
 }
 
 }  // namespace
@@ -108,7 +122,10 @@ int main(int argc, char** argv) {
       }
     } closer{jsonl};
     if (rank == 0) {
-      write_all(stdout, trainer.resolved_config(), "standard output");
+      if (triax::log::format() == triax::log::Format::json)
+        print_line("resolved configuration", nlohmann::json{{"config", trainer.resolved_config()}}.dump());
+      else
+        write_all(stdout, trainer.resolved_config(), "standard output");
       if (!c.metrics_jsonl.empty()) {
         jsonl = std::fopen(c.metrics_jsonl.c_str(), "w");
         if (!jsonl)
@@ -116,13 +133,24 @@ int main(int argc, char** argv) {
                                            std::strerror(errno)));
       }
     }
+    std::unique_ptr<triax::MetricsExporter> exporter;
+    if (c.metrics_port || !c.metrics_textfile.empty()) {
+      triax::MetricsExporterConfig prom;
+      prom.port = c.metrics_port.value_or(-1);
+      prom.bind = c.metrics_bind;
+      prom.textfile = c.metrics_textfile;
+      exporter = std::make_unique<triax::MetricsExporter>(world, prom, c.tp, c.pp, trainer.grid().layout().shape().dp);
+    }
     trainer.train([&](const triax::IterationMetrics& m) {
+      if (exporter)
+        exporter->observe(m, {trainer.last_step().compute_s, trainer.last_step().p2p_wait_s,
+                              trainer.last_report().sync.exposed_s + trainer.last_report().gather_s});
       if (rank != 0) return;
-      write_all(stdout, m.log_line() + "\n", "standard output");
+      print_line(m.log_line(), m.json());
       if (jsonl) write_all(jsonl, m.json() + "\n", "--metrics-jsonl " + c.metrics_jsonl);
     }, [&](const triax::EvalMetrics& e) {
       if (rank != 0) return;
-      write_all(stdout, e.log_line() + "\n", "standard output");
+      print_line(e.log_line(), e.json());
       if (jsonl) write_all(jsonl, e.json() + "\n", "--metrics-jsonl " + c.metrics_jsonl);
     });
     if (jsonl && std::fclose(jsonl) != 0) {
@@ -130,6 +158,8 @@ int main(int argc, char** argv) {
       throw triax::IoError(fmt::format("--metrics-jsonl {}: closing failed: {}", c.metrics_jsonl, std::strerror(errno)));
     }
     jsonl = nullptr;
+    if (exporter && exporter->port() >= 0 && c.metrics_linger > 0)
+      std::this_thread::sleep_for(std::chrono::duration<double>(c.metrics_linger));
   } catch (const std::exception& e) {
     triax::dump_flight_recorder(std::string("error: ") + e.what());
     end_job(triax::settle_failure(kProgram, e), boot);

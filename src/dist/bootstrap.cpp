@@ -8,6 +8,7 @@
 #include <cstdlib>
 
 #include "triax/dist/self_comm.h"
+#include "triax/dist/slurm.h"
 
 namespace triax {
 
@@ -16,6 +17,7 @@ std::string_view launch_kind_name(LaunchKind k) {
     case LaunchKind::single: return "single";
     case LaunchKind::mpi: return "mpi";
     case LaunchKind::env: return "env";
+    case LaunchKind::slurm: return "slurm";
   }
   return "?";
 }
@@ -69,10 +71,13 @@ std::unique_ptr<Bootstrap> Bootstrap::create(const BootstrapOptions& opts) {
     kind = LaunchKind::mpi;
   } else if (env_set("RANK") && env_set("WORLD_SIZE")) {
     kind = LaunchKind::env;
+  } else if (in_slurm_step()) {
+    kind = LaunchKind::slurm;
   }
   switch (kind) {
     case LaunchKind::single: return make_single_bootstrap();
     case LaunchKind::env: return make_env_bootstrap(opts);
+    case LaunchKind::slurm: return make_slurm_bootstrap(opts);
     case LaunchKind::mpi:
 #if defined(TRIAX_HAVE_MPI)
       return make_mpi_bootstrap();

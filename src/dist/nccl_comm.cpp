@@ -15,6 +15,7 @@
 #include "triax/core/cuda_check.h"
 #include "triax/core/gpu_count.h"
 #include "triax/core/log.h"
+#include "triax/probe/rdma.h"
 
 namespace triax {
 namespace {
@@ -187,6 +188,9 @@ std::unique_ptr<Communicator> make_nccl_communicator(Bootstrap& boot, int cuda_d
     TRIAX_THROW(DeviceError, "NCCL communicator '{}' at rank {} of {}: CUDA device {} does not exist ({} visible{}{})",
                 name, rank, size, cuda_device, devices, why.empty() ? "" : ": ", why);
   warn_on_version_skew();
+  // HCAs, RoCE v2 GID index and socket interface from RDMA discovery, where the user set none.
+  for (const auto& set : probe::apply_discovered_nccl_settings_once())
+    if (rank == 0) log::info("nccl: {} (RDMA discovery; set it yourself to override)", set);
   const auto timeout = resolve_timeout(opts);
   DeviceGuard guard(cuda_device);  // NCCL binds the communicator to the current device
 

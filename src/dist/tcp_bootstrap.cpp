@@ -39,16 +39,7 @@ constexpr long long kMaxWorldSize = 1 << 20;
 
 // ---- environment ----
 
-struct LaunchEnv {
-  int rank = 0;
-  int world_size = 1;
-  std::optional<int> local_rank;
-  std::string master_addr;
-  int master_port = 0;
-  std::string port_desc;  // where master_port came from, for messages: "MASTER_PORT=29500"
-  std::string job;       // the job token every rank of one launch shares
-  std::string job_desc;  // where it came from, for messages: "TRIAX_JOB_ID"
-};
+using LaunchEnv = TcpLaunch;  // job: TRIAX_JOB_ID, else TORCHELASTIC_RUN_ID, else empty
 
 std::optional<std::string> env(const char* name) {
   const char* v = std::getenv(name);
@@ -208,7 +199,7 @@ class TcpBootstrap final : public Bootstrap {
     watcher_ = std::thread([this, cb = std::move(on_death)] { watch_loop(cb); });
   }
 
-  LaunchKind kind() const override { return LaunchKind::env; }
+  LaunchKind kind() const override { return env_.kind; }
   int rank() const override { return env_.rank; }
   int world_size() const override { return env_.world_size; }
   int local_rank() const override { return local_rank_; }
@@ -732,6 +723,12 @@ std::unique_ptr<Bootstrap> make_env_bootstrap(const BootstrapOptions& opts) {
   if (opts.timeout <= std::chrono::milliseconds::zero())
     TRIAX_THROW(ConfigError, "BootstrapOptions.timeout must be positive, got {} ms", opts.timeout.count());
   return std::make_unique<TcpBootstrap>(read_launch_env(), opts.timeout);
+}
+
+std::unique_ptr<Bootstrap> make_tcp_bootstrap(TcpLaunch launch, const BootstrapOptions& opts) {
+  if (opts.timeout <= std::chrono::milliseconds::zero())
+    TRIAX_THROW(ConfigError, "BootstrapOptions.timeout must be positive, got {} ms", opts.timeout.count());
+  return std::make_unique<TcpBootstrap>(std::move(launch), opts.timeout);
 }
 
 }  // namespace triax

@@ -426,6 +426,13 @@ std::vector<ConfigOption> build_options() {
                        "median", TRIAX_FIELD(straggler_factor), {1, 1e6}));
   t.push_back(real_opt("loss-spike-zscore", "log a loss more than this many standard deviations above the recent "
                        "window (0: off)", TRIAX_FIELD(loss_spike_zscore), {0, 1e6}));
+  t.push_back(int_opt("metrics-port", "rank 0 serves Prometheus /metrics on this port (0: any free port)",
+                      TRIAX_FIELD(metrics_port), 0, 65535));
+  t.push_back(string_opt("metrics-bind", "address the metrics endpoint listens on", TRIAX_FIELD(metrics_bind)));
+  t.push_back(string_opt("metrics-textfile", "rewrite this Prometheus textfile atomically after each iteration",
+                         TRIAX_FIELD(metrics_textfile)));
+  t.push_back(real_opt("metrics-linger", "keep serving /metrics this many seconds after the last iteration",
+                       TRIAX_FIELD(metrics_linger), {0, 86400}));
   return t;
 }
 

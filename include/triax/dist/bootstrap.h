@@ -6,6 +6,7 @@
 #include <chrono>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -14,7 +15,7 @@
 
 namespace triax {
 
-enum class LaunchKind { single, mpi, env };
+enum class LaunchKind { single, mpi, env, slurm };
 
 struct BootstrapOptions {
   // How long to wait for the rendezvous (TCP: until every rank has connected to the master).
@@ -48,7 +49,8 @@ class Bootstrap {
   virtual void watch_peers(std::function<void(const std::string& message)> on_death) { (void)on_death; }
 
   // Detects the launcher: OMPI_COMM_WORLD_SIZE (or PMI/PMIX vars) -> MPI; RANK and WORLD_SIZE
-  // -> TCP rendezvous on MASTER_ADDR:MASTER_PORT; otherwise a single process.
+  // -> TCP rendezvous on MASTER_ADDR:MASTER_PORT; an srun step (SLURM_STEP_ID, SLURM_PROCID)
+  // -> the same rendezvous on the step's first node (dist/slurm.h); otherwise a single process.
   static std::unique_ptr<Bootstrap> create(const BootstrapOptions& opts = {});
 };
 
@@ -64,6 +66,21 @@ std::unique_ptr<Bootstrap> make_mpi_bootstrap();
 // torchrun-style: reads RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT; rank 0 listens,
 // the others connect with retries until opts.timeout, then throw CommError naming the address.
 std::unique_ptr<Bootstrap> make_env_bootstrap(const BootstrapOptions& opts);
+
+// The TCP rendezvous with explicit values: what make_env_bootstrap reads from the environment,
+// and what other launchers' variables map to (a Slurm step: dist/slurm.h).
+struct TcpLaunch {
+  int rank = 0;
+  int world_size = 1;
+  std::optional<int> local_rank;
+  std::string master_addr;
+  int master_port = 0;
+  std::string port_desc;  // where master_port came from, for messages: "MASTER_PORT=29500"
+  std::string job;        // the job token every rank of one launch shares; ranks of different jobs refuse each other
+  std::string job_desc;   // where it came from, for messages: "TRIAX_JOB_ID"
+  LaunchKind kind = LaunchKind::env;
+};
+std::unique_ptr<Bootstrap> make_tcp_bootstrap(TcpLaunch launch, const BootstrapOptions& opts);
 
 // This process's host name: TRIAX_HOSTNAME if set (containers, tests), else gethostname().
 std::string host_name();

@@ -75,6 +75,13 @@ struct TrainConfig {
   int64_t max_skipped_iterations = 0;
   double straggler_factor = 1.2;
   double loss_spike_zscore = 5.0;
+  // Prometheus (docs/CLUSTER.md): rank 0 serves /metrics on metrics_port (0: any free port) at
+  // metrics_bind, and/or rewrites metrics_textfile atomically after each iteration; metrics_linger
+  // keeps the endpoint up that many seconds after the last iteration.
+  std::optional<int> metrics_port;
+  std::string metrics_bind = "0.0.0.0";
+  std::string metrics_textfile;
+  double metrics_linger = 0;
 };
 
 // One value as it arrives: the text of a flag's arguments (one or more words), or a TOML node

@@ -1,0 +1,163 @@
+// MetricsExporter: the per-rank times are all-gathered, rank 0 keeps the snapshot under a mutex
+// and a cpp-httplib server thread renders it per scrape; the textfile goes through AtomicFile so
+// node exporter never reads a half-written file.
+#include "triax/train/metrics_exporter.h"
+
+#include <httplib.h>
+
+#include <chrono>
+#include <cstring>
+#include <thread>
+
+#include "triax/core/error.h"
+#include "triax/core/log.h"
+#include "triax/io/atomic_file.h"
+
+namespace triax {
+
+double unix_now_s() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+namespace {
+prom::Family gauge(std::string name, std::string help, double v) {
+  return {std::move(name), std::move(help), "gauge", {{{}, v}}};
+}
+prom::Family counter(std::string name, std::string help, double v) {
+  return {std::move(name), std::move(help), "counter", {{{}, v}}};
+}
+}  // namespace
+
+std::vector<prom::Family> MetricsSnapshot::families() const {
+  std::vector<prom::Family> f;
+  f.push_back({"triax_parallel_info", "Layout of the job (value 1)", "gauge",
+               {{{{"tp", std::to_string(tp)}, {"pp", std::to_string(pp)}, {"dp", std::to_string(dp)},
+                  {"world", std::to_string(world)}},
+                 1.0}}});
+  f.push_back(gauge("triax_start_timestamp_seconds", "Unix time the exporter started", start_unix_s));
+  if (checkpoint_interval_s > 0)
+    f.push_back(gauge("triax_checkpoint_interval_seconds", "Configured interval between checkpoints",
+                      checkpoint_interval_s));
+  if (last_checkpoint_unix_s > 0)
+    f.push_back(gauge("triax_checkpoint_last_timestamp_seconds", "Unix time of the last checkpoint written",
+                      last_checkpoint_unix_s));
+  if (!have_iteration) return f;
+  f.push_back(gauge("triax_iteration", "Iterations completed", static_cast<double>(it.iteration)));
+  f.push_back(gauge("triax_train_iterations", "Iterations the run is configured for", static_cast<double>(it.train_iters)));
+  f.push_back(counter("triax_consumed_samples_total", "Samples consumed so far", static_cast<double>(it.consumed_samples)));
+  f.push_back(gauge("triax_loss", "LM loss of the last iteration, mean over the global batch", it.loss));
+  if (it.moe) f.push_back(gauge("triax_moe_aux_loss", "Load-balancing loss of the last iteration", it.moe_aux_loss));
+  f.push_back(gauge("triax_grad_norm", "Global gradient norm of the last iteration (before clipping)", it.grad_norm));
+  f.push_back(gauge("triax_learning_rate", "Learning rate of the last iteration", it.lr));
+  f.push_back(gauge("triax_global_batch_size", "Samples per iteration", static_cast<double>(it.global_batch)));
+  f.push_back(gauge("triax_tokens_per_second", "Throughput of the last iteration", it.tokens_per_s));
+  f.push_back(gauge("triax_step_seconds", "Elapsed time of the last iteration (max over ranks)", it.elapsed_ms / 1e3));
+  f.push_back(gauge("triax_tflops_per_rank", "Model TFLOP/s per rank of the last iteration", it.tflops));
+  f.push_back(gauge("triax_dp_exposed_seconds", "DP gradient communication not hidden behind backward (max over ranks)",
+                    it.dp_exposed_ms / 1e3));
+  f.push_back(gauge("triax_dp_comm_seconds", "Span of the DP collectives (max over ranks)", it.dp_comm_ms / 1e3));
+  f.push_back(gauge("triax_pipeline_wait_seconds", "Wait for pipeline sends and receives (max over ranks)",
+                    it.p2p_wait_ms / 1e3));
+  f.push_back(counter("triax_skipped_iterations_total", "Iterations skipped (non-finite gradients)",
+                      static_cast<double>(it.skipped)));
+  f.push_back(gauge("triax_last_progress_timestamp_seconds", "Unix time the last iteration completed",
+                    last_progress_unix_s));
+  prom::Family comp{"triax_rank_compute_seconds", "This rank's forward/backward compute time of the last iteration",
+                    "gauge", {}};
+  prom::Family wait{"triax_rank_pipeline_wait_seconds", "This rank's pipeline wait of the last iteration", "gauge", {}};
+  prom::Family exposed{"triax_rank_dp_exposed_seconds", "This rank's exposed DP communication of the last iteration", "gauge", {}};
+  for (size_t r = 0; r < ranks.size(); ++r) {
+    const prom::Labels l{{"rank", std::to_string(r)}};
+    comp.samples.push_back({l, ranks[r].compute_s});
+    wait.samples.push_back({l, ranks[r].p2p_wait_s});
+    exposed.samples.push_back({l, ranks[r].dp_exposed_s});
+  }
+  f.push_back(std::move(comp));
+  f.push_back(std::move(wait));
+  f.push_back(std::move(exposed));
+  return f;
+}
+
+struct MetricsExporter::Server {
+  httplib::Server http;
+  std::thread thread;
+};
+
+MetricsExporter::MetricsExporter(std::shared_ptr<Communicator> world, const MetricsExporterConfig& cfg, int tp, int pp,
+                                 int dp)
+    : world_(std::move(world)), cfg_(cfg) {
+  snap_.tp = tp;
+  snap_.pp = pp;
+  snap_.dp = dp;
+  snap_.world = world_->size();
+  snap_.start_unix_s = unix_now_s();
+  snap_.checkpoint_interval_s = cfg.checkpoint_interval_s;
+  snap_.ranks.resize(static_cast<size_t>(world_->size()));
+  require(cfg.port >= -1 && cfg.port <= 65535, "--metrics-port {} is outside [0, 65535]", cfg.port);
+  if (world_->rank() != 0 || cfg.port < 0) return;
+  server_ = std::make_unique<Server>();
+  // cpp-httplib's default sets SO_REUSEPORT, which lets a second job on the node bind the same
+  // port silently and take half the scrapes; SO_REUSEADDR alone still allows a quick restart.
+  server_->http.set_socket_options([](socket_t sock) {
+    int yes = 1;
+    setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+  });
+  server_->http.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
+    res.set_content(render(), "text/plain; version=0.0.4; charset=utf-8");
+  });
+  server_->http.Get("/", [](const httplib::Request&, httplib::Response& res) {
+    res.set_content("triax metrics: /metrics\n", "text/plain");
+  });
+  port_ = cfg.port == 0 ? server_->http.bind_to_any_port(cfg.bind)
+                        : (server_->http.bind_to_port(cfg.bind, cfg.port) ? cfg.port : -1);
+  if (port_ < 0) {
+    const int err = errno;
+    server_.reset();
+    throw IoError(fmt::format("metrics endpoint: cannot listen on {}:{} ({})", cfg.bind, cfg.port, std::strerror(err)));
+  }
+  server_->thread = std::thread([s = server_.get()] { s->http.listen_after_bind(); });
+  log::info("metrics: serving Prometheus text on http://{}:{}/metrics", cfg.bind, port_);
+}
+
+MetricsExporter::~MetricsExporter() {
+  if (server_) {
+    server_->http.stop();
+    if (server_->thread.joinable()) server_->thread.join();
+  }
+}
+
+void MetricsExporter::observe(const IterationMetrics& m, const RankTimes& mine) {
+  const size_t W = static_cast<size_t>(world_->size());
+  const double in[3] = {mine.compute_s, mine.p2p_wait_s, mine.dp_exposed_s};
+  std::vector<double> all(3 * W);
+  world_->all_gather(std::span<const double>(in), std::span<double>(all)).wait();
+  if (world_->rank() != 0) return;
+  std::string text;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    snap_.it = m;
+    snap_.have_iteration = true;
+    snap_.last_progress_unix_s = unix_now_s();
+    for (size_t r = 0; r < W; ++r) snap_.ranks[r] = {all[3 * r], all[3 * r + 1], all[3 * r + 2]};
+    if (!cfg_.textfile.empty()) text = snap_.render();
+  }
+  if (!text.empty()) write_textfile(text);
+}
+
+void MetricsExporter::checkpoint_saved(double unix_s) {
+  std::lock_guard<std::mutex> lock(mu_);
+  snap_.last_checkpoint_unix_s = unix_s;
+}
+
+std::string MetricsExporter::render() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return snap_.render();
+}
+
+void MetricsExporter::write_textfile(const std::string& text) const {
+  io::AtomicFile f(cfg_.textfile);
+  f.write(std::as_bytes(std::span<const char>(text.data(), text.size())));
+  f.commit();
+}
+
+}  // namespace triax

@@ -25,6 +25,7 @@
 
 #include "triax/core/error.h"
 #include "triax/dist/bootstrap.h"
+#include "triax/dist/gloo_comm.h"
 #include "triax/dist/tcp_wire.h"
 
 #include <fmt/format.h>
@@ -45,7 +46,7 @@ constexpr int kExpectedError = 3;  // child exit code: the error the test wanted
 const char* const kVars[] = {"RANK",           "WORLD_SIZE",        "LOCAL_RANK",          "MASTER_ADDR",
                              "MASTER_PORT",    "TRIAX_MASTER_PORT", "TRIAX_JOB_ID",        "TORCHELASTIC_RUN_ID",
                              "TRIAX_HOSTNAME", "OMPI_COMM_WORLD_SIZE", "PMIX_RANK",        "PMI_RANK",
-                             "TORCHELASTIC_USE_AGENT_STORE"};
+                             "TORCHELASTIC_USE_AGENT_STORE", "TRIAX_COMM"};
 
 class EnvGuard {
  public:
@@ -332,7 +333,21 @@ int check_rank(Bootstrap* boot, const RankEnv& e, int expected_local_rank, std::
       msg = "host of rank " + std::to_string(r) + " is '" + hosts[static_cast<size_t>(r)] + "'";
       return 1;
     }
-  return expect_error<triax::ConfigError>([&] { boot->world(); }, {"mpirun"}, msg) == kExpectedError ? 0 : 1;
+  if (!triax::gloo_available())
+    return expect_error<triax::ConfigError>([&] { boot->world(); }, {"without Gloo"}, msg) == kExpectedError ? 0 : 1;
+  // The host communicator over this rendezvous: Gloo, whose pairs listen on this host's resolved
+  // name here (the ranks pose as two hosts).
+  auto world = boot->world();
+  int64_t v[2] = {e.rank + 1, -e.rank};
+  world->all_reduce(std::span<int64_t>(v)).wait();
+  const int64_t n = e.world;
+  if (world->backend() != triax::Backend::gloo || world->size() != e.world || v[0] != n * (n + 1) / 2 ||
+      v[1] != -n * (n - 1) / 2) {
+    msg = fmt::format("world(): backend {}, size {}, all_reduce gave {} {}", triax::backend_name(world->backend()),
+                      world->size(), v[0], v[1]);
+    return 1;
+  }
+  return 0;
 }
 
 // One rank that finds the launch through Bootstrap::create (launcher detection), then checks.
@@ -440,7 +455,23 @@ TEST_CASE("tcp bootstrap: one rank needs no master and no sockets", "[tcp]") {
   CHECK(boot->all_gather("abc") == std::vector<std::string>{"abc"});
   CHECK(boot->broadcast("xyz", 0) == "xyz");
   CHECK_THROWS_AS(boot->broadcast("xyz", 1), triax::ConfigError);
-  CHECK_THROWS_WITH(boot->world(), Catch::Contains("needs mpirun"));
+  // Its world is Gloo (one rank here), unless TRIAX_COMM asks for MPI, which needs mpirun.
+  set_env("TRIAX_COMM", "mpi");
+  CHECK_THROWS_WITH(boot->world(), Catch::Contains("TRIAX_COMM=mpi") && Catch::Contains("without mpirun"));
+  set_env("TRIAX_COMM", "nccl");
+  CHECK_THROWS_WITH(boot->world(), Catch::Contains("TRIAX_COMM='nccl'") && Catch::Contains("auto, mpi or gloo"));
+  ::unsetenv("TRIAX_COMM");
+  if (triax::gloo_available()) {
+    auto w = boot->world();
+    CHECK(w->backend() == triax::Backend::gloo);
+    CHECK(w->size() == 1);
+    int v[2] = {3, 4};
+    w->all_reduce(std::span<int>(v)).wait();
+    CHECK(v[0] == 3);
+    CHECK(w->calls() == 1);
+  } else {
+    CHECK_THROWS_WITH(boot->world(), Catch::Contains("without Gloo"));
+  }
 }
 
 TEST_CASE("tcp bootstrap: launcher detection picks the env bootstrap only for RANK and WORLD_SIZE", "[tcp]") {

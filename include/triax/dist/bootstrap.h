@@ -36,8 +36,8 @@ class Bootstrap {
   virtual std::vector<std::string> all_gather(std::string_view mine) = 0;
   std::string broadcast(std::string_view data, int root);
   void barrier() { all_gather({}); }
-  // The host communicator over all ranks (MPI world, or Self for one process). The TCP
-  // rendezvous has none: it throws ConfigError saying to launch with mpirun for the CPU path.
+  // The host communicator over all ranks: MPI under mpirun, Gloo over the TCP rendezvous, Self
+  // for one process; TRIAX_COMM=gloo forces Gloo under any launcher (dist/host_comm.h).
   virtual std::shared_ptr<Communicator> world() = 0;
 
   // Detects the launcher: OMPI_COMM_WORLD_SIZE (or PMI/PMIX vars) -> MPI; RANK and WORLD_SIZE

@@ -13,6 +13,8 @@
 #include "triax/dist/bootstrap.h"
 
 #if defined(TRIAX_HAVE_GLOO)
+#include "gloo_threads.h"
+#include "host_reduce.h"
 #include <gloo/allgather.h>
 #include <gloo/allreduce.h>
 #include <gloo/alltoall.h>
@@ -30,6 +32,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <bit>
 #include <climits>
 #include <condition_variable>
 #include <cstring>
@@ -63,6 +66,12 @@ bool gloo_available() { return true; }
 namespace {
 
 using namespace std::chrono_literals;
+using detail::Completion;
+using detail::divide_buffer;
+using detail::reduce_fn;
+using detail::ReduceFn;
+using detail::SerialWorker;
+using detail::WaiterPool;
 using gloo::transport::UnboundBuffer;
 
 // Gloo's own waits for point-to-point messages: effectively unbounded, because triax's
@@ -71,76 +80,14 @@ constexpr auto kP2PGlooWait = std::chrono::milliseconds(24LL * 3600 * 1000);
 // How long Work::test() sleeps on a completion before answering "not yet": short enough to
 // poll, long enough that a waiting rank gives its core to the threads that move the data.
 constexpr auto kPollSleep = 100us;
+// All-reduces below this size use Gloo's bcube algorithm on power-of-two groups.
+constexpr size_t kBcubeMaxBytes = size_t{256} << 10;
 
 // Slots of the point-to-point messages: an 8-bit prefix above Gloo's collective slots' tag
 // bits, the user's tag, and a 24-bit message number per (peer, tag).
 constexpr uint64_t kHeaderPrefix = 0xF1, kDataPrefix = 0xF2;
 uint64_t p2p_slot(uint64_t prefix, int tag, uint32_t n) {
   return (prefix << 56) | (uint64_t{static_cast<uint32_t>(tag)} << 24) | (n & 0xFFFFFFu);
-}
-
-// ---- element types and reductions ----
-
-template <class T, ReduceOp Op>
-void reduce_elems(void* c, const void* a, const void* b, size_t n) {
-  auto* o = static_cast<T*>(c);
-  const auto* x = static_cast<const T*>(a);
-  const auto* y = static_cast<const T*>(b);
-  for (size_t i = 0; i < n; ++i) {
-    if constexpr (std::is_same_v<T, bf16> || std::is_same_v<T, f16>) {
-      const float u = static_cast<float>(x[i]), v = static_cast<float>(y[i]);
-      o[i] = T(Op == ReduceOp::max ? std::max(u, v) : Op == ReduceOp::min ? std::min(u, v) : u + v);
-    } else {
-      o[i] = Op == ReduceOp::max ? std::max(x[i], y[i]) : Op == ReduceOp::min ? std::min(x[i], y[i]) : x[i] + y[i];
-    }
-  }
-}
-
-using ReduceFn = void (*)(void*, const void*, const void*, size_t);
-
-template <class T>
-ReduceFn reduce_fn_for(ReduceOp op) {
-  switch (op) {
-    case ReduceOp::max: return &reduce_elems<T, ReduceOp::max>;
-    case ReduceOp::min: return &reduce_elems<T, ReduceOp::min>;
-    default: return &reduce_elems<T, ReduceOp::sum>;  // avg: sum, divided on completion
-  }
-}
-
-ReduceFn reduce_fn(DType t, ReduceOp op) {
-  switch (t) {
-    case DType::f32: return reduce_fn_for<float>(op);
-    case DType::f64: return reduce_fn_for<double>(op);
-    case DType::i32: return reduce_fn_for<int32_t>(op);
-    case DType::i64: return reduce_fn_for<int64_t>(op);
-    case DType::bf16: return reduce_fn_for<bf16>(op);
-    case DType::f16: return reduce_fn_for<f16>(op);
-    case DType::u8: break;  // refused before numbering (Communicator::next)
-  }
-  return nullptr;
-}
-
-template <class T>
-void divide(void* p, size_t n, int by) {
-  auto* x = static_cast<T*>(p);
-  for (size_t i = 0; i < n; ++i) {
-    if constexpr (std::is_same_v<T, bf16> || std::is_same_v<T, f16>)
-      x[i] = T(static_cast<float>(x[i]) / static_cast<float>(by));
-    else
-      x[i] = static_cast<T>(x[i] / static_cast<T>(by));
-  }
-}
-
-void divide_buffer(Buffer b, int by) {
-  switch (b.dtype) {
-    case DType::f32: divide<float>(b.data, b.count, by); break;
-    case DType::f64: divide<double>(b.data, b.count, by); break;
-    case DType::i32: divide<int32_t>(b.data, b.count, by); break;
-    case DType::i64: divide<int64_t>(b.data, b.count, by); break;
-    case DType::bf16: divide<bf16>(b.data, b.count, by); break;
-    case DType::f16: divide<f16>(b.data, b.count, by); break;
-    case DType::u8: break;
-  }
 }
 
 // Gloo's option templates only need the element size: every dtype travels as the unsigned
@@ -160,112 +107,6 @@ void* nonnull(void* p) {
   static std::byte dummy[8];
   return p ? p : dummy;
 }
-
-// ---- completions and threads ----
-
-struct Completion {
-  std::mutex m;
-  std::condition_variable cv;
-  bool done = false;
-  bool timed_out = false;
-  std::string error;
-
-  void complete(std::string err = {}, bool timeout = false) {
-    {
-      std::lock_guard<std::mutex> l(m);
-      done = true;
-      error = std::move(err);
-      timed_out = timeout;
-    }
-    cv.notify_all();
-  }
-  // True once done; sleeps up to `wait` for it.
-  bool wait_for(std::chrono::microseconds wait) {
-    std::unique_lock<std::mutex> l(m);
-    if (!done) cv.wait_for(l, wait, [&] { return done; });
-    return done;
-  }
-};
-
-// Runs tasks one at a time in submission order (a communicator's collectives).
-class SerialWorker {
- public:
-  SerialWorker() : thread_([this] { run(); }) {}
-  ~SerialWorker() {
-    {
-      std::lock_guard<std::mutex> l(m_);
-      stop_ = true;
-    }
-    cv_.notify_all();
-    thread_.join();
-  }
-  void submit(std::function<void()> f) {
-    {
-      std::lock_guard<std::mutex> l(m_);
-      queue_.push_back(std::move(f));
-    }
-    cv_.notify_all();
-  }
-
- private:
-  void run() {
-    for (;;) {
-      std::function<void()> f;
-      {
-        std::unique_lock<std::mutex> l(m_);
-        cv_.wait(l, [&] { return stop_ || !queue_.empty(); });
-        if (queue_.empty()) return;  // stopping, and every task has run
-        f = std::move(queue_.front());
-        queue_.pop_front();
-      }
-      f();
-    }
-  }
-  std::mutex m_;
-  std::condition_variable cv_;
-  std::deque<std::function<void()>> queue_;
-  bool stop_ = false;
-  std::thread thread_;
-};
-
-// Threads that each block in one point-to-point wait; a task never waits behind another (an idle
-// thread takes it, or a new one starts), so completions are seen in any order. Process-wide and
-// never destroyed: its threads end with the process.
-class WaiterPool {
- public:
-  static WaiterPool& get() {
-    static auto* pool = new WaiterPool();
-    return *pool;
-  }
-  void submit(std::function<void()> f) {
-    std::lock_guard<std::mutex> l(m_);
-    queue_.push_back(std::move(f));
-    if (idle_ >= queue_.size()) {
-      cv_.notify_one();
-      return;
-    }
-    std::thread([this] { run(); }).detach();
-  }
-
- private:
-  void run() {
-    std::unique_lock<std::mutex> l(m_);
-    for (;;) {
-      ++idle_;
-      cv_.wait(l, [&] { return !queue_.empty(); });
-      --idle_;
-      auto f = std::move(queue_.front());
-      queue_.pop_front();
-      l.unlock();
-      f();
-      l.lock();
-    }
-  }
-  std::mutex m_;
-  std::condition_variable cv_;
-  std::deque<std::function<void()>> queue_;
-  size_t idle_ = 0;
-};
 
 // ---- point-to-point state ----
 
@@ -417,6 +258,11 @@ class GlooCommunicator final : public Communicator {
         gloo::AllreduceOptions o(ctx_);
         o.setOutput(static_cast<S*>(d.data), d.count);
         o.setReduceFunction(fn);
+        // Small buffers on a power-of-two group: bcube's log2(n) exchanges instead of the ring's
+        // 2(n-1) steps (each a notification round trip on Gloo's TCP pairs). comm_bench at np 4
+        // (TRIAX_COMM=gloo under mpirun): 8 B to 32 KiB took about half the ring's time.
+        if (d.bytes() < kBcubeMaxBytes && std::has_single_bit(static_cast<unsigned>(size())))
+          o.setAlgorithm(gloo::AllreduceOptions::Algorithm::BCUBE);
         o.setTag(tag);
         o.setTimeout(t);
         gloo::allreduce(o);
@@ -454,32 +300,10 @@ class GlooCommunicator final : public Communicator {
     return w;
   }
   Work all_gather_impl(Buffer in, Buffer out, CallInfo info) override {
-    if (size() == 1) return local(info, [in, out] { copy(out, in); });
-    return collective(info, in.count > 0, [this, in, out](std::chrono::milliseconds t, uint32_t tag) {
-      with_storage(in.dtype, [&](auto s) {
-        using S = decltype(s);
-        gloo::AllgatherOptions o(ctx_);
-        o.setInput(static_cast<S*>(in.data), in.count);
-        o.setOutput(static_cast<S*>(out.data), out.count);
-        o.setTag(tag);
-        o.setTimeout(t);
-        gloo::allgather(o);
-      });
-    });
+    return block_exchange<gloo::AllgatherOptions>(std::move(info), in, out, &gloo::allgather);
   }
   Work all_to_all_impl(Buffer in, Buffer out, CallInfo info) override {
-    if (size() == 1) return local(info, [in, out] { copy(out, in); });
-    return collective(info, in.count > 0, [this, in, out](std::chrono::milliseconds t, uint32_t tag) {
-      with_storage(in.dtype, [&](auto s) {
-        using S = decltype(s);
-        gloo::AlltoallOptions o(ctx_);
-        o.setInput(static_cast<S*>(in.data), in.count);
-        o.setOutput(static_cast<S*>(out.data), out.count);
-        o.setTag(tag);
-        o.setTimeout(t);
-        gloo::alltoall(o);
-      });
-    });
+    return block_exchange<gloo::AlltoallOptions>(std::move(info), in, out, &gloo::alltoall);
   }
   Work all_to_all_v_impl(Buffer in, std::span<const int64_t> sc, Buffer out, std::span<const int64_t> rc,
                          CallInfo info) override {
@@ -553,6 +377,23 @@ class GlooCommunicator final : public Communicator {
   }
   static void set_avg(Work& w, Buffer b) {
     static_cast<CollectiveWork*>(w.impl())->avg_ = b;  // avg_by_ is the group size (collective())
+  }
+
+  // all_gather and all_to_all: Gloo options of the same shape (an input and an output buffer).
+  template <class Options>
+  Work block_exchange(CallInfo info, Buffer in, Buffer out, void (*run)(Options&)) {
+    if (size() == 1) return local(info, [in, out] { copy(out, in); });
+    return collective(info, in.count > 0, [this, in, out, run](std::chrono::milliseconds t, uint32_t tag) {
+      with_storage(in.dtype, [&](auto s) {
+        using S = decltype(s);
+        Options o(ctx_);
+        o.setInput(static_cast<S*>(in.data), in.count);
+        o.setOutput(static_cast<S*>(out.data), out.count);
+        o.setTag(tag);
+        o.setTimeout(t);
+        run(o);
+      });
+    });
   }
 
   // A collective that needs no peer (one rank, or nothing to move) runs here and now.

@@ -401,7 +401,8 @@ class GlooCommunicator final : public Communicator {
     f();
     auto c = std::make_shared<Completion>();
     c->complete();
-    return make_work(std::make_shared<CollectiveWork>(this, info, std::move(c), timeout()), std::move(info));
+    auto impl = std::make_shared<CollectiveWork>(this, info, std::move(c), timeout());
+    return make_work(std::move(impl), std::move(info));
   }
 
   // Queues f(timeout, tag) on the worker. !remote: nothing to move (one rank, or no elements);
@@ -429,7 +430,8 @@ class GlooCommunicator final : public Communicator {
           c->complete(what, what.find("Timed out") != std::string::npos);
         }
       });
-      w = make_work(std::make_shared<CollectiveWork>(this, info, std::move(c), t), std::move(info));
+      auto impl = std::make_shared<CollectiveWork>(this, info, std::move(c), t);  // before info moves
+      w = make_work(std::move(impl), std::move(info));
     }
     if (auto* cw = static_cast<CollectiveWork*>(w.impl())) cw->avg_by_ = size();
     return w;

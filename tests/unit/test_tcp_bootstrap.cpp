@@ -872,3 +872,47 @@ TEST_CASE("tcp bootstrap: a worker whose master never answers times out naming r
   CHECK(procs[worker].code == kExpectedError);
   CHECK(procs[0].code == 0);
 }
+
+TEST_CASE("gloo world: a rank that dies fails its peer's next collective at once, naming the call", "[tcp][gloo]") {
+  if (!triax::gloo_available()) {
+    SUCCEED("built without Gloo");
+    return;
+  }
+  EnvGuard guard;
+  const int port = free_port();
+  Procs procs;
+  for (int r = 1; r >= 0; --r) {
+    RankEnv e{r, 2, port, "127.0.0.1"};
+    procs.spawn("rank " + std::to_string(r), [e](std::string& msg) {
+      apply(e);
+      auto boot = Bootstrap::create(BootstrapOptions{.timeout = 30s});
+      auto world = boot->world();
+      world->barrier().wait();
+      if (e.rank == 1) {
+        std::this_thread::sleep_for(200ms);  // lets rank 0 read the barrier's last message
+        ::_exit(0);                          // then dies without a word: its sockets close
+      }
+      std::this_thread::sleep_for(600ms);
+      float x[3] = {1, 2, 3};
+      const auto t0 = std::chrono::steady_clock::now();
+      try {
+        world->all_reduce(std::span<float>(x)).wait();
+        msg = "the all_reduce completed without its peer";
+        return 1;
+      } catch (const triax::TimeoutError& err) {
+        msg = std::string("a timeout instead of the peer's failure: ") + err.what();
+        return 1;
+      } catch (const triax::CommError& err) {
+        msg = err.what();
+        const bool fast = std::chrono::steady_clock::now() - t0 < 20s;
+        return contains(msg, "all_reduce #1 (float32 x 3, sum)") && contains(msg, "'world'") && fast &&
+                       world->poisoned()
+                   ? 0
+                   : 1;
+      }
+    });
+  }
+  REQUIRE(procs.wait(60s));
+  INFO(procs.report());
+  for (size_t i = 0; i < procs.size(); ++i) CHECK(procs[i].code == 0);
+}

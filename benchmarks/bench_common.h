@@ -38,12 +38,14 @@ struct ModelFlags {
   }
   void apply(TrainConfig& c) const {
     c.model = model;
-    c.layers = layers;
-    c.hidden = hidden;
-    c.heads = heads;
-    c.vocab = vocab;
-    c.max_seq = seq;
-    c.seq = seq;
+    // 0 keeps the preset's value (TrainConfig's shape fields are unset then).
+    auto given = [](int v) { return v ? std::optional<int>(v) : std::nullopt; };
+    c.layers = given(layers);
+    c.hidden = given(hidden);
+    c.heads = given(heads);
+    c.vocab = given(vocab);
+    c.max_seq = given(seq);
+    c.seq = given(seq);
   }
 };
 

@@ -452,7 +452,9 @@ std::string load_average() {
 }
 
 // Writes the rows the planner models (all_reduce, all_gather, reduce_scatter as rings, sendrecv
-// as direct p2p) as a calibration file of (bytes, triax time) samples, then reads it back with
+// as direct p2p) as a calibration file of (bytes, triax time) samples, each the fastest repetition
+// (noise only ever adds time: a descheduled repetition of a small size must not make the fitted
+// time fall with size on a loaded machine), then reads it back with
 // the planner's own loader and prints the fitted alpha and bus bandwidth. A file the planner
 // cannot fit (e.g. noise made time fall with size) is reported, not fatal: the table stands.
 void write_calibration(const Options& o, int n, const std::vector<Row>& rows) {
@@ -470,7 +472,7 @@ void write_calibration(const Options& o, int n, const std::vector<Row>& rows) {
   for (const auto& [coll, op] : kinds) {
     nlohmann::json samples = nlohmann::json::array();
     for (const auto& r : rows)
-      if (r.coll == coll) samples.push_back({static_cast<double>(r.bytes), r.time_us});
+      if (r.coll == coll) samples.push_back({static_cast<double>(r.bytes), r.best_us});
     if (samples.size() < 2) continue;
     nlohmann::json e = {{"op", op},
                         {"link", inter ? "inter" : "intra"},

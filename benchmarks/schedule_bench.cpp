@@ -188,7 +188,7 @@ int main(int argc, char** argv) {
       c.pp = pp;
       c.dp = dp;
       c.vpp = kind == ScheduleKind::interleaved ? std::max(2, vpp) : 1;
-      c.schedule = kname;
+      c.schedule = kind;
       c.micro_batch = mbs;
       c.num_micro_batches = m;
       c.train_iters = warmup + iters;
@@ -210,14 +210,14 @@ int main(int argc, char** argv) {
         for (auto& o : offsets) o -= t0;
       }
       const auto& gc = tr.model_config();
-      const size_t act_floats = static_cast<size_t>(mbs) * c.seq * gc.n_embd;
+      const size_t act_floats = static_cast<size_t>(mbs) * tr.config().seq.value() * gc.n_embd;
       const double lat = p2p_latency(grid.pp(), act_floats);
 
       if (world->rank() == 0 && !header) {
         header = true;
         fmt::print("# schedule_bench: {} | tp {} pp {} dp {} | m {} micro-batches of {} x {} tokens | {} timed "
                    "iterations after {} warm-up\n# {}\n",
-                   gc.describe(), tp, P, dp, m, mbs, c.seq, iters, warmup, bench::machine_line(grid.local_size()));
+                   gc.describe(), tp, P, dp, m, mbs, tr.config().seq.value(), iters, warmup, bench::machine_line(grid.local_size()));
       }
 
       Result res;

@@ -247,7 +247,7 @@ int main(int argc, char** argv) {
       c.pp = pp;
       c.dp = dp;
       c.vpp = vpp;
-      c.schedule = schedule;
+      c.schedule = parse_schedule_kind(schedule);
       c.micro_batch = mbs;
       c.global_batch = gbs;
       c.train_iters = warmup + iters;
@@ -262,7 +262,7 @@ int main(int argc, char** argv) {
     }
     Trainer& t0 = *trainers.front();
     const GptConfig& g = t0.model_config();
-    const int T = c.seq;
+    const int T = t0.config().seq.value();
     bool oversub = false;
     const std::string machine = bench::machine_line(t0.grid().local_size(), &oversub);
     if (world->rank() == 0)

@@ -11,7 +11,9 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
+#include <charconv>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <nlohmann/json.hpp>
@@ -23,6 +25,7 @@
 #include <triax/core/log.h>
 #include <triax/dist/bootstrap.h>
 #include <triax/dist/grid.h>
+#include <triax/dist/job_failure.h>
 #include <triax/train/data.h>
 #include <triax/train/token_corpus.h>
 #include <triax/model/checkpoint_io.h>
@@ -43,11 +46,19 @@ struct Options {
 
 // Before MPI starts, the launcher's environment says whether this process is rank 0: only it
 // prints command-line errors, so mpirun -np 8 shows one message, not eight.
-bool launcher_rank0() {
-  for (const char* v : {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "RANK"})
-    if (const char* s = std::getenv(v)) return std::string(s) == "0";
-  return true;
-}
+bool launcher_rank0() { return triax::launcher_rank() == 0; }
+
+// A whole-number flag of at least 1, with a message that says so (CLI::PositiveNumber printed
+// "Value 0 not in range 0.000000 to 1797693134862...").
+const CLI::Validator kAtLeastOne(
+    [](std::string& s) -> std::string {
+      long long v = 0;
+      const auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+      if (ec != std::errc() || p != s.data() + s.size()) return fmt::format("'{}' is not an integer; expected an integer >= 1", s);
+      if (v < 1) return fmt::format("{} is out of range; expected an integer >= 1", s);
+      return {};
+    },
+    "INT>=1");
 
 struct Result {
   std::vector<double> per_batch;  // (K) mean loss of each batch
@@ -133,26 +144,26 @@ int main(int argc, char** argv) {
       ->required();
   app.add_option("--data", o.data, "llm.c token shards (a.bin,b.bin or a glob) or a Megatron indexed dataset "
                  "(PREFIX); required unless --sample");
-  app.add_option("--batch", o.batch, "sequences per batch (B); required unless --sample")->check(CLI::PositiveNumber);
+  app.add_option("--batch", o.batch, "sequences per batch (B); required unless --sample")->check(kAtLeastOne);
   app.add_option("--seq", o.seq, "tokens per sequence (T), at most the model's positions; required unless --sample")
-      ->check(CLI::PositiveNumber);
+      ->check(kAtLeastOne);
   SampleRequest sr;
   std::string prompt_tokens;
   app.add_option("--sample", sr.tokens, "instead of a loss: continue the prompt with N sampled tokens (one process)")
-      ->check(CLI::PositiveNumber);
+      ->check(kAtLeastOne);
   app.add_option("--prompt", sr.prompt, "--sample's prompt as text (byte-level models, vocab 256)");
   app.add_option("--prompt-tokens", prompt_tokens, "--sample's prompt as token ids, e.g. 464,3290");
   app.add_option("--temperature", sr.sampling.temperature, "--sample: softmax temperature (0: greedy)")->capture_default_str();
   app.add_option("--top-k", sr.sampling.top_k, "--sample: draw from the k most likely tokens (0: all)")->capture_default_str();
   app.add_option("--sample-seed", sr.seed, "--sample: seed of the draws")->capture_default_str();
   app.add_option("--batches", o.batches, "consecutive batches to average (default: every whole batch in the shard)")
-      ->check(CLI::PositiveNumber);
-  app.add_option("--tp", o.tp, "tensor-parallel size")->check(CLI::PositiveNumber);
+      ->check(kAtLeastOne);
+  app.add_option("--tp", o.tp, "tensor-parallel size")->check(kAtLeastOne);
   app.add_option("--pp", o.pp, "pipeline-parallel size (layers split evenly, earlier stages take the remainder)")
-      ->check(CLI::PositiveNumber);
+      ->check(kAtLeastOne);
   app.add_option("--heads", o.heads, "attention heads, for safetensors files without n_head metadata whose hidden "
                                      "size is not a GPT-2 size")
-      ->check(CLI::PositiveNumber);
+      ->check(kAtLeastOne);
   app.add_option("--save", o.save,
                  "also write the loaded weights to this file before evaluating (a format converter): .bin -> "
                  "llm.c checkpoint, anything else -> HF safetensors");
@@ -179,7 +190,7 @@ int main(int argc, char** argv) {
     world = boot->world();
   } catch (const std::exception& e) {
     std::fprintf(stderr, "gpt_eval: error: start-up failed: %s\n", e.what());
-    return 1;
+    return triax::exit_code_for(e);
   }
   triax::log::set_rank(world->size() > 1 ? world->rank() : -1);
   const int W = world->size();
@@ -234,18 +245,27 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "gpt_eval: wrote %s (%s)\n", o.save.c_str(),
                      std::string(triax::weight_format_name(fmt_out)).c_str());
     }
-  } catch (const triax::Error& e) {
-    error = e.what();
-    code = 1;
   } catch (const std::exception& e) {
     error = e.what();
-    code = 1;
+    code = triax::exit_code_for(e);
   }
   int first_bad[1] = {code ? world->rank() : W};
   world->all_reduce(std::span<int>(first_bad), triax::ReduceOp::min).wait();
   if (first_bad[0] < W) {
     if (world->rank() == first_bad[0]) std::fprintf(stderr, "gpt_eval: error: %s\n", error.c_str());
-    return 1;
+    // Every rank exits with the reporting rank's code (docs/ERRORS.md).
+    int codes[1] = {world->rank() == first_bad[0] ? code : 0};
+    world->all_reduce(std::span<int>(codes), triax::ReduceOp::max).wait();
+    return codes[0];
+  }
+  {
+    // Weights full of NaN evaluate to "loss nan": say where it comes from.
+    int64_t bad[1] = {0};
+    for (float v : store.flat_params().first(store.numel())) bad[0] += !std::isfinite(v);
+    world->all_reduce(std::span<int64_t>(bad), triax::ReduceOp::sum).wait();
+    if (bad[0] > 0 && world->rank() == 0)
+      std::fprintf(stderr, "gpt_eval: warning: %s: %lld parameter values are NaN or infinite (over all ranks); the loss "
+                           "will not be finite\n", o.weights.c_str(), static_cast<long long>(bad[0]));
   }
 
   try {
@@ -277,12 +297,15 @@ int main(int argc, char** argv) {
                       {"max_seq", cfg.max_seq}, {"params", cfg.num_params()}};
         std::printf("%s\n", j.dump().c_str());
       }
+      if (!std::isfinite(loss))
+        std::fprintf(stderr, "gpt_eval: warning: the mean loss is %s (non-finite weights, or logits that overflow)\n",
+                     std::isnan(loss) ? "NaN" : "infinite");
       std::printf("loss %.9g\n", loss);
       std::fflush(stdout);
     }
     return 0;
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "gpt_eval: error (rank %d): %s\n", world->rank(), e.what());
-    return 1;
+    std::fprintf(stderr, "gpt_eval: error (rank %d, host %s): %s\n", world->rank(), triax::host_name().c_str(), e.what());
+    return triax::exit_code_for(e);
   }
 }

@@ -79,6 +79,7 @@ std::unique_ptr<Bootstrap> make_slurm_bootstrap(const BootstrapOptions& opts) {
   t.master_port = s.master_port;
   t.port_desc = s.port_desc;
   t.job = fmt::format("slurm-{}.{}", s.job_id, s.step_id);
+  t.job_desc = "SLURM_JOB_ID.SLURM_STEP_ID";
   t.kind = LaunchKind::slurm;
   return make_tcp_bootstrap(std::move(t), opts);
 }

@@ -111,8 +111,23 @@ LaunchEnv read_launch_env() {
                               e.master_port);
     ++e.master_port;
   }
-  if (auto j = env("TRIAX_JOB_ID")) e.job = *j;
-  else if (auto t = env("TORCHELASTIC_RUN_ID")) e.job = *t;
+  // The job token: what every rank of one launch shares and a process of another job does not.
+  auto nonempty = [](const char* name) {
+    auto v = env(name);
+    return v && !v->empty() ? v : std::nullopt;
+  };
+  if (auto j = nonempty("TRIAX_JOB_ID")) e.job = *j, e.job_desc = "TRIAX_JOB_ID";
+  else if (auto t = nonempty("TORCHELASTIC_RUN_ID")) e.job = *t, e.job_desc = "TORCHELASTIC_RUN_ID";
+  else if (auto s = nonempty("SLURM_JOB_ID"))
+    e.job = fmt::format("slurm:{}.{}", *s, env("SLURM_STEP_ID").value_or("")), e.job_desc = "SLURM_JOB_ID.SLURM_STEP_ID";
+  else if (auto p = nonempty("PMIX_NAMESPACE")) e.job = "pmix:" + *p, e.job_desc = "PMIX_NAMESPACE";
+  if (e.world_size > 1 && e.job.empty())
+    TRIAX_THROW(ConfigError,
+                "no job token for the TCP rendezvous: set TRIAX_JOB_ID to one value shared by every rank of this "
+                "launch (torchrun's TORCHELASTIC_RUN_ID, Slurm's SLURM_JOB_ID or PMIx's PMIX_NAMESPACE are used "
+                "when present); without it any process that reaches MASTER_PORT could take a rank");
+  if (e.job.size() > tcp::kMaxJobBytes)
+    TRIAX_THROW(ConfigError, "the job token from {} is {} bytes; at most {}", e.job_desc, e.job.size(), tcp::kMaxJobBytes);
   return e;
 }
 
@@ -124,6 +139,9 @@ class TcpBootstrap final : public Bootstrap {
       : env_(std::move(e)), timeout_(timeout), master_(tcp::endpoint(env_.master_addr, env_.master_port)) {
     hosts_.assign(static_cast<size_t>(env_.world_size), std::string());
     hosts_[static_cast<size_t>(env_.rank)] = host_name();
+    if (hosts_[static_cast<size_t>(env_.rank)].size() > tcp::kMaxHostBytes)
+      TRIAX_THROW(ConfigError, "rank {}: the host name (TRIAX_HOSTNAME or gethostname) is {} bytes; at most {}",
+                  env_.rank, hosts_[static_cast<size_t>(env_.rank)].size(), tcp::kMaxHostBytes);
     if (env_.world_size > 1) {
       if (env_.rank == 0) rendezvous_master();
       else rendezvous_worker();
@@ -222,10 +240,13 @@ class TcpBootstrap final : public Bootstrap {
       return e.what();
     }
     const int w = env_.world_size;
+    if (hello->job.size() > tcp::kMaxJobBytes || hello->host.size() > tcp::kMaxHostBytes)
+      return fmt::format("a hello with a {}-byte job token and a {}-byte host name (limits {} and {})",
+                         hello->job.size(), hello->host.size(), tcp::kMaxJobBytes, tcp::kMaxHostBytes);
     if (hello->job != env_.job)
-      return fmt::format("job id '{}' differs from rank 0's '{}' (TRIAX_JOB_ID / TORCHELASTIC_RUN_ID): a process of "
-                         "another job reached this MASTER_PORT",
-                         hello->job, env_.job);
+      return fmt::format("job id '{}' differs from rank 0's '{}' (from {}): a process of another job reached this "
+                         "MASTER_PORT",
+                         hello->job, env_.job, env_.job_desc);
     if (hello->world_size != w)
       return fmt::format("WORLD_SIZE={} (sent by RANK={}) differs from rank 0's WORLD_SIZE={}", hello->world_size,
                          hello->rank, w);
@@ -274,6 +295,7 @@ class TcpBootstrap final : public Bootstrap {
       if (std::string why = check_hello(h, payload, bound, &hello); !why.empty()) return reject(p, why);
       log::debug("TCP rendezvous: rank {} connected from {} (host {})", hello.rank, p.addr, hello.host);
       hosts_[static_cast<size_t>(hello.rank)] = hello.host;
+      p.reader.set_limit(tcp::kMaxPayload);  // an admitted rank's all_gather contributions
       peers_[static_cast<size_t>(hello.rank)] = std::move(p);
       ++connected;
     };
@@ -323,7 +345,8 @@ class TcpBootstrap final : public Bootstrap {
             rejected.push_back(fmt::format("{}: not a triax rendezvous peer", p.addr));
             break;
           case FrameReader::State::too_large:
-            reject(p, fmt::format("a {}-byte hello exceeds the {}-byte limit", p.reader.header().length, tcp::kMaxPayload));
+            reject(p, fmt::format("a {}-byte hello exceeds the {}-byte limit", p.reader.header().length,
+                                  p.reader.limit()));
             break;
           case FrameReader::State::closed:
           case FrameReader::State::error: log::debug("TCP rendezvous: {} went away before its hello", p.addr); break;
@@ -351,6 +374,7 @@ class TcpBootstrap final : public Bootstrap {
                                                bound, connected, env_.world_size, std::strerror(err)));
           if (!s.valid()) break;
           Peer p;
+          p.reader = FrameReader(tcp::kMaxHelloPayload);  // a stranger's frame is read only this far
           p.addr = tcp::peer_address(s.fd());
           p.sock = std::move(s);
           pending.push_back(std::move(p));
@@ -358,10 +382,11 @@ class TcpBootstrap final : public Bootstrap {
       }
     }
     listener.close();
-    // Connections still half-open are extra processes (a duplicate RANK that lost the race, a
-    // process of another job): tell them, best effort, why nobody will answer.
+    // Connections still half-open sent no complete hello (a port scanner, a process that hangs):
+    // they are not ranks of this job. (A duplicate RANK is refused as one when its hello arrives.)
     for (auto& p : pending)
-      reject(p, fmt::format("the rendezvous already has all {} ranks; this process is one too many (duplicate RANK?)",
+      reject(p, fmt::format("the rendezvous completed with all {} ranks while this connection had sent no complete "
+                            "hello; it is not a rank of this job",
                             env_.world_size));
 
     const std::string welcome = tcp::encode_strings(hosts_);

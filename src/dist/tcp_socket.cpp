@@ -12,6 +12,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <optional>
 
 #include "triax/core/error.h"
 
@@ -162,7 +163,7 @@ FrameReader::State FrameReader::pump(int fd) {
       if (head_got_ < kHeaderBytes) continue;
       header_ = decode_header(head_);
       if (header_.magic != kMagic) return State::bad_magic;
-      if (header_.length > kMaxPayload) return State::too_large;
+      if (header_.length > limit_) return State::too_large;
       have_header_ = true;
       payload_.assign(static_cast<size_t>(header_.length), '\0');
       payload_got_ = 0;
@@ -204,6 +205,30 @@ std::string peer_address(int fd) {
   return sockaddr_text(reinterpret_cast<const sockaddr*>(&ss));
 }
 
+// The first non-loopback address `name` resolves to, as a sockaddr for `port`; its length, or
+// nullopt when there is none.
+std::optional<socklen_t> non_loopback_address(const std::string& name, int port, sockaddr_storage* out) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* res = nullptr;
+  const std::string service = std::to_string(port);
+  if (::getaddrinfo(name.c_str(), service.c_str(), &hints, &res) != 0) return std::nullopt;
+  std::optional<socklen_t> len;
+  for (addrinfo* ai = res; ai && !len; ai = ai->ai_next) {
+    bool loopback = true;
+    if (ai->ai_family == AF_INET)
+      loopback = (ntohl(reinterpret_cast<const sockaddr_in*>(ai->ai_addr)->sin_addr.s_addr) >> 24) == 127;
+    else if (ai->ai_family == AF_INET6)
+      loopback = IN6_IS_ADDR_LOOPBACK(&reinterpret_cast<const sockaddr_in6*>(ai->ai_addr)->sin6_addr);
+    if (loopback || ai->ai_addrlen > sizeof(sockaddr_storage)) continue;
+    std::memcpy(out, ai->ai_addr, ai->ai_addrlen);
+    len = static_cast<socklen_t>(ai->ai_addrlen);
+  }
+  ::freeaddrinfo(res);
+  return len;
+}
+
 Socket listen_on(const std::string& master_addr, int port, std::string_view port_desc, std::string* bound) {
   sockaddr_storage ss{};
   socklen_t len = 0;
@@ -222,8 +247,25 @@ Socket listen_on(const std::string& master_addr, int port, std::string_view port
     in6->sin6_port = htons(static_cast<uint16_t>(port));
     in6->sin6_addr = a6;
     len = sizeof(sockaddr_in6);
+  } else if (inet_pton(AF_INET, master_addr.c_str(), &a4) == 1 && a4.s_addr != htonl(INADDR_ANY)) {
+    // An address of this host: listen there only, not on every interface.
+    in->sin_family = AF_INET;
+    in->sin_port = htons(static_cast<uint16_t>(port));
+    in->sin_addr = a4;
+    len = sizeof(sockaddr_in);
+  } else if (inet_pton(AF_INET6, master_addr.c_str(), &a6) == 1 && !IN6_IS_ADDR_UNSPECIFIED(&a6)) {
+    in6->sin6_family = AF_INET6;
+    in6->sin6_port = htons(static_cast<uint16_t>(port));
+    in6->sin6_addr = a6;
+    len = sizeof(sockaddr_in6);
+  } else if (const auto named = non_loopback_address(master_addr, port, &ss)) {
+    // A host name: the first non-loopback address it resolves to here.
+    len = *named;
   } else {
-    // Every interface, IPv6 and IPv4 together where the kernel allows dual-stack sockets.
+    // A wildcard address, or a name that resolves to loopback only on this host (Debian maps its
+    // own name to 127.0.1.1 while other hosts resolve it to a real address): every interface,
+    // IPv6 and IPv4 together where the kernel allows dual-stack sockets.
+    ss = {};
     in6->sin6_family = AF_INET6;
     in6->sin6_port = htons(static_cast<uint16_t>(port));
     in6->sin6_addr = in6addr_any;
@@ -259,6 +301,8 @@ Socket listen_on(const std::string& master_addr, int port, std::string_view port
              "MASTER_PORT, or set TRIAX_MASTER_PORT to give triax a port of its own";
     else if (err == EACCES)
       hint = ": ports below 1024 need privileges; choose a port >= 1024";
+    else if (err == EADDRNOTAVAIL)
+      hint = ": MASTER_ADDR is not an address of this host; rank 0 must run on the host MASTER_ADDR names";
     TRIAX_THROW(CommError, "rank 0 cannot listen on {} for the TCP rendezvous (MASTER_ADDR={}, {}): {}{}", *bound,
                 master_addr, port_desc, errno_text(err), hint);
   }

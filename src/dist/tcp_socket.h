@@ -58,6 +58,10 @@ IoResult send_frame(int fd, FrameType type, uint64_t round, std::string_view pay
 class FrameReader {
  public:
   enum class State { need_more, frame, closed, error, bad_magic, too_large };
+  // Frames announcing more than `limit` payload bytes are refused (too_large) before any is read.
+  explicit FrameReader(uint64_t limit = kMaxPayload) : limit_(limit) {}
+  void set_limit(uint64_t limit) { limit_ = limit; }
+  uint64_t limit() const { return limit_; }
   // Reads what is available without blocking; `frame` once a whole frame is buffered.
   State pump(int fd);
   int error() const { return err_; }
@@ -74,6 +78,7 @@ class FrameReader {
   std::string payload_;
   size_t payload_got_ = 0;
   int err_ = 0;
+  uint64_t limit_ = kMaxPayload;
 };
 
 // Polls fd until reader has a whole frame or d passes. Returns the reader's final state, with

@@ -3,6 +3,8 @@
 
 #include <fmt/ranges.h>
 #include <glob.h>
+
+#include <filesystem>
 #include <sys/stat.h>
 
 #include <algorithm>
@@ -131,7 +133,9 @@ std::vector<std::string> expand_data_paths(const std::string& spec) {
   std::vector<std::string> out;
   std::stringstream ss(spec);
   for (std::string p; std::getline(ss, p, ',');) {
-    if (p.empty()) continue;
+    if (p.empty())
+      TRIAX_THROW(ConfigError, "'{}': an empty entry in the comma list (a stray comma?); expected token shards "
+                  "a.bin,b.bin", spec);
     if (p.find_first_of("*?[") == std::string::npos) {
       if (!file_exists(p)) TRIAX_THROW(IoError, "{}: no such file", p);
       out.push_back(p);
@@ -148,6 +152,9 @@ std::vector<std::string> expand_data_paths(const std::string& spec) {
     std::sort(m.begin(), m.end());
     out.insert(out.end(), m.begin(), m.end());
   }
+  if (spec.ends_with(","))
+    TRIAX_THROW(ConfigError, "'{}': an empty entry in the comma list (a stray comma?); expected token shards "
+                "a.bin,b.bin", spec);
   if (out.empty()) TRIAX_THROW(ConfigError, "data '{}' names no file", spec);
   return out;
 }
@@ -158,7 +165,15 @@ std::unique_ptr<TokenCorpus> open_llmc_corpus(const std::vector<std::string>& pa
 std::unique_ptr<TokenCorpus> open_indexed_corpus(const std::string& prefix, int vocab) {
   return std::make_unique<IndexedCorpus>(prefix, vocab);
 }
-std::unique_ptr<TokenCorpus> open_text_corpus(const std::string& path) { return std::make_unique<TextCorpus>(path); }
+std::unique_ptr<TokenCorpus> open_text_corpus(const std::string& path) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec))
+    TRIAX_THROW(IoError, "{}: is a directory; expected llm.c token shards (a.bin,b.bin or a glob), a Megatron "
+                "indexed dataset (PREFIX), a text file, or synthetic", path);
+  auto c = std::make_unique<TextCorpus>(path);
+  if (c->size() < 2) TRIAX_THROW(IoError, "{}: the text file has {} bytes, too few to train on", path, c->size());
+  return c;
+}
 
 std::unique_ptr<TokenCorpus> open_corpus(const std::string& spec, int vocab) {
   const auto stem = [](const std::string& s, const char* ext) { return s.substr(0, s.size() - std::strlen(ext)); };

@@ -13,7 +13,9 @@
 
 #include <omp.h>
 
+#include <cstdio>
 #include <cstdlib>
+#include <new>
 #include <thread>
 
 namespace triax {
@@ -51,65 +53,50 @@ std::string IterationMetrics::json() const {
 
 namespace {
 
-GptConfig resolve_model(const TrainConfig& c) {
-  GptConfig m = GptConfig::preset(c.model);
-  if (c.layers) m.n_layer = c.layers;
-  if (c.heads) m.n_head = c.heads;
-  if (c.hidden) m.n_embd = c.hidden;
-  if (c.ffn) m.ffn = c.ffn;
-  if (c.vocab) m.vocab = c.vocab;
-  if (c.max_seq) m.max_seq = c.max_seq;
-  return m;
+// Start-up memory of one rank as the trainer lays it out: fp32 parameters and gradients, AdamW's two
+// moments (sharded over dp by ZeRO-1), and the activations of the micro-batches in flight.
+std::string describe_start_up_oom(const ResolvedTrainConfig& r, int rank) {
+  const TrainConfig& c = r.explicit_cfg;
+  const double params = static_cast<double>(r.model.num_params()) / (c.tp * c.pp);
+  const double mib = 1.0 / (1 << 20);
+  const double weights = params * 4, grads = params * 4, moments = params * 8 / (c.zero1 ? r.dp : 1);
+  // Korthikanti et al.'s per-layer activations without recompute: s*b*h*(34 + 5*a*s/h) bytes in
+  // 16-bit; fp32 doubles it. The first stage holds up to pp micro-batches in flight under 1F1B.
+  const double s = r.seq, b = static_cast<double>(r.batch.micro_batch), h = r.model.n_embd, a = r.model.n_head;
+  const double layers = static_cast<double>(r.model.n_layer) / c.pp;
+  const double act = 2 * s * b * h * (34 + 5 * a * s / h) / c.tp * layers *
+                     std::min<double>(static_cast<double>(r.batch.num_micro_batches), c.pp);
+  long long avail_kib = -1;
+  if (std::FILE* f = std::fopen("/proc/meminfo", "r")) {
+    char line[256];
+    while (std::fgets(line, sizeof line, f))
+      if (std::sscanf(line, "MemAvailable: %lld kB", &avail_kib) == 1) break;
+    std::fclose(f);
+  }
+  return fmt::format(
+      "rank {}: out of memory while allocating the model, optimizer and pipeline buffers of {} (tp {} pp {} dp {}, "
+      "micro-batch {} x seq {}): this rank needs about {:.0f} MiB = parameters {:.0f} MiB ({:.0f} fp32 values) + "
+      "gradients {:.0f} MiB + AdamW moments {:.0f} MiB{} + activations {:.0f} MiB (memory model, docs/PLANNER.md); "
+      "{}. Use a smaller model, more tp/pp, --zero1 or --recompute full",
+      rank, r.model.describe(), c.tp, c.pp, r.dp, r.batch.micro_batch, r.seq,
+      (weights + grads + moments + act) * mib, weights * mib, params, grads * mib, moments * mib,
+      c.zero1 ? " (ZeRO-1)" : "", act * mib,
+      avail_kib >= 0 ? fmt::format("the host reports {:.0f} MiB available", avail_kib / 1024.0)
+                     : std::string("the available memory is unknown"));
 }
 
 }  // namespace
 
-Trainer::Trainer(std::shared_ptr<Communicator> world, const TrainConfig& cfg) : cfg_(cfg) {
-  const int W = world->size();
-  require(cfg.tp >= 1 && cfg.pp >= 1 && cfg.dp >= 0 && cfg.vpp >= 1,
-          "parallel sizes must be positive: tp={} pp={} dp={} vpp={}", cfg.tp, cfg.pp, cfg.dp, cfg.vpp);
-  int dp = cfg.dp;
-  if (dp == 0) {
-    require(W % (cfg.tp * cfg.pp) == 0, "the world of {} ranks is not divisible by tp {} x pp {} = {}", W, cfg.tp,
-            cfg.pp, cfg.tp * cfg.pp);
-    dp = W / (cfg.tp * cfg.pp);
-  }
-  cfg_.dp = dp;
-  model_ = resolve_model(cfg);
-  model_.validate(cfg.tp);
-  T_ = cfg.seq ? cfg.seq : model_.max_seq;
-  require(T_ >= 1 && T_ <= model_.max_seq, "sequence length {} must be in [1, max_seq {}]", T_, model_.max_seq);
-  kind_ = parse_schedule_kind(cfg.schedule);
-  require(cfg.vpp == 1 || kind_ == ScheduleKind::interleaved,
-          "--vpp {} needs the interleaved schedule (got '{}')", cfg.vpp, cfg.schedule);
-  require(kind_ != ScheduleKind::interleaved || cfg.vpp >= 2,
-          "the interleaved schedule needs --vpp >= 2 virtual chunks per stage (got {})", cfg.vpp);
-  parse_recompute(cfg.recompute);
-
-  // Layers per virtual stage.
+Trainer::Trainer(std::shared_ptr<Communicator> world, const TrainConfig& given) try {
+  ResolvedTrainConfig resolved = resolve_train_config(given, world->size());
+  cfg_ = resolved.explicit_cfg;
+  const TrainConfig& cfg = cfg_;
+  const int dp = resolved.dp;
+  model_ = resolved.model;
+  T_ = resolved.seq;
+  kind_ = cfg.schedule;
+  stage_layers_ = resolved.stage_layers;
   const int P = cfg.pp, V = cfg.vpp, L = model_.n_layer;
-  if (!cfg.pipeline_layers.empty()) {
-    require(V == 1, "--pipeline-layers gives one count per stage; it cannot be combined with --vpp {}", V);
-    require(static_cast<int>(cfg.pipeline_layers.size()) == P, "--pipeline-layers has {} counts for pp {} stages",
-            cfg.pipeline_layers.size(), P);
-    const int sum = std::accumulate(cfg.pipeline_layers.begin(), cfg.pipeline_layers.end(), 0);
-    require(sum == L, "--pipeline-layers [{}] sum to {} but the model has {} layers", fmt::join(cfg.pipeline_layers, ","),
-            sum, L);
-    for (int n : cfg.pipeline_layers) require(n >= 1, "--pipeline-layers [{}]: every stage needs at least one layer", fmt::join(cfg.pipeline_layers, ","));
-    stage_layers_ = cfg.pipeline_layers;
-  } else {
-    require(L % (P * V) == 0,
-            "{} layers cannot be split evenly over pp {} x vpp {} = {} virtual stages (give --pipeline-layers for an "
-            "uneven split)",
-            L, P, V, P * V);
-    stage_layers_.assign(static_cast<size_t>(P * V), L / (P * V));
-  }
-
-  if (cfg.moe_every > 0) {
-    require(cfg.ep >= 1 && dp % cfg.ep == 0, "expert-parallel size ep={} must divide dp={}", cfg.ep, dp);
-  } else {
-    require(cfg.ep == 1, "--ep {} needs MoE layers (--moe-every K)", cfg.ep);
-  }
   grid_ = std::make_unique<ProcessGrid>(world, GridShape{cfg.tp, P, dp, cfg.ep, cfg.order},
                                         GridOptions{cfg.allow_tp_across_hosts});
   // One thread pool per core: unless the user chose (OMP_NUM_THREADS), ranks sharing a host
@@ -124,22 +111,11 @@ Trainer::Trainer(std::shared_ptr<Communicator> world, const TrainConfig& cfg) : 
   require(data_->num_samples(T_) > 0, "{} holds no sample of {} + 1 tokens", data_->describe(), T_);
   open_validation();
 
-  BatchConfig bc{cfg.global_batch, cfg.micro_batch, cfg.num_micro_batches};
-  if (!bc.global_batch && !bc.micro_batch && !bc.num_micro_batches) {
-    bc.micro_batch = 4;
-    bc.num_micro_batches = 2 * P;  // enough micro-batches to fill the pipeline
-  }
-  const BatchPlan plan = resolve_batch(bc, dp);
-  require(!cfg.sequence_parallel || (plan.micro_batch * T_) % cfg.tp == 0,
-          "sequence parallelism splits micro-batch {} x seq {} = {} tokens over tp {}: not divisible", plan.micro_batch,
-          T_, plan.micro_batch * T_, cfg.tp);
+  const BatchPlan plan = resolved.batch;
   batches_ = std::make_unique<BatchSchedule>(plan, cfg.rampup);
-  // Validate the schedule for every micro-batch count the ramp visits (the first and the last).
-  validate_schedule_config(kind_, P, V, static_cast<int>(batches_->num_micro_batches(0)));
-  validate_schedule_config(kind_, P, V, static_cast<int>(plan.num_micro_batches));
 
   const int s = grid_->coord().pp;
-  const Recompute rc = parse_recompute(cfg.recompute);
+  const Recompute rc = cfg.recompute;
   ChunkMoe moe;
   if (cfg.moe_every > 0) {
     moe.every = cfg.moe_every;
@@ -181,11 +157,14 @@ Trainer::Trainer(std::shared_ptr<Communicator> world, const TrainConfig& cfg) : 
   lc.max_lr = cfg.lr;
   lc.min_lr = cfg.min_lr;
   lc.warmup_iters = cfg.warmup_iters;
-  lc.decay_iters = cfg.decay_iters ? cfg.decay_iters : cfg.train_iters;
-  lc.decay = parse_lr_decay(cfg.lr_decay);
+  lc.decay_iters = *cfg.decay_iters;
+  lc.decay = cfg.lr_decay;
   lr_ = std::make_unique<LrSchedule>(lc);
   flops_per_token_ = 6.0 * static_cast<double>(model_.num_params()) +
                      6.0 * model_.n_layer * static_cast<double>(model_.n_embd) * T_;
+} catch (const std::bad_alloc&) {
+  // Say what did not fit, and what it should have needed (the members are gone by now).
+  throw OutOfMemoryError(describe_start_up_oom(resolve_train_config(given, world->size()), world->rank()));
 }
 
 Trainer::~Trainer() = default;
@@ -198,40 +177,25 @@ std::pair<int, int> Trainer::virtual_stage_layers(int vs) const {
 
 std::string Trainer::resolved_config() const {
   const auto& c = cfg_;
-  const BatchPlan p = batches_->target();
-  std::string s;
-  s += fmt::format("# triax resolved configuration ({} ranks)\n", grid_->world().size());
-  s += fmt::format("model = \"{}\"  # {}\n", c.model, model_.describe());
-  s += fmt::format("layers = {}\nheads = {}\nhidden = {}\nffn = {}\nvocab = {}\npadded_vocab = {}\nmax_seq = {}\nseq = {}\n",
-                   model_.n_layer, model_.n_head, model_.n_embd, model_.ffn_size(), model_.vocab,
-                   model_.padded_vocab(c.tp), model_.max_seq, T_);
-  s += fmt::format("tp = {}\npp = {}\ndp = {}\nvpp = {}\norder = \"{}\"\nschedule = \"{}\"\npipeline_layers = [{}]\n", c.tp,
-                   c.pp, c.dp, c.vpp, c.order, schedule_kind_name(kind_), fmt::join(stage_layers_, ", "));
-  s += fmt::format("micro_batch_size = {}\nglobal_batch_size = {}\nnum_micro_batches = {}\n", p.micro_batch,
-                   p.global_batch, p.num_micro_batches);
-  if (c.rampup)
-    s += fmt::format("rampup_batch_size = [{}, {}, {}]\n", c.rampup->start, c.rampup->increment, c.rampup->samples);
-  s += fmt::format("train_iters = {}\nseed = {}\nlr = {}\nmin_lr = {}\nwarmup_iters = {}\ndecay_iters = {}\nlr_decay = \"{}\"\n",
-                   c.train_iters, c.seed, c.lr, c.min_lr, c.warmup_iters, c.decay_iters ? c.decay_iters : c.train_iters,
-                   c.lr_decay);
-  s += fmt::format("weight_decay = {}\nadam_beta1 = {}\nadam_beta2 = {}\nadam_eps = {}\nclip_grad = {}\n",
-                   c.adamw.weight_decay, c.adamw.beta1, c.adamw.beta2, c.adamw.eps, c.clip_grad);
-  s += fmt::format("zero1 = {}\nbucket_mb = {}\noverlap_grad_reduce = {}\nrecompute = \"{}\"\nsequence_parallel = {}\n",
-                   c.zero1, c.bucket_mb, c.overlap_grad_reduce, c.recompute, c.sequence_parallel);
-  s += fmt::format("data = \"{}\"  # {}\nmetrics_jsonl = \"{}\"\n", c.data, data_->describe(), c.metrics_jsonl);
-  if (valid_)
-    s += fmt::format("valid_data = \"{}\"  # {}\neval_interval = {}\neval_iters = {}\n", c.valid_data, valid_->describe(),
-                     c.eval_interval, c.eval_iters);
-  if (c.moe_every > 0)
-    s += fmt::format("moe_every = {}\nexperts = {}\ntopk = {}\ncapacity_factor = {}\nno_drop = {}\nmoe_aux_coef = {}\n"
-                     "moe_chunks = {}\nep = {}  # {} MoE layers\n",
-                     c.moe_every, c.experts, c.topk, c.capacity_factor, c.no_drop, c.moe_aux_coef, c.moe_chunks, c.ep,
-                     moe_layers_);
+  // Derived facts ride along as comments, so the text stays a --config file of this run.
+  auto note = [&](std::string_view key) -> std::string {
+    if (key == "model") return model_.describe();
+    if (key == "vocab-size") return fmt::format("padded to {} for tp {}", model_.padded_vocab(c.tp), c.tp);
+    if (key == "pp") return fmt::format("layers per virtual stage [{}]", fmt::join(stage_layers_, ", "));
+    if (key == "data") return data_->describe();
+    if (key == "valid-data" && valid_) return valid_->describe();
+    if (key == "ep" && moe_layers_ > 0) return fmt::format("{} MoE layers", moe_layers_);
+    return {};
+  };
+  std::string s = fmt::format("# triax resolved configuration ({} ranks); a --config file that repeats this run\n",
+                              grid_->world().size());
+  s += to_toml(c, note);
   s += fmt::format("# threads per rank: {} ({} ranks on this host)\n", omp_get_max_threads(), grid_->local_size());
   size_t act = 0;
+  const BatchPlan p = batches_->target();
   for (auto& ch : chunks_) act += ch->activation_floats(static_cast<int>(p.micro_batch), T_);
   s += fmt::format("# this rank: {} parameters, {:.2f} MiB of activations per in-flight micro-batch (recompute={})\n",
-                   store_.numel(), act * 4.0 / (1 << 20), c.recompute);
+                   store_.numel(), act * 4.0 / (1 << 20), recompute_name(c.recompute));
   return s;
 }
 
@@ -268,6 +232,10 @@ IterationMetrics Trainer::step(bool record_events) {
 
   consumed_ += plan.global_batch;
   ++iteration_;
+  // A dataset shorter than the run wraps around: say so once per epoch.
+  if (const int64_t n = data_->num_samples(T_); grid_->world().rank() == 0 && consumed_ / n > base / n)
+    log::info("epoch {} of {} ended at iteration {} ({} samples of {} tokens per epoch); the next epoch "
+              "starts", consumed_ / n, data_->describe(), iteration_, n, T_ + 1);
   IterationMetrics mt;
   mt.iteration = iteration_;
   mt.train_iters = cfg_.train_iters;

@@ -10,6 +10,8 @@ UTS namespace (the host name) and /etc/hosts (the headless service's DNS), and t
 bootstrap triax together. With TRAIN_GPT and MPIEXEC, the pods of the Volcano job also train
 together (the CPU path's host communicator is then Gloo) and must print mpirun's losses.
 Usage: k8s_test.py BOOTSTRAP_CHECK SOURCE_DIR [TRAIN_GPT MPIEXEC]"""
+import re
+import uuid
 import os, shutil, socket, subprocess, sys, tempfile
 try:
     import yaml
@@ -61,9 +63,21 @@ def check_volcano(path, gpu_resource, rdma):
             expect(c.get("command", [""])[0] == "train_gpt", f"{name}/{t['name']}: runs train_gpt")
     return job
 
+def downward(e, jname, uid):
+    """A container env entry's value: literal, or the downward API's view of the pod's metadata
+    (Volcano annotates each pod with its PodGroup, scheduling.k8s.io/group-name = <job>-<uid>)."""
+    if "value" in e:
+        return e["value"]
+    path = e.get("valueFrom", {}).get("fieldRef", {}).get("fieldPath", "")
+    annotations = {"scheduling.k8s.io/group-name": f"{jname}-{uid}", "volcano.sh/job-name": jname}
+    m = re.fullmatch(r"metadata\.annotations\['([^']+)'\]", path)
+    expect(m is not None and m.group(1) in annotations, f"{jname}: env {e['name']} from a known pod field ({path})")
+    return annotations.get(m.group(1), "") if m else ""
+
 def pod_envs(job, port):
     """The environment Volcano's pytorch, svc and env plugins give each pod (plus the container's own)."""
     jname = job["metadata"]["name"]
+    uid = str(uuid.uuid4())  # the Job object's uid, one per submission
     spec = job["spec"]
     args = dict(a.lstrip("-").split("=", 1) for a in spec["plugins"]["pytorch"])
     master, worker = args.get("master", "master"), args.get("worker", "worker")
@@ -72,7 +86,7 @@ def pod_envs(job, port):
     pods = []
     for t in spec["tasks"]:
         for i in range(t["replicas"]):
-            env = {e["name"]: e["value"] for e in containers(t)[0].get("env", [])}
+            env = {e["name"]: downward(e, jname, uid) for e in containers(t)[0].get("env", [])}
             env.update({"MASTER_ADDR": f"{jname}-{master}-0.{jname}", "MASTER_PORT": str(port), "WORLD_SIZE": str(world),
                         "RANK": str(0 if t["name"] == master else i + 1),
                         "VC_TASK_INDEX": str(i), "VK_TASK_INDEX": str(i)})

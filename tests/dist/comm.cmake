@@ -44,7 +44,7 @@ if(TRIAX_WITH_MPI AND TARGET comm_bench)
   set(_bench_quick -b 8 -e 512K -f 8 -n 3 -w 1 -r 3)
   set(_bench_cal ${CMAKE_CURRENT_BINARY_DIR}/comm_bench_np2_calibration.json)
   add_test(NAME dist.comm_bench.np2
-    COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} 2 --oversubscribe $<TARGET_FILE:comm_bench> ${_bench_quick}
+    COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} 2 --oversubscribe $<TARGET_FILE:comm_bench> -b 8 -e 512K -f 8 -n 3 -w 1 -r 5
             --json ${CMAKE_CURRENT_BINARY_DIR}/comm_bench_np2.json --calibration ${_bench_cal})
   add_test(NAME dist.comm_bench.bf16_avg.np3
     COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} 3 --oversubscribe $<TARGET_FILE:comm_bench> ${_bench_quick}

@@ -79,5 +79,9 @@ if(TARGET gpt_eval)
   if(TRIAX_WITH_MPI)
     triax_eval_test(bad_sample_np2 NP 2 ARGS "--weights|@DIR@/model.bin|--sample|4|--prompt-tokens|1" RC 1
       STDERR "one process")
+    add_test(NAME eval.inputs COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/eval/eval_inputs.sh $<TARGET_FILE:gpt_eval>
+             ${MPIEXEC_EXECUTABLE} ${_dir})
+    set_tests_properties(eval.inputs PROPERTIES FIXTURES_REQUIRED eval_data LABELS "eval;dist" TIMEOUT 300
+      PROCESSORS 2 ENVIRONMENT "${TRIAX_MPIRUN_ENV}")
   endif()
 endif()

@@ -50,15 +50,15 @@ TEST_CASE("every 3D layout, schedule and ZeRO-1 setting trains the serial model"
           cfg.tp = tp;
           cfg.pp = pp;
           cfg.dp = dp;
-          cfg.schedule = sched;
+          cfg.schedule = parse_schedule_kind(sched);
           cfg.vpp = vpp;
           cfg.zero1 = zero1;
           // Recompute modes change memory, never the math: exercise them across layouts.
-          cfg.recompute = (runs % 3 == 0) ? "none" : (runs % 3 == 1) ? "selective" : "full";
+          cfg.recompute = (runs % 3 == 0) ? Recompute::none : (runs % 3 == 1) ? Recompute::selective : Recompute::full;
           // Sequence parallelism, likewise, on every other TP layout.
           cfg.sequence_parallel = tp > 1 && runs % 2 == 1;
           INFO("tp " << tp << " pp " << pp << " dp " << dp << " " << sched << " vpp " << vpp << " zero1 " << zero1
-                     << " recompute " << cfg.recompute << " sp " << cfg.sequence_parallel);
+                     << " recompute " << recompute_name(cfg.recompute) << " sp " << cfg.sequence_parallel);
           const Result got = train(test::world_ptr(), cfg);
           const int tp_rank = test::world().rank() % tp;  // tp is the fastest axis
           compare(cfg, got, tp_rank);
@@ -76,7 +76,7 @@ TEST_CASE("uneven pipeline splits and batch-size ramp-up train the serial model"
   cfg.pp = 2;
   cfg.dp = W / 2;
   cfg.pipeline_layers = {3, 5};
-  cfg.schedule = "1f1b";
+  cfg.schedule = ScheduleKind::one_f_one_b;
   const Result uneven = train(test::world_ptr(), cfg);
   compare(cfg, uneven, 0);
   // Ramp-up: the global batch grows 4 -> 6 -> 8 over the first 10 samples, so the number of
@@ -84,7 +84,7 @@ TEST_CASE("uneven pipeline splits and batch-size ramp-up train the serial model"
   TrainConfig ramp = base_config();
   ramp.pp = 2;
   ramp.dp = W / 2;
-  ramp.schedule = "zb-h1";
+  ramp.schedule = ScheduleKind::zb_h1;
   ramp.rampup = BatchRampup{W / 2 * 2, W / 2, 10};
   ramp.global_batch = W / 2 * 4;
   std::vector<int64_t> batches;
@@ -95,7 +95,7 @@ TEST_CASE("uneven pipeline splits and batch-size ramp-up train the serial model"
   REQUIRE(batches.size() == 3);
   CHECK(batches.front() == ramp.rampup->start);
   CHECK(batches.back() > batches.front());  // the ramp moved: the schedule changed mid-run
-  CHECK(batches.back() <= ramp.global_batch);
+  CHECK(batches.back() <= *ramp.global_batch);
   const Result ramped = train(test::world_ptr(), ramp);
   compare(ramp, ramped, 0);
 }

@@ -47,7 +47,7 @@ TEST_CASE("expert parallelism trains the serial MoE model", "[train][moe]") {
         cfg.tp = l.tp;
         cfg.pp = l.pp;
         cfg.ep = l.ep;
-        cfg.schedule = l.schedule;
+        cfg.schedule = parse_schedule_kind(l.schedule);
         cfg.no_drop = no_drop;
         cfg.topk = topk;
         cfg.moe_chunks = 1 + runs % 2;  // the overlap knob never changes the math

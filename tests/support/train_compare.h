@@ -37,14 +37,14 @@ inline const Result& serial(TrainConfig cfg) {
   cfg.tp = cfg.pp = cfg.vpp = 1;
   cfg.dp = 1;
   cfg.ep = 1;
-  cfg.schedule = "1f1b";
+  cfg.schedule = ScheduleKind::one_f_one_b;
   cfg.zero1 = false;
   cfg.sequence_parallel = false;
-  cfg.recompute = "none";
+  cfg.recompute = Recompute::none;
   cfg.moe_chunks = 1;
   cfg.pipeline_layers.clear();
   const std::string key = fmt::format("{}/{}/{}/{}/{}/{}/{}", cfg.moe_every, cfg.experts, cfg.topk, cfg.no_drop,
-                                      cfg.capacity_factor, cfg.global_batch,
+                                      cfg.capacity_factor, cfg.global_batch.value_or(0),
                                       cfg.rampup ? fmt::format("{},{},{}", cfg.rampup->start, cfg.rampup->increment,
                                                                cfg.rampup->samples)
                                                  : "none");
@@ -77,7 +77,7 @@ inline void compare(const TrainConfig& cfg, const Result& got, int tp_rank) {
   // The model learned something, so equal weights are not equal initial weights.
   REQUIRE(ref.losses.back() < ref.losses.front());
   GptConfig m = GptConfig::preset(cfg.model);
-  m.n_layer = cfg.layers;
+  m.n_layer = cfg.layers.value_or(m.n_layer);
   const int C = m.n_embd;
   for (const auto& [name, mine] : got.params) {
     INFO(name);

@@ -4,6 +4,7 @@
 // macros) and leave with _exit, so the forked Catch2 state never runs its exit handlers.
 #include <arpa/inet.h>
 #include <fcntl.h>
+#include <ifaddrs.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
@@ -46,7 +47,11 @@ constexpr int kExpectedError = 3;  // child exit code: the error the test wanted
 const char* const kVars[] = {"RANK",           "WORLD_SIZE",        "LOCAL_RANK",          "MASTER_ADDR",
                              "MASTER_PORT",    "TRIAX_MASTER_PORT", "TRIAX_JOB_ID",        "TORCHELASTIC_RUN_ID",
                              "TRIAX_HOSTNAME", "OMPI_COMM_WORLD_SIZE", "PMIX_RANK",        "PMI_RANK",
-                             "TORCHELASTIC_USE_AGENT_STORE", "TRIAX_COMM"};
+                             "TORCHELASTIC_USE_AGENT_STORE", "SLURM_JOB_ID", "SLURM_STEP_ID", "PMIX_NAMESPACE",
+                             "TRIAX_COMM"};
+
+// The job token every test rank shares unless a test says otherwise (a launch needs one).
+const char* const kTestJob = "test-job";
 
 class EnvGuard {
  public:
@@ -56,6 +61,7 @@ class EnvGuard {
       saved_.emplace_back(v, s ? std::optional<std::string>(s) : std::nullopt);
       ::unsetenv(v);
     }
+    ::setenv("TRIAX_JOB_ID", kTestJob, 1);
   }
   ~EnvGuard() {
     for (auto& [k, v] : saved_) {
@@ -94,7 +100,7 @@ struct RankEnv {
   std::string addr = "127.0.0.1";
   std::optional<int> local_rank;
   std::string host;  // TRIAX_HOSTNAME
-  std::string job;   // TRIAX_JOB_ID
+  std::string job = kTestJob;  // TRIAX_JOB_ID
   std::vector<std::pair<std::string, std::string>> extra;  // more variables
 };
 
@@ -576,7 +582,7 @@ TEST_CASE("tcp bootstrap: the master times out naming the ranks that never came"
     using namespace triax::tcp;
     const int fd = raw_connect(port);
     if (fd < 0) return 1;
-    const std::string hello = encode_frame(FrameType::hello, 0, encode_hello(Hello{1, 7, "", "raw-client"}));
+    const std::string hello = encode_frame(FrameType::hello, 0, encode_hello(Hello{1, 7, kTestJob, "raw-client"}));
     if (::send(fd, hello.data(), hello.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(hello.size())) return 1;
     bool closed = false;
     msg = reject_reason(read_to_end(fd, &closed));
@@ -733,7 +739,7 @@ TEST_CASE("tcp bootstrap: hand-made bad hellos get a reject frame, foreign bytes
     return gather_rank(RankEnv{0, 2, port, "127.0.0.1", std::nullopt, host_of(0)}, 0, msg);
   });
   bool closed = false;
-  auto hello = [](int rank, int world) { return encode_hello(Hello{rank, world, "", "raw-client"}); };
+  auto hello = [](int rank, int world) { return encode_hello(Hello{rank, world, kTestJob, "raw-client"}); };
 
   std::string reply = raw_exchange(port, encode_frame(FrameType::hello, 0, hello(5, 2)), &closed);
   CHECK(closed);
@@ -915,4 +921,142 @@ TEST_CASE("gloo world: a rank that dies fails its peer's next collective at once
   REQUIRE(procs.wait(60s));
   INFO(procs.report());
   for (size_t i = 0; i < procs.size(); ++i) CHECK(procs[i].code == 0);
+}
+
+TEST_CASE("tcp bootstrap: the job token comes from the launcher, or is required", "[tcp]") {
+  EnvGuard guard;
+  ::unsetenv("TRIAX_JOB_ID");
+  set_env("RANK", "1");
+  set_env("WORLD_SIZE", "2");
+  set_env("MASTER_ADDR", "127.0.0.1");
+  set_env("MASTER_PORT", std::to_string(free_port()));
+  // Nothing every rank of one launch shares: refused before anything connects.
+  CHECK_THROWS_AS(triax::make_env_bootstrap({.timeout = 200ms}), triax::ConfigError);
+  CHECK_THROWS_WITH(triax::make_env_bootstrap({.timeout = 200ms}),
+                    Catch::Contains("no job token") && Catch::Contains("TRIAX_JOB_ID"));
+  set_env("TRIAX_JOB_ID", std::string(300, 'j'));
+  CHECK_THROWS_WITH(triax::make_env_bootstrap({.timeout = 200ms}),
+                    Catch::Contains("the job token from TRIAX_JOB_ID is 300 bytes; at most 256"));
+  set_env("TRIAX_HOSTNAME", std::string(5000, 'h'));
+  set_env("TRIAX_JOB_ID", "j");
+  CHECK_THROWS_WITH(triax::make_env_bootstrap({.timeout = 200ms}),
+                    Catch::Contains("the host name (TRIAX_HOSTNAME or gethostname) is 5000 bytes; at most 255"));
+}
+
+TEST_CASE("tcp bootstrap: a stranger without the job's Slurm id cannot take a rank", "[tcp]") {
+  const int port = free_port();
+  auto slurm = [](const char* job) {
+    return std::vector<std::pair<std::string, std::string>>{{"SLURM_JOB_ID", job}, {"SLURM_STEP_ID", "0"}};
+  };
+  Procs procs;
+  const size_t master = procs.spawn("rank 0", [&](std::string& msg) {
+    RankEnv e{0, 2, port, "127.0.0.1", std::nullopt, host_of(0), "", slurm("41")};
+    return gather_rank(e, 0, msg);
+  });
+  const size_t stranger = procs.spawn("a process of job 42 claiming rank 1", [&](std::string& msg) {
+    apply(RankEnv{1, 2, port, "127.0.0.1", std::nullopt, "stranger", "", slurm("42")});
+    return expect_error<triax::ConfigError>([] { triax::make_env_bootstrap({.timeout = 30s}); },
+                                            {"job id 'slurm:42.0' differs from rank 0's 'slurm:41.0' (from "
+                                             "SLURM_JOB_ID.SLURM_STEP_ID)"},
+                                            msg);
+  });
+  REQUIRE(procs.wait(30s, {stranger}));
+  procs.spawn("rank 1", [&](std::string& msg) {
+    return gather_rank(RankEnv{1, 2, port, "127.0.0.1", std::nullopt, host_of(1), "", slurm("41")}, 0, msg);
+  });
+  REQUIRE(procs.wait(60s));
+  INFO(procs.report());
+  CHECK(procs[master].code == 0);
+  CHECK(procs[stranger].code == kExpectedError);
+  CHECK(procs[2].code == 0);
+}
+
+TEST_CASE("tcp bootstrap: hello fields are bounded, half-open connections are not called duplicates", "[tcp]") {
+  using namespace triax::tcp;
+  const int port = free_port();
+  Procs procs;
+  const size_t master = procs.spawn("rank 0", [port](std::string& msg) {
+    return gather_rank(RankEnv{0, 2, port, "127.0.0.1", std::nullopt, host_of(0)}, 0, msg);
+  });
+  bool closed = false;
+  // A 5 MB host name: refused from the header alone, with a short reason.
+  // (Only its header is sent: the master must answer without reading, or waiting for, the rest.)
+  const std::string big = encode_hello(Hello{1, 2, kTestJob, std::string(5u << 20, 'h')});
+  std::string reply = raw_exchange(
+      port, encode_header({kMagic, kVersion, static_cast<uint16_t>(FrameType::hello), 0, big.size()}), &closed);
+  CHECK(closed);
+  const std::string why = reject_reason(reply);
+  CHECK(contains(why, "-byte hello exceeds the " + std::to_string(kMaxHelloPayload) + "-byte limit"));
+  CHECK(why.size() < 200);
+  // A connection that never says hello, open while the real rank 1 completes the rendezvous.
+  const int idle = raw_connect(port);
+  REQUIRE(idle >= 0);
+  std::this_thread::sleep_for(200ms);
+  procs.spawn("rank 1", [port](std::string& msg) {
+    return gather_rank(RankEnv{1, 2, port, "127.0.0.1", std::nullopt, host_of(1)}, 0, msg);
+  });
+  reply = read_to_end(idle, &closed);
+  ::close(idle);
+  const std::string idle_why = reject_reason(reply);
+  CHECK(contains(idle_why, "sent no complete hello; it is not a rank of this job"));
+  CHECK(!contains(idle_why, "duplicate"));
+  REQUIRE(procs.wait(60s));
+  INFO(procs.report());
+  CHECK(procs[master].code == 0);
+  CHECK(procs[1].code == 0);
+}
+
+namespace {
+// An IPv4 address of this host other than loopback ("" when there is none).
+std::string non_loopback_ipv4() {
+  ifaddrs* list = nullptr;
+  if (::getifaddrs(&list) != 0) return {};
+  std::string out;
+  for (ifaddrs* i = list; i && out.empty(); i = i->ifa_next) {
+    if (!i->ifa_addr || i->ifa_addr->sa_family != AF_INET) continue;
+    const auto a = reinterpret_cast<const sockaddr_in*>(i->ifa_addr)->sin_addr;
+    if ((ntohl(a.s_addr) >> 24) == 127) continue;
+    char buf[INET_ADDRSTRLEN];
+    if (::inet_ntop(AF_INET, &a, buf, sizeof buf)) out = buf;
+  }
+  ::freeifaddrs(list);
+  return out;
+}
+
+// 0 when a TCP connection to ip:port is accepted, else errno.
+int try_connect(const std::string& ip, int port) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  ::inet_pton(AF_INET, ip.c_str(), &a.sin_addr);
+  const int rc = ::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0 ? 0 : errno;
+  ::close(fd);
+  return rc;
+}
+}  // namespace
+
+TEST_CASE("tcp bootstrap: the master listens only on the MASTER_ADDR it was given", "[tcp]") {
+  const std::string ip = non_loopback_ipv4();
+  if (ip.empty()) {
+    WARN("no non-loopback IPv4 address on this host: nothing to check");
+    return;
+  }
+  const int port = free_port();
+  Procs procs;
+  const size_t master = procs.spawn("rank 0", [&](std::string& msg) {
+    return gather_rank(RankEnv{0, 2, port, ip, std::nullopt, host_of(0)}, 0, msg);
+  });
+  // Once the master listens on ip:port, loopback on the same port must be refused.
+  const auto end = Clock::now() + 20s;
+  while (try_connect(ip, port) != 0 && Clock::now() < end) std::this_thread::sleep_for(20ms);
+  REQUIRE(try_connect(ip, port) == 0);
+  CHECK(try_connect("127.0.0.1", port) == ECONNREFUSED);
+  procs.spawn("rank 1", [&](std::string& msg) {
+    return gather_rank(RankEnv{1, 2, port, ip, std::nullopt, host_of(1)}, 0, msg);
+  });
+  REQUIRE(procs.wait(60s));
+  INFO(procs.report());
+  CHECK(procs[master].code == 0);
+  CHECK(procs[1].code == 0);
 }

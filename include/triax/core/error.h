@@ -37,6 +37,13 @@ class TimeoutError : public CommError {
   using CommError::CommError;
 };
 
+// An allocation that failed: names what was being allocated, how many bytes, and what the
+// memory model predicted (the trainer turns std::bad_alloc into this).
+class OutOfMemoryError : public Error {
+ public:
+  using Error::Error;
+};
+
 // A failure reported by CUDA, cuBLAS(Lt) or NCCL.
 class DeviceError : public Error {
  public:

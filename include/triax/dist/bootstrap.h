@@ -68,7 +68,8 @@ struct TcpLaunch {
   std::string master_addr;
   int master_port = 0;
   std::string port_desc;  // where master_port came from, for messages: "MASTER_PORT=29500"
-  std::string job;        // ranks of different jobs refuse each other
+  std::string job;        // the job token every rank of one launch shares; ranks of different jobs refuse each other
+  std::string job_desc;   // where it came from, for messages: "TRIAX_JOB_ID"
   LaunchKind kind = LaunchKind::env;
 };
 std::unique_ptr<Bootstrap> make_tcp_bootstrap(TcpLaunch launch, const BootstrapOptions& opts);

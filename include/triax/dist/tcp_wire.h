@@ -17,6 +17,11 @@ inline constexpr size_t kHeaderBytes = 24;
 // Frames larger than this are refused on both ends: a garbage header must not make us allocate
 // gigabytes, and the rendezvous carries start-up data, not tensors.
 inline constexpr uint64_t kMaxPayload = uint64_t{1} << 30;
+// Bounds of the hello's text fields (a host name is at most 255 bytes in DNS; a job token is an
+// id, not a document) and so of the whole hello frame the master reads from a stranger.
+inline constexpr size_t kMaxJobBytes = 256;
+inline constexpr size_t kMaxHostBytes = 255;
+inline constexpr uint64_t kMaxHelloPayload = 4 + 4 + 8 + kMaxJobBytes + 8 + kMaxHostBytes;
 
 enum class FrameType : uint16_t {
   hello = 1,         // worker -> master: rank, world size, job id, host name
@@ -47,7 +52,7 @@ std::string encode_frame(FrameType type, uint64_t round, std::string_view payloa
 struct Hello {
   int rank = 0;
   int world_size = 0;
-  std::string job;   // TRIAX_JOB_ID or TORCHELASTIC_RUN_ID; must match the master's
+  std::string job;   // the job token (TRIAX_JOB_ID, or derived from the launcher); must match the master's
   std::string host;  // host_name() of the sender
 };
 std::string encode_hello(const Hello& h);

@@ -17,59 +17,10 @@
 #include "triax/pipeline/executor.h"
 #include "triax/pipeline/schedule.h"
 #include "triax/train/batch.h"
+#include "triax/train/config.h"
 #include "triax/train/data.h"
 
 namespace triax {
-
-struct TrainConfig {
-  // Model: a preset, optionally overridden shape by shape (0 = keep the preset's value).
-  std::string model = "tiny";
-  int layers = 0, heads = 0, hidden = 0, ffn = 0, vocab = 0, max_seq = 0;
-  int seq = 0;  // sequence length of a sample; 0 = the model's max_seq
-  // Layout.
-  int tp = 1, pp = 1, dp = 0;  // dp 0: world / (tp * pp)
-  int vpp = 1;                 // virtual chunks per stage (interleaved schedule)
-  std::string order = "tp-dp-pp";
-  bool allow_tp_across_hosts = false;
-  std::vector<int> pipeline_layers;  // explicit layers per stage (uneven split, vpp = 1)
-  std::string schedule = "1f1b";     // gpipe | 1f1b | interleaved | zb-h1
-  // Batch knobs: any two of these (micro-batch alone: one micro-batch per step).
-  int64_t micro_batch = 0, global_batch = 0, num_micro_batches = 0;
-  std::optional<BatchRampup> rampup;
-  int64_t train_iters = 50;
-  uint64_t seed = 1234;
-  // Optimizer.
-  double lr = 3e-3, min_lr = 0.0;
-  int64_t warmup_iters = 0, decay_iters = 0;  // decay_iters 0: train_iters
-  std::string lr_decay = "cosine";
-  AdamWConfig adamw;
-  double clip_grad = 1.0;
-  bool zero1 = false;
-  double bucket_mb = 16.0;
-  bool overlap_grad_reduce = true;
-  std::string recompute = "none";
-  bool sequence_parallel = false;
-  // Mixture of experts (docs/MOE.md): layer l is MoE when moe_every > 0 and (l + 1) % moe_every == 0.
-  int moe_every = 0;
-  int experts = 8;
-  int topk = 2;
-  double capacity_factor = 1.25;
-  bool no_drop = false;
-  double moe_aux_coef = 0.01;
-  int moe_chunks = 1;
-  int ep = 1;  // expert-parallel size, carved from dp
-  // Data: "" or "synthetic" (built in), llm.c shards "a.bin,b.bin" or a glob "train_*.bin", a
-  // Megatron indexed dataset (PREFIX, PREFIX.bin or PREFIX.idx), or a text file (docs/DATA.md).
-  std::string data;
-  bool data_shuffle = true;       // seeded per-epoch shuffle of the training samples
-  bool data_respect_eod = false;  // samples inside documents (Megatron format)
-  // Validation: every eval_interval iterations (0: never), eval_iters batches of the global
-  // batch size from valid_data, in file order from its first sample.
-  std::string valid_data;
-  int64_t eval_interval = 0;
-  int64_t eval_iters = 10;
-  std::string metrics_jsonl;
-};
 
 struct IterationMetrics {
   int64_t iteration = 0;          // 1-based
@@ -108,8 +59,9 @@ struct EvalMetrics {
 
 class Trainer {
  public:
-  // Collective over world: resolves and validates the whole configuration (ConfigError with the
-  // numbers for anything inconsistent), builds the grid, the model chunks and the optimizer.
+  // Collective over world: resolves and validates the whole configuration with
+  // resolve_train_config (ConfigError with the numbers for anything inconsistent), builds the
+  // grid, the model chunks and the optimizer.
   Trainer(std::shared_ptr<Communicator> world, const TrainConfig& cfg);
   ~Trainer();
 
@@ -123,8 +75,11 @@ class Trainer {
   // batches of the validation set, the same value on every rank and every layout.
   EvalMetrics evaluate();
 
-  // The fully resolved configuration as TOML-like lines (printed at start-up by rank 0).
+  // The fully resolved configuration as a TOML file that --config reads back to the same run,
+  // with derived facts as comments (printed at start-up by rank 0).
   std::string resolved_config() const;
+  // The configuration with every derived value filled in.
+  const TrainConfig& config() const { return cfg_; }
   const GptConfig& model_config() const { return model_; }
   ProcessGrid& grid() { return *grid_; }
   ParamStore& store() { return store_; }

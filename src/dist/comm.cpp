@@ -26,6 +26,7 @@ std::string_view backend_name(Backend b) {
     case Backend::self: return "self";
     case Backend::mpi: return "mpi";
     case Backend::nccl: return "nccl";
+    case Backend::gloo: return "gloo";
   }
   return "?";
 }

@@ -22,6 +22,8 @@
 #include "tcp_socket.h"
 #include "triax/core/log.h"
 #include "triax/dist/bootstrap.h"
+#include "triax/dist/gloo_comm.h"
+#include "triax/dist/host_comm.h"
 #include "triax/dist/tcp_wire.h"
 
 namespace triax {
@@ -213,11 +215,17 @@ class TcpBootstrap final : public Bootstrap {
     return env_.rank == 0 ? gather_master(mine) : gather_worker(mine);
   }
 
+  // Gloo over this rendezvous (its pairs' addresses travel through all_gather).
   std::shared_ptr<Communicator> world() override {
-    TRIAX_THROW(ConfigError,
-                "rank {}: the TCP rendezvous (RANK/WORLD_SIZE/MASTER_ADDR launch) carries start-up data only (host "
-                "names, the NCCL unique id); the CPU path needs mpirun",
-                env_.rank);
+    if (!world_) {
+      if (host_comm_choice() == HostComm::mpi)
+        TRIAX_THROW(ConfigError,
+                    "rank {}: TRIAX_COMM=mpi, but the processes were launched without mpirun ({} launch through the "
+                    "TCP rendezvous); launch with mpirun, or unset TRIAX_COMM to use Gloo",
+                    env_.rank, launch_kind_name(env_.kind));
+      world_ = make_gloo_communicator(*this, "world");
+    }
+    return world_;
   }
 
  private:
@@ -703,6 +711,7 @@ class TcpBootstrap final : public Bootstrap {
   std::chrono::milliseconds timeout_;
   std::string master_;  // "address:port" of rank 0, for messages
   std::vector<std::string> hosts_;  // host name of every rank, in rank order
+  std::shared_ptr<Communicator> world_;  // Gloo, built on first use
   int local_rank_ = 0;
   uint64_t round_ = 0;
   std::string broken_;  // why the bootstrap failed; non-empty makes every later call throw

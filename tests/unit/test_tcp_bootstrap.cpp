@@ -28,6 +28,7 @@
 
 #include "triax/core/error.h"
 #include "triax/dist/bootstrap.h"
+#include "triax/dist/gloo_comm.h"
 #include "triax/dist/tcp_wire.h"
 #include "triax/train/fault_injection.h"
 
@@ -49,7 +50,8 @@ constexpr int kExpectedError = 3;  // child exit code: the error the test wanted
 const char* const kVars[] = {"RANK",           "WORLD_SIZE",        "LOCAL_RANK",          "MASTER_ADDR",
                              "MASTER_PORT",    "TRIAX_MASTER_PORT", "TRIAX_JOB_ID",        "TORCHELASTIC_RUN_ID",
                              "TRIAX_HOSTNAME", "OMPI_COMM_WORLD_SIZE", "PMIX_RANK",        "PMI_RANK",
-                             "TORCHELASTIC_USE_AGENT_STORE", "SLURM_JOB_ID", "SLURM_STEP_ID", "PMIX_NAMESPACE"};
+                             "TORCHELASTIC_USE_AGENT_STORE", "SLURM_JOB_ID", "SLURM_STEP_ID", "PMIX_NAMESPACE",
+                             "TRIAX_COMM"};
 
 // The job token every test rank shares unless a test says otherwise (a launch needs one).
 const char* const kTestJob = "test-job";
@@ -340,7 +342,21 @@ int check_rank(Bootstrap* boot, const RankEnv& e, int expected_local_rank, std::
       msg = "host of rank " + std::to_string(r) + " is '" + hosts[static_cast<size_t>(r)] + "'";
       return 1;
     }
-  return expect_error<triax::ConfigError>([&] { boot->world(); }, {"mpirun"}, msg) == kExpectedError ? 0 : 1;
+  if (!triax::gloo_available())
+    return expect_error<triax::ConfigError>([&] { boot->world(); }, {"without Gloo"}, msg) == kExpectedError ? 0 : 1;
+  // The host communicator over this rendezvous: Gloo, whose pairs listen on this host's resolved
+  // name here (the ranks pose as two hosts).
+  auto world = boot->world();
+  int64_t v[2] = {e.rank + 1, -e.rank};
+  world->all_reduce(std::span<int64_t>(v)).wait();
+  const int64_t n = e.world;
+  if (world->backend() != triax::Backend::gloo || world->size() != e.world || v[0] != n * (n + 1) / 2 ||
+      v[1] != -n * (n - 1) / 2) {
+    msg = fmt::format("world(): backend {}, size {}, all_reduce gave {} {}", triax::backend_name(world->backend()),
+                      world->size(), v[0], v[1]);
+    return 1;
+  }
+  return 0;
 }
 
 // One rank that finds the launch through Bootstrap::create (launcher detection), then checks.
@@ -448,7 +464,23 @@ TEST_CASE("tcp bootstrap: one rank needs no master and no sockets", "[tcp]") {
   CHECK(boot->all_gather("abc") == std::vector<std::string>{"abc"});
   CHECK(boot->broadcast("xyz", 0) == "xyz");
   CHECK_THROWS_AS(boot->broadcast("xyz", 1), triax::ConfigError);
-  CHECK_THROWS_WITH(boot->world(), Catch::Contains("needs mpirun"));
+  // Its world is Gloo (one rank here), unless TRIAX_COMM asks for MPI, which needs mpirun.
+  set_env("TRIAX_COMM", "mpi");
+  CHECK_THROWS_WITH(boot->world(), Catch::Contains("TRIAX_COMM=mpi") && Catch::Contains("without mpirun"));
+  set_env("TRIAX_COMM", "nccl");
+  CHECK_THROWS_WITH(boot->world(), Catch::Contains("TRIAX_COMM='nccl'") && Catch::Contains("auto, mpi or gloo"));
+  ::unsetenv("TRIAX_COMM");
+  if (triax::gloo_available()) {
+    auto w = boot->world();
+    CHECK(w->backend() == triax::Backend::gloo);
+    CHECK(w->size() == 1);
+    int v[2] = {3, 4};
+    w->all_reduce(std::span<int>(v)).wait();
+    CHECK(v[0] == 3);
+    CHECK(w->calls() == 1);
+  } else {
+    CHECK_THROWS_WITH(boot->world(), Catch::Contains("without Gloo"));
+  }
 }
 
 TEST_CASE("tcp bootstrap: launcher detection picks the env bootstrap only for RANK and WORLD_SIZE", "[tcp]") {
@@ -848,6 +880,50 @@ TEST_CASE("tcp bootstrap: a worker whose master never answers times out naming r
   INFO(procs.report());
   CHECK(procs[worker].code == kExpectedError);
   CHECK(procs[0].code == 0);
+}
+
+TEST_CASE("gloo world: a rank that dies fails its peer's next collective at once, naming the call", "[tcp][gloo]") {
+  if (!triax::gloo_available()) {
+    SUCCEED("built without Gloo");
+    return;
+  }
+  EnvGuard guard;
+  const int port = free_port();
+  Procs procs;
+  for (int r = 1; r >= 0; --r) {
+    RankEnv e{r, 2, port, "127.0.0.1"};
+    procs.spawn("rank " + std::to_string(r), [e](std::string& msg) {
+      apply(e);
+      auto boot = Bootstrap::create(BootstrapOptions{.timeout = 30s});
+      auto world = boot->world();
+      world->barrier().wait();
+      if (e.rank == 1) {
+        std::this_thread::sleep_for(200ms);  // lets rank 0 read the barrier's last message
+        ::_exit(0);                          // then dies without a word: its sockets close
+      }
+      std::this_thread::sleep_for(600ms);
+      float x[3] = {1, 2, 3};
+      const auto t0 = std::chrono::steady_clock::now();
+      try {
+        world->all_reduce(std::span<float>(x)).wait();
+        msg = "the all_reduce completed without its peer";
+        return 1;
+      } catch (const triax::TimeoutError& err) {
+        msg = std::string("a timeout instead of the peer's failure: ") + err.what();
+        return 1;
+      } catch (const triax::CommError& err) {
+        msg = err.what();
+        const bool fast = std::chrono::steady_clock::now() - t0 < 20s;
+        return contains(msg, "all_reduce #1 (float32 x 3, sum)") && contains(msg, "'world'") && fast &&
+                       world->poisoned()
+                   ? 0
+                   : 1;
+      }
+    });
+  }
+  REQUIRE(procs.wait(60s));
+  INFO(procs.report());
+  for (size_t i = 0; i < procs.size(); ++i) CHECK(procs[i].code == 0);
 }
 
 TEST_CASE("tcp bootstrap: the job token comes from the launcher, or is required", "[tcp]") {

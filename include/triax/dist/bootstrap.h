@@ -37,8 +37,8 @@ class Bootstrap {
   virtual std::vector<std::string> all_gather(std::string_view mine) = 0;
   std::string broadcast(std::string_view data, int root);
   void barrier() { all_gather({}); }
-  // The host communicator over all ranks (MPI world, or Self for one process). The TCP
-  // rendezvous has none: it throws ConfigError saying to launch with mpirun for the CPU path.
+  // The host communicator over all ranks: MPI under mpirun, Gloo over the TCP rendezvous, Self
+  // for one process; TRIAX_COMM=gloo forces Gloo under any launcher (dist/host_comm.h).
   virtual std::shared_ptr<Communicator> world() = 0;
   // Peer death without mpirun (docs/FAULTS.md): the TCP rendezvous keeps its connections under
   // TCP keepalive (a kernel heartbeat: a silent host is noticed within ~5 s) and a thread watches

@@ -1,6 +1,6 @@
 // Communicator: typed collectives and point-to-point calls on spans, each asynchronous, each
-// numbered, each wait bounded by a timeout. Backends (MPI on host memory, NCCL on device memory,
-// Self for one process) implement the *_impl hooks on type-erased buffers; users never see void*.
+// numbered, each wait bounded by a timeout. Backends (MPI or Gloo on host memory, NCCL on device
+// memory, Self for one process) implement the *_impl hooks on type-erased buffers; users never see void*.
 #pragma once
 #include <chrono>
 #include <cstdint>
@@ -16,7 +16,7 @@
 namespace triax {
 
 enum class ReduceOp { sum, avg, max, min };
-enum class Backend { self, mpi, nccl };
+enum class Backend { self, mpi, nccl, gloo };
 
 std::string_view reduce_op_name(ReduceOp op);
 std::string_view backend_name(Backend b);

@@ -10,3 +10,16 @@ if(TRIAX_WITH_MPI AND TRIAX_BUILD_EXAMPLES)
       ENVIRONMENT "${TRIAX_MPIRUN_ENV};OMPI_MCA_orte_tmpdir_base=${_sess}" PROCESSORS 2)
   endforeach()
 endif()
+
+# Checkpoints (tests/train/checkpoint_test.sh, docs/CHECKPOINTS.md).
+if(TRIAX_WITH_MPI AND TRIAX_BUILD_EXAMPLES)
+  foreach(case exact reshard)
+    add_test(NAME train.checkpoint.${case}
+      COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/train/checkpoint_test.sh $<TARGET_FILE:train_gpt> ${MPIEXEC_EXECUTABLE}
+              ${case} $<TARGET_FILE:gpt_eval>)
+    set(_sess ${CMAKE_BINARY_DIR}/ompi-sessions/checkpoint.${case})
+    file(MAKE_DIRECTORY ${_sess})
+    set_tests_properties(train.checkpoint.${case} PROPERTIES TIMEOUT 600 LABELS train SKIP_RETURN_CODE 77
+      ENVIRONMENT "${TRIAX_MPIRUN_ENV};OMPI_MCA_orte_tmpdir_base=${_sess}" PROCESSORS 2)
+  endforeach()
+endif()

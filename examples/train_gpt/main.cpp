@@ -14,6 +14,8 @@
 #include <triax/core/log.h>
 #include <triax/dist/bootstrap.h>
 #include <triax/dist/job_failure.h>
+#include <triax/model/checkpoint_io.h>
+#include <triax/train/checkpoint.h>
 #include <triax/train/config.h>
 #include <triax/train/trainer.h>
 
@@ -75,7 +77,11 @@ int main(int argc, char** argv) {
     auto world = boot->world();
     const int rank = world->rank();
     triax::log::set_rank(world->size() > 1 ? rank : -1);
+    // Before the trainer exists: a signal during start-up must not kill the job either.
+    if (!c.save.empty()) triax::install_stop_signal_handlers();
     triax::Trainer trainer(world, c);
+    triax::Checkpointer checkpoints(trainer);
+    checkpoints.resume();
     std::FILE* jsonl = nullptr;
     struct Closer {
       std::FILE*& f;
@@ -100,7 +106,13 @@ int main(int argc, char** argv) {
       if (rank != 0) return;
       write_all(stdout, e.log_line() + "\n", "standard output");
       if (jsonl) write_all(jsonl, e.json() + "\n", "--metrics-jsonl " + c.metrics_jsonl);
-    });
+    }, [&] { return checkpoints.after_iteration(); });
+    checkpoints.finish();
+    if (!c.export_hf.empty()) {
+      triax::save_weights(c.export_hf, triax::WeightFormat::safetensors, trainer.model_config(), trainer.store(),
+                          trainer.grid());
+      if (rank == 0) triax::log::info("exported the model to {} (HF GPT2LMHeadModel safetensors)", c.export_hf);
+    }
     if (jsonl && std::fclose(jsonl) != 0) {
       jsonl = nullptr;
       throw triax::IoError(fmt::format("--metrics-jsonl {}: closing failed: {}", c.metrics_jsonl, std::strerror(errno)));

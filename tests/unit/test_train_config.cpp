@@ -39,6 +39,8 @@ TrainConfig unusual() {
   c.data_shuffle = false, c.data_respect_eod = true;
   c.valid_data = "val_*.bin", c.eval_interval = 5, c.eval_iters = 3;
   c.metrics_jsonl = "m.jsonl";
+  c.save = "ck pts", c.save_interval = 25, c.keep_last = 5, c.load = "old/ckpts";
+  c.init_from = "gpt2.safetensors", c.export_hf = "out.safetensors";
   return c;
 }
 

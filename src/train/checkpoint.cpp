@@ -307,6 +307,11 @@ class CheckpointReader {
     for (const auto& f : man_.files) files_[f.name] = &f;
   }
   const CheckpointManifest& manifest() const { return man_; }
+  // Every file is verified by some rank, also those no rank needs slices from: file k by rank k % n.
+  void verify_share(int rank, int nranks) {
+    for (size_t k = 0; k < man_.files.size(); ++k)
+      if (static_cast<int>(k % static_cast<size_t>(nranks)) == rank) bytes(man_.files[k].name);
+  }
 
   // The tensor `name` of `kind` at its full shape `want` (assembled from the slices of every old
   // tp rank; the padded vocabulary rows may differ in number).
@@ -445,6 +450,7 @@ int64_t Checkpointer::resume() {
     try {
       rd.emplace(dir);
       r = read_state(*rd, t_, dir);
+      rd->verify_share(world.rank(), world.size());
     } catch (const Error& e) {
       err = e.what();
     }

@@ -39,6 +39,8 @@ print(f"{len(hx)} shard files identical (SHA-256)")
 PY
 }
 ok() { echo "ok: $*"; }
+# The rank processes of a background `timeout mpirun` started as PID (grandchildren of PID).
+ranks_of() { local m; m=$(pgrep -P "$1" | head -n 1); [ -n "$m" ] && pgrep -P "$m"; }
 
 case $case_ in
 exact)
@@ -74,6 +76,83 @@ reshard)
     same_losses a_tail.jsonl r.jsonl 1e-5
     ok "resharded resume at np $layout"
   done
+  ;;
+kill9)
+  # kill -9 of one rank while a save is in flight (the write is held back 1.5 s by the test hook):
+  # that checkpoint stays an incomplete .tmp directory and --load uses the previous one.
+  TRIAX_CHECKPOINT_TEST_DELAY_MS=1500 timeout 300 "$mpiexec" --oversubscribe -np 4 "$exe" "${base[@]}" --tp 2 --pp 2 \
+    --train-iters 40 --lr-decay-iters 40 --save ck --save-interval 2 >run.log 2>&1 &
+  mpid=$!
+  for _ in $(seq 600); do [ -f ck/iter_0000002/manifest.json ] && [ -d ck/iter_0000004.tmp ] && break; sleep 0.05; done
+  [ -d ck/iter_0000004.tmp ] || { kill $mpid; tail -5 run.log; fail "the second save never started"; }
+  victim=$(ranks_of $mpid | tail -n 1)
+  [ -n "$victim" ] || fail "no rank process under mpirun $mpid"
+  kill -9 "$victim"
+  wait $mpid && fail "mpirun exited 0 after a rank was killed"
+  [ ! -f ck/iter_0000004/manifest.json ] || fail "the interrupted save was committed"
+  run -np 4 "$exe" "${base[@]}" --tp 2 --pp 2 --load ck --save ck --train-iters 5 --lr-decay-iters 40 >r.log 2>&1 ||
+    { tail -5 r.log; fail "resume after the crash"; }
+  grep -q "resumed from ck/iter_0000002: iteration 2" r.log || { tail -5 r.log; fail "did not resume from iteration 2"; }
+  [ -f ck/iter_0000005/manifest.json ] || fail "no checkpoint after the resumed run"
+  ok "killed rank during a save: resumed from the previous checkpoint (iteration 2)"
+  ;;
+sigterm)
+  # SIGTERM to one rank mid-run: every rank finishes the iteration, saves, exits 0; resuming
+  # continues the loss curve of an uninterrupted run.
+  long=(--tp 2 --pp 2 --lr-decay-iters 400)
+  timeout 300 "$mpiexec" --oversubscribe -np 4 "$exe" "${base[@]}" "${long[@]}" --train-iters 400 --save ck \
+    --metrics-jsonl b.jsonl >run.log 2>&1 &
+  mpid=$!
+  for _ in $(seq 600); do [ -f b.jsonl ] && [ "$(wc -l <b.jsonl)" -ge 3 ] && break; sleep 0.05; done
+  victim=$(ranks_of $mpid | head -n 1)
+  [ -n "$victim" ] || fail "no rank process under mpirun $mpid"
+  kill -TERM "$victim"
+  wait $mpid; rc=$?
+  [ $rc -eq 0 ] || { tail -5 run.log; fail "exit $rc after SIGTERM, expected 0"; }
+  k=$(grep -o "received SIGTERM: saved the state of iteration [0-9]*" run.log | grep -o "[0-9]*$")
+  [ -n "$k" ] || { tail -5 run.log; fail "no save-and-exit message"; }
+  [ "$k" -lt 400 ] || fail "the run was not interrupted"
+  [ -f "ck/$(printf 'iter_%07d' "$k")/manifest.json" ] || fail "no checkpoint of iteration $k"
+  [ "$(wc -l <b.jsonl)" -eq "$k" ] || fail "metrics hold $(wc -l <b.jsonl) iterations, the save says $k"
+  n=$((k + 3))
+  run -np 4 "$exe" "${base[@]}" "${long[@]}" --train-iters $n --load ck --metrics-jsonl c.jsonl >c.log 2>&1 || fail "resume"
+  run -np 4 "$exe" "${base[@]}" "${long[@]}" --train-iters $n --metrics-jsonl a.jsonl >a.log 2>&1 || fail "straight run"
+  cat b.jsonl c.jsonl >bc.jsonl
+  same_losses a.jsonl bc.jsonl 0
+  ok "SIGTERM at iteration $k: saved, exit 0, resumed bit for bit"
+  ;;
+bad)
+  # Broken checkpoints are refused naming the file and the problem; --load falls back to the
+  # previous complete one. An absent directory starts fresh; all broken is an error.
+  small=(--model nano --micro-batch-size 4 --global-batch-size 16 --lr-decay-iters 8)
+  run -np 2 "$exe" "${small[@]}" --train-iters 4 --save ck --save-interval 2 --keep-last 0 >s.log 2>&1 || fail "saving run"
+  [ -f ck/iter_0000002/manifest.json ] && [ -f ck/iter_0000004/manifest.json ] || fail "expected two checkpoints"
+  out=$(run -np 2 "$exe" "${small[@]}" --train-iters 5 --load nowhere 2>&1) || fail "absent --load directory"
+  grep -q "no complete checkpoint there .*starting fresh" <<<"$out" || fail "no fresh-start message"
+  corrupt() {  # corrupt NAME PATTERN COMMAND...: break ck copy's iteration 4, expect PATTERN and the fallback
+    local name=$1 pattern=$2; shift 2
+    rm -rf "c_$name"; cp -r ck "c_$name"
+    (cd "c_$name/iter_0000004" && "$@") || fail "could not corrupt ($name)"
+    out=$(run -np 2 "$exe" "${small[@]}" --train-iters 5 --load "c_$name" 2>&1) || { echo "$out" | tail -5; fail "load ($name) failed"; }
+    grep -q -- "$pattern" <<<"$out" || { echo "$out" | grep -i "refused\|error" ; fail "no '$pattern' ($name)"; }
+    grep -q "falling back to the previous checkpoint c_$name/iter_0000002" <<<"$out" || fail "no fallback message ($name)"
+    grep -q "resumed from c_$name/iter_0000002: iteration 2" <<<"$out" || fail "did not resume from iteration 2 ($name)"
+    ok "$name: '$pattern', fell back to iteration 2"
+  }
+  edit() { python3 -c "import json,sys; m=json.load(open('manifest.json')); exec(sys.argv[1]); json.dump(m, open('manifest.json','w'))" "$1"; }
+  corrupt truncated "rank_00001.bin: .* bytes, but the manifest lists .* (truncated)" truncate -s -5 rank_00001.bin
+  corrupt flipped "rank_00000.bin: SHA-256 mismatch" python3 -c "
+f=open('rank_00000.bin','r+b'); f.seek(100); b=f.read(1); f.seek(100); f.write(bytes([b[0]^1]))"
+  corrupt missing "rank_00001.bin: missing shard file" rm rank_00001.bin
+  corrupt newer "format version 2 is newer than this build of triax reads" edit "m['format_version']=2"
+  corrupt model "a checkpoint of another model" edit "m['model']['n_layer']=3"
+  corrupt layout "cannot be split over tp 3" edit "m['slices'][0]['tp_size']=3"
+  corrupt no_slice "no slice of tensor 'transformer.ln_f.bias' (exp_avg)" \
+    edit "m['slices']=[s for s in m['slices'] if not (s['name']=='transformer.ln_f.bias' and s['kind']=='exp_avg')]"
+  rm -rf both; cp -r ck both; rm both/iter_0000004/rank_00000.bin; truncate -s 10 both/iter_0000002/rank_00001.bin
+  out=$(run -np 2 "$exe" "${small[@]}" --train-iters 5 --load both 2>&1) && fail "all checkpoints broken, yet exit 0"
+  grep -q "none of its 2 checkpoints can be loaded" <<<"$out" || { echo "$out" | tail -3; fail "no final error"; }
+  ok "every checkpoint broken: refused"
   ;;
 *) fail "unknown case $case_" ;;
 esac

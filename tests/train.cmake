@@ -13,10 +13,10 @@ endif()
 
 # Checkpoints (tests/train/checkpoint_test.sh, docs/CHECKPOINTS.md).
 if(TRIAX_WITH_MPI AND TRIAX_BUILD_EXAMPLES)
-  foreach(case exact reshard kill9 sigterm bad)
+  foreach(case exact reshard kill9 sigterm bad init export_hf)
     add_test(NAME train.checkpoint.${case}
       COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/train/checkpoint_test.sh $<TARGET_FILE:train_gpt> ${MPIEXEC_EXECUTABLE}
-              ${case} $<TARGET_FILE:gpt_eval>)
+              ${case} $<TARGET_FILE:gpt_eval> ${TRIAX_HF_PYTHON})
     set(_sess ${CMAKE_BINARY_DIR}/ompi-sessions/checkpoint.${case})
     file(MAKE_DIRECTORY ${_sess})
     set_tests_properties(train.checkpoint.${case} PROPERTIES TIMEOUT 600 LABELS train SKIP_RETURN_CODE 77

@@ -2,9 +2,10 @@
 # Checkpoints end to end under mpirun (docs/CHECKPOINTS.md): exact resume bit for bit, resharded
 # resume onto other layouts, a kill -9 during a save, SIGTERM mid-run, --init-from / --export-hf,
 # and bad checkpoints refused with a fallback to the previous one.
-#   checkpoint_test.sh TRAIN_GPT MPIEXEC CASE [GPT_EVAL]
+#   checkpoint_test.sh TRAIN_GPT MPIEXEC CASE [GPT_EVAL HF_PYTHON]
 set -uo pipefail
-exe=$1; mpiexec=$2; case_=$3; gpt_eval=${4:-}
+exe=$1; mpiexec=$2; case_=$3; gpt_eval=${4:-}; hf_python=${5:-/usr/bin/python3}
+scripts=$(cd "$(dirname "${BASH_SOURCE[0]}")/../../scripts" && pwd)
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 cd "$tmp"
 fail() { echo "FAIL ($case_): $*"; exit 1; }
@@ -153,6 +154,32 @@ f=open('rank_00000.bin','r+b'); f.seek(100); b=f.read(1); f.seek(100); f.write(b
   out=$(run -np 2 "$exe" "${small[@]}" --train-iters 5 --load both 2>&1) && fail "all checkpoints broken, yet exit 0"
   grep -q "none of its 2 checkpoints can be loaded" <<<"$out" || { echo "$out" | tail -3; fail "no final error"; }
   ok "every checkpoint broken: refused"
+  ;;
+init)
+  # --init-from a HF safetensors file (written by --export-hf of a short run): the model shape
+  # comes from the file, tp2 x pp2 x dp2 trains the losses of one rank, and the weights matter.
+  mb=(--micro-batch-size 4 --global-batch-size 32 --train-iters 4 --lr-decay-iters 4)
+  run -np 1 "$exe" --model nano --num-layers 4 "${mb[@]}" --train-iters 3 --seed 77 --export-hf init.safetensors >p.log 2>&1 ||
+    { tail -5 p.log; fail "pretraining run"; }
+  grep -q "exported the model to init.safetensors" p.log || fail "no export message"
+  run -np 1 "$exe" "${mb[@]}" --init-from init.safetensors --metrics-jsonl one.jsonl >one.log 2>&1 || { tail -5 one.log; fail "np 1"; }
+  grep -q "^num-layers = 4" one.log || fail "the layer count did not come from the file"
+  run -np 8 "$exe" "${mb[@]}" --tp 2 --pp 2 --init-from init.safetensors --metrics-jsonl eight.jsonl \
+    --export-hf out.safetensors >eight.log 2>&1 || { tail -5 eight.log; fail "np 8"; }
+  same_losses one.jsonl eight.jsonl 1e-5
+  run -np 1 "$exe" --model nano --num-layers 4 "${mb[@]}" --metrics-jsonl fresh.jsonl >fresh.log 2>&1 || fail "fresh run"
+  [ "$(losses one.jsonl | head -n 1)" != "$(losses fresh.jsonl | head -n 1)" ] || fail "--init-from did not change the start"
+  [ -s out.safetensors ] || fail "no exported file"
+  ok "--init-from at tp2 x pp2 x dp2 = one rank; export written"
+  ;;
+export_hf)
+  # The exported file gives HF (or the plain-torch GPT-2 of hf_check.py) gpt_eval's loss.
+  [ -n "$gpt_eval" ] || fail "needs gpt_eval"
+  "$hf_python" -c "import torch" 2>/dev/null || { echo "skip: no torch in $hf_python (Debian: python3-torch)"; exit 77; }
+  run -np 4 "$exe" --model nano --num-layers 4 --micro-batch-size 4 --global-batch-size 32 --train-iters 3 --tp 2 --pp 2 \
+    --export-hf model.safetensors >t.log 2>&1 || { tail -5 t.log; fail "training run"; }
+  "$hf_python" "$scripts/hf_export_check.py" "$gpt_eval" model.safetensors --mpirun "$mpiexec" --np 2 || fail "HF disagrees"
+  ok "exported file: HF loss = gpt_eval loss"
   ;;
 *) fail "unknown case $case_" ;;
 esac

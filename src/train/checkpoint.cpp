@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <csignal>
@@ -90,6 +91,7 @@ struct Checkpointer::Pending {
   std::thread thread;
   std::exception_ptr error;
   SaveStats stats;
+  std::vector<std::byte> payload;  // this rank's shard file, back to staging_ when done
 };
 
 Checkpointer::Checkpointer(Trainer& trainer) : t_(trainer) {
@@ -107,6 +109,7 @@ bool Checkpointer::join() {
   if (!pending_) return true;
   if (pending_->thread.joinable()) pending_->thread.join();
   last_ = pending_->stats;
+  staging_ = std::move(pending_->payload);
   const std::exception_ptr e = pending_->error;
   pending_.reset();
   if (!e) return true;
@@ -153,6 +156,7 @@ void Checkpointer::save() {
   world.all_reduce(std::span<double>(&bad, 1), ReduceOp::max).wait();  // also: tmp_dir exists now
   if (bad > 0) TRIAX_THROW(IoError, "--save {}: the checkpoint of iteration {} cannot be written (see the log)", root, iteration);
 
+  const double t_sync = seconds_since(t0);
   // Copy what this rank owns into one host buffer: the blocking part of a save.
   ParamStore& store = t_.store();
   Optimizer& opt = t_.optimizer();
@@ -160,24 +164,15 @@ void Checkpointer::save() {
   const int tp = grid.tp().size();
   const bool zero1 = opt.zero1();
   const std::vector<float> m = opt.state_to_host(0), v = opt.state_to_host(1);
-  std::vector<std::byte> payload(kCheckpointShardMagic.size());
-  std::memcpy(payload.data(), kCheckpointShardMagic.data(), kCheckpointShardMagic.size());
-  CheckpointManifest part;
-  const std::string file = rank_file(rank, "bin");
-  auto append = [&](const ParamInfo& info, StateKind kind, const float* src, int64_t b, int64_t e) {
-    CheckpointSlice s{info.spec.name, kind, info.spec.full_shape, info.spec.split, coord.tp, tp, b, e, file,
-                      payload.size()};
-    const size_t n = static_cast<size_t>(e - b) * sizeof(float);
-    payload.resize(payload.size() + n);
-    std::memcpy(payload.data() + s.offset, src, n);
-    part.slices.push_back(std::move(s));
-  };
+  // What this rank writes: per parameter, runs (begin, end) of its local tensor and where each
+  // run starts in the Adam state. Replicated tensors are written by tp rank 0, the tied
+  // embedding by the first stage; without ZeRO-1 DP rank 0 writes, with it each its own shard.
+  std::vector<std::pair<size_t, std::vector<std::array<size_t, 3>>>> plan;
+  size_t total = kCheckpointShardMagic.size();
   for (size_t i = 0; i < store.size(); ++i) {
     const ParamInfo& info = store.info(i);
-    // Written once: replicated tensors by tp rank 0, the tied embedding by the first stage.
     if (info.spec.split == TpSplit::none && coord.tp != 0) continue;
     if (is_wte(info.spec.name) && coord.pp != 0) continue;
-    // (begin, end) of the local tensor and where that run starts in the Adam state.
     std::vector<std::array<size_t, 3>> runs;
     if (!zero1) {
       if (coord.dp == 0) runs.push_back({0, info.numel, info.offset});
@@ -187,14 +182,31 @@ void Checkpointer::save() {
         if (b < e) runs.push_back({b - info.offset, e - info.offset, r.state_offset + (b - r.flat_offset)});
       }
     }
-    if (runs.empty()) continue;
+    for (const auto& run : runs) total += 3 * (run[1] - run[0]) * sizeof(float);
+    if (!runs.empty()) plan.emplace_back(i, std::move(runs));
+  }
+  // One host buffer, kept from save to save: fresh pages are what makes a first copy slow.
+  std::vector<std::byte> payload = std::move(staging_);
+  payload.resize(total);
+  std::memcpy(payload.data(), kCheckpointShardMagic.data(), kCheckpointShardMagic.size());
+  CheckpointManifest part;
+  const std::string file = rank_file(rank, "bin");
+  size_t at = kCheckpointShardMagic.size();
+  for (const auto& [i, runs] : plan) {
+    const ParamInfo& info = store.info(i);
     const std::vector<float> p = store.param_to_host(i);
     for (const auto& [b, e, so] : runs) {
-      append(info, StateKind::param, p.data() + b, static_cast<int64_t>(b), static_cast<int64_t>(e));
-      append(info, StateKind::exp_avg, m.data() + so, static_cast<int64_t>(b), static_cast<int64_t>(e));
-      append(info, StateKind::exp_avg_sq, v.data() + so, static_cast<int64_t>(b), static_cast<int64_t>(e));
+      const std::pair<StateKind, const float*> parts[] = {
+          {StateKind::param, p.data() + b}, {StateKind::exp_avg, m.data() + so}, {StateKind::exp_avg_sq, v.data() + so}};
+      for (const auto& [kind, src] : parts) {
+        part.slices.push_back({info.spec.name, kind, info.spec.full_shape, info.spec.split, coord.tp, tp,
+                               static_cast<int64_t>(b), static_cast<int64_t>(e), file, at});
+        std::memcpy(payload.data() + at, src, (e - b) * sizeof(float));
+        at += (e - b) * sizeof(float);
+      }
     }
   }
+
   // The scalars of the whole state (the same on every rank; rank 0's copy becomes the manifest).
   part.iteration = iteration;
   part.consumed_samples = t_.consumed_samples();
@@ -209,11 +221,14 @@ void Checkpointer::save() {
 
   pending_ = std::make_unique<Pending>();
   pending_->stats.iteration = iteration;
-  pending_->stats.bytes = payload.size();
+  pending_->stats.bytes = total;
   pending_->stats.blocked_s = seconds_since(t0);
+  pending_->stats.wait_s = t_sync;
   Pending* pd = pending_.get();
   const int keep = cfg.keep_last;
-  pd->thread = std::thread([=, payload = std::move(payload), part = std::move(part)]() mutable {
+  pd->payload = std::move(payload);
+  pd->thread = std::thread([=, part = std::move(part)]() mutable {
+    const std::vector<std::byte>& payload = pd->payload;
     try {
       if (const char* d = std::getenv("TRIAX_CHECKPOINT_TEST_DELAY_MS"))  // fault-injection hook for tests
         std::this_thread::sleep_for(std::chrono::milliseconds(std::atoi(d)));
@@ -253,9 +268,11 @@ void Checkpointer::save() {
       pd->stats.commit_s = seconds_since(t0);
       uint64_t total = 0;
       for (const auto& f : man.files) total += f.bytes;
-      log::info("saved checkpoint {} ({:.2f} MiB in {} files): training blocked {:.1f} ms (host copy), rank 0 "
-                "wrote {:.2f} MiB in {:.1f} ms ({:.0f} MiB/s), committed {:.1f} ms after the save began",
-                final_dir, total / 1048576.0, man.files.size(), pd->stats.blocked_s * 1e3,
+      log::info("saved checkpoint {} ({:.2f} MiB in {} files): training blocked {:.1f} ms ({:.1f} ms waiting for "
+                "the previous save, {:.1f} ms host copy), rank 0 wrote {:.2f} MiB in {:.1f} ms ({:.0f} MiB/s), "
+                "committed {:.1f} ms after the save began",
+                final_dir, total / 1048576.0, man.files.size(), pd->stats.blocked_s * 1e3, pd->stats.wait_s * 1e3,
+                (pd->stats.blocked_s - pd->stats.wait_s) * 1e3,
                 pd->stats.bytes / 1048576.0, pd->stats.write_s * 1e3,
                 pd->stats.bytes / 1048576.0 / std::max(pd->stats.write_s, 1e-9), pd->stats.commit_s * 1e3);
       // Old checkpoints go only now that the new one is committed.

@@ -8,6 +8,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "triax/train/checkpoint_manifest.h"
 #include "triax/train/trainer.h"
@@ -19,6 +20,7 @@ namespace triax {
 struct SaveStats {
   int64_t iteration = 0;
   double blocked_s = 0;
+  double wait_s = 0;    // of blocked_s: the previous save still writing
   double write_s = 0;   // this rank's shard: write + fsync
   double commit_s = 0;  // rank 0: from the start of the save to the renamed directory
   uint64_t bytes = 0;   // this rank's shard file
@@ -54,6 +56,7 @@ class Checkpointer {
   bool join();  // this rank's thread; false if it failed (the error is logged)
   Trainer& t_;
   std::unique_ptr<Pending> pending_;
+  std::vector<std::byte> staging_;  // the host copy of this rank's shard, reused by every save
   SaveStats last_;
 };
 

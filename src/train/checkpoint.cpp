@@ -145,7 +145,11 @@ void Checkpointer::save() {
   if (rank == 0 && ok) {
     try {
       fs::create_directories(root);
-      fs::remove_all(tmp_dir);  // a save that crashed earlier
+      // Saves that crashed earlier left iter_*.tmp directories: never loaded, removed here.
+      for (const auto& e : fs::directory_iterator(root)) {
+        const std::string n = e.path().filename().string();
+        if (e.is_directory() && n.starts_with("iter_") && n.ends_with(".tmp")) fs::remove_all(e.path());
+      }
       fs::create_directory(tmp_dir);
     } catch (const std::exception& e) {
       log::error("--save {}: cannot create {}: {}", root, tmp_dir, e.what());

@@ -95,6 +95,7 @@ kill9)
     { tail -5 r.log; fail "resume after the crash"; }
   grep -q "resumed from ck/iter_0000002: iteration 2" r.log || { tail -5 r.log; fail "did not resume from iteration 2"; }
   [ -f ck/iter_0000005/manifest.json ] || fail "no checkpoint after the resumed run"
+  [ ! -e ck/iter_0000004.tmp ] || fail "the next save left the crashed save's iter_0000004.tmp"
   ok "killed rank during a save: resumed from the previous checkpoint (iteration 2)"
   ;;
 sigterm)

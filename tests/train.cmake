@@ -13,7 +13,7 @@ endif()
 
 # Checkpoints (tests/train/checkpoint_test.sh, docs/CHECKPOINTS.md).
 if(TRIAX_WITH_MPI AND TRIAX_BUILD_EXAMPLES)
-  foreach(case exact reshard kill9 sigterm bad init export_hf)
+  foreach(case exact reshard kill9 sigterm sigusr1 bad init export_hf)
     add_test(NAME train.checkpoint.${case}
       COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/train/checkpoint_test.sh $<TARGET_FILE:train_gpt> ${MPIEXEC_EXECUTABLE}
               ${case} $<TARGET_FILE:gpt_eval> ${TRIAX_HF_PYTHON})

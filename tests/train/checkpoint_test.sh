@@ -123,6 +123,21 @@ sigterm)
   same_losses a.jsonl bc.jsonl 0
   ok "SIGTERM at iteration $k: saved, exit 0, resumed bit for bit"
   ;;
+sigusr1)
+  # SIGUSR1 (Slurm's --signal=USR1@T) to every rank: the same save and exit 0.
+  timeout 300 "$mpiexec" --oversubscribe -np 2 "$exe" "${base[@]}" --tp 2 --train-iters 400 --lr-decay-iters 400 --save ck \
+    --metrics-jsonl b.jsonl >run.log 2>&1 &
+  mpid=$!
+  for _ in $(seq 600); do [ -f b.jsonl ] && [ "$(wc -l <b.jsonl)" -ge 2 ] && break; sleep 0.05; done
+  pids=$(ranks_of $mpid)
+  [ -n "$pids" ] || fail "no rank process under mpirun"
+  kill -USR1 $pids
+  wait $mpid; rc=$?
+  [ $rc -eq 0 ] || { tail -5 run.log; fail "exit $rc after SIGUSR1, expected 0"; }
+  k=$(grep -o "received SIGUSR1: saved the state of iteration [0-9]*" run.log | grep -o "[0-9]*$")
+  [ -n "$k" ] && [ -f "ck/$(printf 'iter_%07d' "$k")/manifest.json" ] || { tail -5 run.log; fail "no save on SIGUSR1"; }
+  ok "SIGUSR1 at iteration $k: saved, exit 0"
+  ;;
 bad)
   # Broken checkpoints are refused naming the file and the problem; --load falls back to the
   # previous complete one. An absent directory starts fresh; all broken is an error.

@@ -92,6 +92,7 @@ struct Checkpointer::Pending {
   std::exception_ptr error;
   SaveStats stats;
   std::vector<std::byte> payload;  // this rank's shard file, back to staging_ when done
+  std::atomic<bool> cancel{false};  // set when the run ends by an error: rank 0 stops waiting
 };
 
 Checkpointer::Checkpointer(Trainer& trainer) : t_(trainer) {
@@ -102,7 +103,12 @@ Checkpointer::Checkpointer(Trainer& trainer) : t_(trainer) {
 }
 
 Checkpointer::~Checkpointer() {
-  if (pending_ && pending_->thread.joinable()) pending_->thread.join();
+  // Reached with a save in flight only when the run ends by an error: the other ranks may never
+  // write their shards, so rank 0 must not wait for them.
+  if (pending_ && pending_->thread.joinable()) {
+    pending_->cancel = true;
+    pending_->thread.join();
+  }
 }
 
 bool Checkpointer::join() {
@@ -255,6 +261,7 @@ void Checkpointer::save() {
       for (int r = 0; r < nranks; ++r) {
         const std::string p = (fs::path(tmp_dir) / rank_file(r, "json")).string();
         while (!fs::exists(p)) {
+          if (pd->cancel) TRIAX_THROW(IoError, "{}: the run ended before every rank wrote its shard", tmp_dir);
           if (Clock::now() > deadline)
             TRIAX_THROW(IoError, "{}: rank {} did not finish its shard within {} s", tmp_dir, r, commit_timeout().count());
           std::this_thread::sleep_for(std::chrono::milliseconds(2));

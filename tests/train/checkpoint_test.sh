@@ -144,6 +144,9 @@ bad)
   small=(--model nano --micro-batch-size 4 --global-batch-size 16 --lr-decay-iters 8)
   run -np 2 "$exe" "${small[@]}" --train-iters 4 --save ck --save-interval 2 --keep-last 0 >s.log 2>&1 || fail "saving run"
   [ -f ck/iter_0000002/manifest.json ] && [ -f ck/iter_0000004/manifest.json ] || fail "expected two checkpoints"
+  run -np 2 "$exe" "${small[@]}" --train-iters 4 --save keep --save-interval 1 --keep-last 2 >k.log 2>&1 || fail "keep-last run"
+  [ "$(ls keep | tr '\n' ' ')" = "iter_0000003 iter_0000004 " ] || fail "--keep-last 2 left: $(ls keep | tr '\n' ' ')"
+  ok "--keep-last 2 keeps the newest two"
   out=$(run -np 2 "$exe" "${small[@]}" --train-iters 5 --load nowhere 2>&1) || fail "absent --load directory"
   grep -q "no complete checkpoint there .*starting fresh" <<<"$out" || fail "no fresh-start message"
   corrupt() {  # corrupt NAME PATTERN COMMAND...: break ck copy's iteration 4, expect PATTERN and the fallback

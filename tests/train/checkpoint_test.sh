@@ -190,6 +190,17 @@ init)
   [ "$(losses one.jsonl | head -n 1)" != "$(losses fresh.jsonl | head -n 1)" ] || fail "--init-from did not change the start"
   [ -s out.safetensors ] || fail "no exported file"
   ok "--init-from at tp2 x pp2 x dp2 = one rank; export written"
+  # The same weights as an llm.c .bin (gpt_eval --save converts; it needs a token file to read).
+  if [ -n "$gpt_eval" ]; then
+    python3 -c "import struct,random; random.seed(3); t=[random.randrange(67) for _ in range(64)]
+open('tok.bin','wb').write(struct.pack('<256i',20240520,1,len(t),*([0]*253))+struct.pack('<%dH'%len(t),*t))"
+    run -np 1 "$gpt_eval" --weights init.safetensors --data tok.bin --batch 1 --seq 8 --batches 1 --save init.bin >g.log 2>&1 ||
+      { tail -3 g.log; fail "gpt_eval --save init.bin"; }
+    run -np 4 "$exe" "${mb[@]}" --tp 2 --pp 2 --init-from init.bin --metrics-jsonl llmc.jsonl >l.log 2>&1 ||
+      { tail -5 l.log; fail "--init-from init.bin"; }
+    same_losses one.jsonl llmc.jsonl 1e-5
+    ok "--init-from the llm.c .bin of the same weights at tp2 x pp2 = one rank from the HF file"
+  fi
   ;;
 export_hf)
   # The exported file gives HF (or the plain-torch GPT-2 of hf_check.py) gpt_eval's loss.

@@ -9,7 +9,7 @@ shift || true
 pkgs=(build-essential cmake ninja-build pkg-config git
       openmpi-bin libopenmpi-dev libibverbs-dev rdma-core
       libfmt-dev catch2 libopenblas-dev libopenblas0-openmp
-      libtomlplusplus-dev nlohmann-json3-dev libcli11-dev libssl-dev python3)
+      libtomlplusplus-dev nlohmann-json3-dev libcli11-dev libssl-dev python3 procps)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

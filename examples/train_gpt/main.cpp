@@ -19,6 +19,8 @@
 #include <triax/dist/bootstrap.h>
 #include <triax/dist/flight_recorder.h>
 #include <triax/dist/job_failure.h>
+#include <triax/model/checkpoint_io.h>
+#include <triax/train/checkpoint.h>
 #include <triax/train/config.h>
 #include <triax/train/metrics_exporter.h>
 #include <triax/train/trainer.h>
@@ -98,6 +100,8 @@ int main(int argc, char** argv) {
     auto world = boot->world();
     const int rank = world->rank();
     triax::log::set_rank(world->size() > 1 ? rank : -1);
+    // Before the trainer exists: a signal during start-up must not kill the job either.
+    if (!c.save.empty()) triax::install_stop_signal_handlers();
     triax::Trainer trainer(world, c);
     // A stall (--stall-timeout): every rank's watchdog has dumped its flight recorder; rank 0
     // waits for the others' dumps and prints triax-fr's verdict, then the job ends (exit 4).
@@ -114,6 +118,8 @@ int main(int argc, char** argv) {
       }
       std::_Exit(triax::kExitComm);
     });
+    triax::Checkpointer checkpoints(trainer);
+    checkpoints.resume();
     std::FILE* jsonl = nullptr;
     struct Closer {
       std::FILE*& f;
@@ -152,7 +158,13 @@ int main(int argc, char** argv) {
       if (rank != 0) return;
       print_line(e.log_line(), e.json());
       if (jsonl) write_all(jsonl, e.json() + "\n", "--metrics-jsonl " + c.metrics_jsonl);
-    });
+    }, [&] { return checkpoints.after_iteration(); });
+    checkpoints.finish();
+    if (!c.export_hf.empty()) {
+      triax::save_weights(c.export_hf, triax::WeightFormat::safetensors, trainer.model_config(), trainer.store(),
+                          trainer.grid());
+      if (rank == 0) triax::log::info("exported the model to {} (HF GPT2LMHeadModel safetensors)", c.export_hf);
+    }
     if (jsonl && std::fclose(jsonl) != 0) {
       jsonl = nullptr;
       throw triax::IoError(fmt::format("--metrics-jsonl {}: closing failed: {}", c.metrics_jsonl, std::strerror(errno)));

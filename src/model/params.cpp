@@ -34,6 +34,19 @@ size_t ParamStore::find(const std::string& name) const {
   TRIAX_THROW(ConfigError, "no parameter named '{}' in this stage", name);
 }
 
+std::vector<float> ParamStore::param_to_host(size_t i) const {
+  const auto p = param(i);
+  return std::vector<float>(p.begin(), p.end());
+}
+
+void ParamStore::param_from_host(size_t i, std::span<const float> values) {
+  auto p = param(i);
+  if (values.size() != p.size())
+    TRIAX_THROW(ConfigError, "parameter '{}' holds {} values here, {} were given", infos_.at(i).spec.name, p.size(),
+                values.size());
+  std::copy(values.begin(), values.end(), p.begin());
+}
+
 void ParamStore::zero_grads() { std::fill(grads_.begin(), grads_.end(), 0.0f); }
 
 }  // namespace triax

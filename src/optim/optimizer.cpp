@@ -1,6 +1,7 @@
 // One optimizer step: sync, norm, skip / clip, fused AdamW, ZeRO-1 gather.
 #include "triax/optim/optimizer.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 
@@ -33,6 +34,20 @@ void Optimizer::set_step_counts(int64_t applied, int64_t skipped) {
     TRIAX_THROW(ConfigError, "optimizer step counts must be >= 0 (got applied {}, skipped {})", applied, skipped);
   applied_ = applied;
   skipped_ = skipped;
+}
+
+std::vector<float> Optimizer::state_to_host(int moment) const {
+  if (moment != 0 && moment != 1) TRIAX_THROW(ConfigError, "Adam moment {} does not exist (0: m, 1: v)", moment);
+  return moment == 0 ? m_ : v_;
+}
+
+void Optimizer::state_from_host(int moment, std::span<const float> values) {
+  if (moment != 0 && moment != 1) TRIAX_THROW(ConfigError, "Adam moment {} does not exist (0: m, 1: v)", moment);
+  auto& dst = moment == 0 ? m_ : v_;
+  if (values.size() != dst.size())
+    TRIAX_THROW(ConfigError, "Adam moment {} holds {} values on this rank, {} were given", moment, dst.size(),
+                values.size());
+  std::copy(values.begin(), values.end(), dst.begin());
 }
 
 StepReport Optimizer::step(double lr) {

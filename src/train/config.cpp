@@ -433,6 +433,15 @@ std::vector<ConfigOption> build_options() {
                          TRIAX_FIELD(metrics_textfile)));
   t.push_back(real_opt("metrics-linger", "keep serving /metrics this many seconds after the last iteration",
                        TRIAX_FIELD(metrics_linger), {0, 86400}));
+  t.push_back(string_opt("save", "directory to save checkpoints in (docs/CHECKPOINTS.md)", TRIAX_FIELD(save)));
+  t.push_back(int_opt("save-interval", "save every N iterations (0: only at the end and on SIGTERM/SIGUSR1)",
+                      TRIAX_FIELD(save_interval), 0, kMaxI64));
+  t.push_back(int_opt("keep-last", "checkpoints kept under --save (0: all)", TRIAX_FIELD(keep_last), 0, kMaxInt));
+  t.push_back(string_opt("load", "resume from the newest complete checkpoint in this directory", TRIAX_FIELD(load)));
+  t.push_back(string_opt("init-from", "start from pretrained weights: HF GPT-2 safetensors or an llm.c .bin",
+                         TRIAX_FIELD(init_from)));
+  t.push_back(string_opt("export-hf", "at the end, write the model as HF GPT2LMHeadModel safetensors",
+                         TRIAX_FIELD(export_hf)));
   return t;
 }
 

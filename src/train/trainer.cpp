@@ -10,6 +10,7 @@
 #include <numeric>
 
 #include "triax/core/log.h"
+#include "triax/model/checkpoint_io.h"
 
 #include <omp.h>
 
@@ -95,8 +96,23 @@ std::string describe_start_up_oom(const ResolvedTrainConfig& r, int rank) {
 
 }  // namespace
 
+TrainConfig with_init_from_shape(const TrainConfig& cfg) {
+  if (cfg.init_from.empty()) return cfg;
+  TrainConfig c = cfg;
+  const GptConfig f = WeightFile(cfg.init_from, cfg.heads.value_or(0)).config();
+  // The file's shape fills what the flags leave open; a flag that disagrees is refused on load
+  // with both shapes named (WeightFile::load).
+  if (!c.layers) c.layers = f.n_layer;
+  if (!c.heads) c.heads = f.n_head;
+  if (!c.hidden) c.hidden = f.n_embd;
+  if (!c.ffn) c.ffn = f.ffn_size();
+  if (!c.vocab) c.vocab = f.vocab;
+  if (!c.max_seq) c.max_seq = f.max_seq;
+  return c;
+}
+
 Trainer::Trainer(std::shared_ptr<Communicator> world, const TrainConfig& given) try {
-  ResolvedTrainConfig resolved = resolve_train_config(given, world->size());
+  ResolvedTrainConfig resolved = resolve_train_config(with_init_from_shape(given), world->size());
   cfg_ = resolved.explicit_cfg;
   const TrainConfig& cfg = cfg_;
   const int dp = resolved.dp;
@@ -150,6 +166,7 @@ Trainer::Trainer(std::shared_ptr<Communicator> world, const TrainConfig& given) 
   }
   store_.finalize(cfg.zero1 ? static_cast<size_t>(dp) : 1);
   for (auto& ch : chunks_) ch->init_params(cfg.seed);
+  if (!cfg.init_from.empty()) WeightFile(cfg.init_from, model_.n_head).load(store_, model_, grid_->tp());
 
   OptimizerConfig oc;
   oc.adamw = cfg.adamw;
@@ -188,7 +205,8 @@ Trainer::Trainer(std::shared_ptr<Communicator> world, const TrainConfig& given) 
                      6.0 * model_.n_layer * static_cast<double>(model_.n_embd) * T_;
 } catch (const std::bad_alloc&) {
   // Say what did not fit, and what it should have needed (the members are gone by now).
-  throw OutOfMemoryError(describe_start_up_oom(resolve_train_config(given, world->size()), world->rank()));
+  throw OutOfMemoryError(
+      describe_start_up_oom(resolve_train_config(with_init_from_shape(given), world->size()), world->rank()));
 }
 
 Trainer::~Trainer() = default;
@@ -343,8 +361,16 @@ void Trainer::check_step(IterationMetrics& mt, const StepReport& rep, std::span<
                 cfg_.straggler_factor);
 }
 
+void Trainer::restore_progress(int64_t iteration, int64_t consumed_samples) {
+  require(iteration >= 0 && consumed_samples >= 0, "restored iteration {} and consumed samples {} must be >= 0",
+          iteration, consumed_samples);
+  iteration_ = iteration;
+  consumed_ = consumed_samples;
+}
+
 void Trainer::train(const std::function<void(const IterationMetrics&)>& on_iteration,
-                    const std::function<void(const EvalMetrics&)>& on_eval) {
+                    const std::function<void(const EvalMetrics&)>& on_eval,
+                    const std::function<bool()>& should_stop) {
   while (iteration_ < cfg_.train_iters) {
     const auto m = step();
     if (on_iteration) on_iteration(m);
@@ -354,6 +380,7 @@ void Trainer::train(const std::function<void(const IterationMetrics&)>& on_itera
       watchdog_->progress();
       if (on_eval) on_eval(e);
     }
+    if (should_stop && should_stop()) break;
   }
 }
 

@@ -62,6 +62,10 @@ class ParamStore {
   std::span<float> flat_grads() { return grads_; }
   std::span<const float> flat_params() const { return params_; }
   std::span<const float> flat_grads() const { return grads_; }
+  // Parameter i's values copied to / from host memory: the only way checkpoint code touches
+  // parameter values (on a device backend the store's buffers are not host memory).
+  std::vector<float> param_to_host(size_t i) const;
+  void param_from_host(size_t i, std::span<const float> values);  // ConfigError unless values.size() == numel
   size_t numel() const { return used_; }          // without padding
   size_t padded_numel() const { return params_.size(); }
   void zero_grads();

@@ -65,6 +65,10 @@ class Optimizer {
   std::span<float> exp_avg() { return m_; }
   std::span<float> exp_avg_sq() { return v_; }
   const std::vector<UpdateRange>& ranges() const { return ranges_; }
+  // One Adam moment (0: exp_avg m, 1: exp_avg_sq v) copied to / from host memory, in the layout
+  // above: what checkpoints read and write (the moments may live on a device).
+  std::vector<float> state_to_host(int moment) const;
+  void state_from_host(int moment, std::span<const float> values);  // ConfigError on a wrong size
 
  private:
   static GradBufferOptions sync_options(const OptimizerConfig& cfg, ProcessGrid& grid);

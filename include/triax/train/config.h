@@ -82,6 +82,16 @@ struct TrainConfig {
   std::string metrics_bind = "0.0.0.0";
   std::string metrics_textfile;
   double metrics_linger = 0;
+  // Checkpoints (docs/CHECKPOINTS.md): save the whole training state under `save` every
+  // save_interval iterations (0: only at the end and on SIGTERM/SIGUSR1), keeping the newest
+  // keep_last (0: all); resume from the newest complete checkpoint under `load`; start from
+  // pretrained weights (HF safetensors or llm.c .bin); export the trained model for HF.
+  std::string save;
+  int64_t save_interval = 0;
+  int keep_last = 2;
+  std::string load;
+  std::string init_from;
+  std::string export_hf;
 };
 
 // One value as it arrives: the text of a flag's arguments (one or more words), or a TOML node

@@ -66,6 +66,9 @@ struct EvalMetrics {
   std::string json() const;  // {"iteration":N,"valid_loss":...,"valid_ppl":...,"valid_samples":...}
 };
 
+// cfg with the model shape of --init-from's file filled in where the flags leave it open.
+TrainConfig with_init_from_shape(const TrainConfig& cfg);
+
 class Trainer {
  public:
   // Collective over world: resolves and validates the whole configuration with
@@ -78,8 +81,10 @@ class Trainer {
   IterationMetrics step(bool record_events = false);
   // All remaining iterations; on_iteration is called after each.
   // With eval_interval > 0, also evaluates after every eval_interval-th iteration (on_eval).
+  // should_stop (collective, called after each iteration and its evaluation) ends the run early.
   void train(const std::function<void(const IterationMetrics&)>& on_iteration,
-             const std::function<void(const EvalMetrics&)>& on_eval = {});
+             const std::function<void(const EvalMetrics&)>& on_eval = {},
+             const std::function<bool()>& should_stop = {});
   // Validation loss now (collective): forward-only pipeline schedule over eval_iters global
   // batches of the validation set, the same value on every rank and every layout.
   EvalMetrics evaluate();
@@ -101,6 +106,10 @@ class Trainer {
   int64_t iteration() const { return iteration_; }
   const Dataset& train_data() const { return *data_; }
   int64_t consumed_samples() const { return consumed_; }
+  Optimizer& optimizer() { return *optimizer_; }
+  // For checkpoint restore (train/checkpoint.h): the iteration and consumed samples determine
+  // the LR schedule, the batch ramp-up and the data position; the optimizer holds its own counts.
+  void restore_progress(int64_t iteration, int64_t consumed_samples);
   // Layers [first, first + count) of virtual stage vs.
   std::pair<int, int> virtual_stage_layers(int vs) const;
   // Called by the watchdog thread when no iteration finished within --stall-timeout (after the

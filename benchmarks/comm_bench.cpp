@@ -504,7 +504,8 @@ void write_calibration(const Options& o, int n, const std::vector<Row>& rows) {
 template <class T>
 int run(Communicator& world, const Options& o, ReduceOp op, const std::vector<Coll>& colls) {
   MPI_Comm raw = MPI_COMM_NULL;
-  mpi_check(MPI_Comm_dup(mpi_handle(world), &raw), "MPI_Comm_dup");
+  // Under mpirun with TRIAX_COMM=gloo the world is Gloo and the raw side is MPI's own world.
+  mpi_check(MPI_Comm_dup(world.backend() == CommBackend::mpi ? mpi_handle(world) : MPI_COMM_WORLD, &raw), "MPI_Comm_dup");
   MPI_Comm_set_errhandler(raw, MPI_ERRORS_RETURN);
   const int n = world.size(), me = world.rank();
   const bool lead = me == 0;

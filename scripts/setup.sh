@@ -9,8 +9,8 @@ shift || true
 pkgs=(build-essential cmake ninja-build pkg-config git
       openmpi-bin libopenmpi-dev libibverbs-dev rdma-core
       libfmt-dev catch2 libopenblas-dev libopenblas0-openmp
-      libtomlplusplus-dev nlohmann-json3-dev libcli11-dev python3
-      libcpp-httplib-dev prometheus slurm-wlm munge python3-yaml)
+      libtomlplusplus-dev nlohmann-json3-dev libcli11-dev libssl-dev python3 procps
+      libcpp-httplib-dev prometheus slurm-wlm munge python3-yaml libgloo-dev)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

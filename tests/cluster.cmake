@@ -49,6 +49,15 @@ endif()
 
 # Kubernetes/Volcano manifests: fields, and the pods simulated as local processes with the
 # environment Volcano's plugins give them (own UTS and mount namespaces for host name and DNS).
+# With Gloo and train_gpt, the pods of the Volcano job also train (losses == mpirun's).
+set(_k8s_train)
+if(TRIAX_HAVE_GLOO AND TRIAX_WITH_MPI AND TRIAX_BUILD_EXAMPLES)
+  set(_k8s_train $<TARGET_FILE:train_gpt> ${MPIEXEC_EXECUTABLE})
+endif()
 add_test(NAME cluster.k8s_volcano
-  COMMAND python3 ${CMAKE_CURRENT_SOURCE_DIR}/cluster/k8s_test.py $<TARGET_FILE:bootstrap_check> ${PROJECT_SOURCE_DIR})
-set_tests_properties(cluster.k8s_volcano PROPERTIES TIMEOUT 300 LABELS cluster SKIP_RETURN_CODE 77 PROCESSORS 2)
+  COMMAND python3 ${CMAKE_CURRENT_SOURCE_DIR}/cluster/k8s_test.py $<TARGET_FILE:bootstrap_check> ${PROJECT_SOURCE_DIR}
+    ${_k8s_train})
+set(_sess ${CMAKE_BINARY_DIR}/ompi-sessions/cluster.k8s)
+file(MAKE_DIRECTORY ${_sess})
+set_tests_properties(cluster.k8s_volcano PROPERTIES TIMEOUT 300 LABELS cluster SKIP_RETURN_CODE 77 PROCESSORS 2
+  ENVIRONMENT "${TRIAX_MPIRUN_ENV};OMPI_MCA_orte_tmpdir_base=${_sess}")

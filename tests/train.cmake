@@ -1,12 +1,24 @@
-# train_gpt end to end (tests/train/train_cli_test.sh): the README's main job, a TOML config,
-# and the clear errors for bad flags, layouts and data files.
-if(TRIAX_WITH_MPI AND TRIAX_BUILD_EXAMPLES)
-  foreach(case main_job config errors moe config_file roundtrip ranges one_message writes inputs)
-    add_test(NAME train.cli.${case}
-      COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/train/train_cli_test.sh $<TARGET_FILE:train_gpt> ${MPIEXEC_EXECUTABLE} ${case})
-    set(_sess ${CMAKE_BINARY_DIR}/ompi-sessions/train.${case})
+# train_gpt end to end under mpirun, one ctest entry per case of a script:
+#   train.cli.*        tests/train/train_cli_test.sh: the README's main job, a TOML config, and the
+#                      clear errors for bad flags, layouts and data files.
+#   train.checkpoint.* tests/train/checkpoint_test.sh: checkpoints (docs/CHECKPOINTS.md).
+# triax_add_train_script_tests(GROUP SCRIPT SESSION_PREFIX CASES case... [ARGS extra...]): runs
+# `bash SCRIPT train_gpt mpiexec CASE extra...`.
+function(triax_add_train_script_tests group script session_prefix)
+  cmake_parse_arguments(A "" "" "CASES;ARGS" ${ARGN})
+  foreach(case ${A_CASES})
+    add_test(NAME train.${group}.${case}
+      COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/train/${script} $<TARGET_FILE:train_gpt> ${MPIEXEC_EXECUTABLE} ${case} ${A_ARGS})
+    set(_sess ${CMAKE_BINARY_DIR}/ompi-sessions/${session_prefix}.${case})
     file(MAKE_DIRECTORY ${_sess})
-    set_tests_properties(train.cli.${case} PROPERTIES TIMEOUT 600 LABELS train SKIP_RETURN_CODE 77
+    set_tests_properties(train.${group}.${case} PROPERTIES TIMEOUT 600 LABELS train SKIP_RETURN_CODE 77
       ENVIRONMENT "${TRIAX_MPIRUN_ENV};OMPI_MCA_orte_tmpdir_base=${_sess}" PROCESSORS 2)
   endforeach()
+endfunction()
+
+if(TRIAX_WITH_MPI AND TRIAX_BUILD_EXAMPLES)
+  triax_add_train_script_tests(cli train_cli_test.sh train
+    CASES main_job config errors moe config_file roundtrip ranges one_message writes inputs)
+  triax_add_train_script_tests(checkpoint checkpoint_test.sh checkpoint
+    CASES exact reshard kill9 sigterm sigusr1 bad init export_hf ARGS $<TARGET_FILE:gpt_eval> ${TRIAX_HF_PYTHON})
 endif()

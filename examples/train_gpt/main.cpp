@@ -17,7 +17,10 @@
 #include <triax/core/log.h>
 #include <triax/core/log_json.h>
 #include <triax/dist/bootstrap.h>
+#include <triax/dist/flight_recorder.h>
 #include <triax/dist/job_failure.h>
+#include <triax/model/checkpoint_io.h>
+#include <triax/train/checkpoint.h>
 #include <triax/train/config.h>
 #include <triax/train/metrics_exporter.h>
 #include <triax/train/trainer.h>
@@ -88,10 +91,35 @@ int main(int argc, char** argv) {
   std::unique_ptr<triax::Bootstrap> boot;
   try {
     boot = triax::Bootstrap::create();
+    // Without mpirun (TCP rendezvous) a dead rank is named by the peer watch (docs/FAULTS.md).
+    boot->watch_peers([](const std::string& msg) {
+      std::fprintf(stderr, "%s: communication error: %s\n", kProgram, msg.c_str());
+      std::fflush(stderr);
+      std::_Exit(triax::kExitComm);
+    });
     auto world = boot->world();
     const int rank = world->rank();
     triax::log::set_rank(world->size() > 1 ? rank : -1);
+    // Before the trainer exists: a signal during start-up must not kill the job either.
+    if (!c.save.empty()) triax::install_stop_signal_handlers();
     triax::Trainer trainer(world, c);
+    // A stall (--stall-timeout): every rank's watchdog has dumped its flight recorder; rank 0
+    // waits for the others' dumps and prints triax-fr's verdict, then the job ends (exit 4).
+    const auto started = std::chrono::system_clock::now();
+    trainer.set_stall_handler([rank, size = world->size(), started](const std::string& msg) {
+      std::fprintf(stderr, "%s: %s\n", kProgram, msg.c_str());
+      std::fflush(stderr);
+      if (rank == 0) {
+        for (const auto& line : triax::stall_verdict(size, started, std::chrono::seconds(3)))
+          std::fprintf(stderr, "%s: triax-fr: %s\n", kProgram, line.c_str());
+        std::fflush(stderr);
+      } else {
+        std::this_thread::sleep_for(std::chrono::seconds(5));  // rank 0 reads this rank's dump meanwhile
+      }
+      std::_Exit(triax::kExitComm);
+    });
+    triax::Checkpointer checkpoints(trainer);
+    checkpoints.resume();
     std::FILE* jsonl = nullptr;
     struct Closer {
       std::FILE*& f;
@@ -130,7 +158,13 @@ int main(int argc, char** argv) {
       if (rank != 0) return;
       print_line(e.log_line(), e.json());
       if (jsonl) write_all(jsonl, e.json() + "\n", "--metrics-jsonl " + c.metrics_jsonl);
-    });
+    }, [&] { return checkpoints.after_iteration(); });
+    checkpoints.finish();
+    if (!c.export_hf.empty()) {
+      triax::save_weights(c.export_hf, triax::WeightFormat::safetensors, trainer.model_config(), trainer.store(),
+                          trainer.grid());
+      if (rank == 0) triax::log::info("exported the model to {} (HF GPT2LMHeadModel safetensors)", c.export_hf);
+    }
     if (jsonl && std::fclose(jsonl) != 0) {
       jsonl = nullptr;
       throw triax::IoError(fmt::format("--metrics-jsonl {}: closing failed: {}", c.metrics_jsonl, std::strerror(errno)));
@@ -139,6 +173,7 @@ int main(int argc, char** argv) {
     if (exporter && exporter->port() >= 0 && c.metrics_linger > 0)
       std::this_thread::sleep_for(std::chrono::duration<double>(c.metrics_linger));
   } catch (const std::exception& e) {
+    triax::dump_flight_recorder(std::string("error: ") + e.what());
     end_job(triax::settle_failure(kProgram, e), boot);
   }
   return 0;

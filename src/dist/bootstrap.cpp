@@ -7,6 +7,8 @@
 #include <climits>
 #include <cstdlib>
 
+#include "triax/dist/gloo_comm.h"
+#include "triax/dist/host_comm.h"
 #include "triax/dist/self_comm.h"
 #include "triax/dist/slurm.h"
 
@@ -46,7 +48,9 @@ class SingleBootstrap final : public Bootstrap {
   int local_rank() const override { return 0; }
   std::vector<std::string> all_gather(std::string_view mine) override { return {std::string(mine)}; }
   std::shared_ptr<Communicator> world() override {
-    if (!world_) world_ = make_self_communicator("world", 0);
+    if (!world_)
+      world_ = host_comm_choice() == HostComm::gloo ? std::shared_ptr<Communicator>(make_gloo_communicator(*this, "world"))
+                                                    : std::shared_ptr<Communicator>(make_self_communicator("world", 0));
     return world_;
   }
 

@@ -4,6 +4,7 @@
 
 #include <fmt/ranges.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <numeric>
 #include <thread>
@@ -25,6 +26,7 @@ std::string_view backend_name(CommBackend b) {
     case CommBackend::self: return "self";
     case CommBackend::mpi: return "mpi";
     case CommBackend::nccl: return "nccl";
+    case CommBackend::gloo: return "gloo";
   }
   return "?";
 }
@@ -42,10 +44,61 @@ std::chrono::milliseconds default_comm_timeout() {
 
 Communicator::Communicator(int rank, int size, std::string name, std::vector<int> world_ranks, CommOptions opts)
     : rank_(rank), size_(size), name_(std::move(name)), world_ranks_(std::move(world_ranks)),
-      timeout_(opts.timeout.count() > 0 ? opts.timeout : default_comm_timeout()) {
+      timeout_(opts.timeout.count() > 0 ? opts.timeout : default_comm_timeout()),
+      debug_(debug_collectives_from_env()) {
   if (size_ <= 0 || rank_ < 0 || rank_ >= size_ || static_cast<int>(world_ranks_.size()) != size_)
     TRIAX_THROW(CommError, "communicator '{}': rank {} of size {} with {} world ranks is inconsistent", name_, rank_,
                 size_, world_ranks_.size());
+  fr_ = std::make_shared<FlightRecorder>(name_, rank_, world_ranks_.at(rank_), world_ranks_, flight_recorder_capacity());
+  register_flight_recorder(fr_);
+}
+
+bool debug_collectives_from_env() {
+  const char* s = std::getenv("TRIAX_DEBUG_COLLECTIVES");
+  return s && std::string_view(s) == "1";
+}
+
+namespace {
+// A small stable code per operation name for the mismatch check (FNV-1a).
+int64_t op_hash(std::string_view op) {
+  uint64_t h = 1469598103934665603ull;
+  for (char c : op) h = (h ^ static_cast<unsigned char>(c)) * 1099511628211ull;
+  return static_cast<int64_t>(h >> 8);
+}
+}  // namespace
+
+CallInfo Communicator::issued(CallInfo info, DType dt, size_t count, int op_code) {
+  if (!debug_ || size_ == 1 || info.peer >= 0 || backend() == CommBackend::nccl) {
+    fr_->enqueued(info, dt, count);
+    return info;
+  }
+  // Every rank contributes {seq, op, dtype, count} through the backend's own all-gather (host
+  // memory; not numbered, so the check never shifts the sequence it checks).
+  const int64_t mine[4] = {static_cast<int64_t>(info.seq), op_hash(info.op) * 16 + op_code, static_cast<int64_t>(dt),
+                           info.op == "all_to_all_v" ? -1 : static_cast<int64_t>(count)};
+  std::vector<int64_t> all(4 * static_cast<size_t>(size_));
+  CallInfo check{info.seq, "collective check of " + info.op, "int64 x 4", -1};
+  // The check completes before the call is recorded, so its completion cannot mark the call done.
+  Work w = all_gather_impl(make_buffer(std::span<const int64_t>(mine)), make_buffer(std::span<int64_t>(all)), check);
+  w.wait();
+  fr_->enqueued(info, dt, count);
+  for (int r = 0; r < size_; ++r) {
+    const int64_t* o = &all[4 * static_cast<size_t>(r)];
+    if (std::equal(o, o + 4, mine)) continue;
+    const std::string theirs =
+        o[0] != mine[0] ? fmt::format("call #{}", o[0])
+        : o[1] != mine[1] ? std::string("a different operation (or reduce op)")
+                          : fmt::format("{} x {}", dtype_name(static_cast<DType>(o[2])), o[3]);
+    fr_->ended(info.seq, FrState::failed);
+    poisoned_ = true;
+    dump_flight_recorder(fmt::format("collective mismatch on group '{}' #{}", name_, info.seq));
+    TRIAX_THROW(CommError,
+                "collective mismatch (TRIAX_DEBUG_COLLECTIVES) at {} #{} on {}: group rank {} (world rank {}) called "
+                "{} ({}) but group rank {} (world rank {}) called {}",
+                info.op, info.seq, describe(), rank_, world_rank(), info.op, info.detail, r, world_ranks_.at(r),
+                theirs);
+  }
+  return info;
 }
 
 std::string Communicator::describe() const {
@@ -55,7 +108,7 @@ std::string Communicator::describe() const {
 
 CallInfo Communicator::next(const char* op, size_t count, DType dt) {
   check_alive(op);
-  return CallInfo{seq_++, op, fmt::format("{} x {}", dtype_name(dt), count), -1};
+  return issued(CallInfo{seq_++, op, fmt::format("{} x {}", dtype_name(dt), count), -1}, dt, count, 0);
 }
 CallInfo Communicator::next(const char* op, size_t count, DType dt, ReduceOp rop) {
   check_alive(op);
@@ -64,15 +117,17 @@ CallInfo Communicator::next(const char* op, size_t count, DType dt, ReduceOp rop
   if (dt == DType::u8)
     TRIAX_THROW(CommError, "{} ({}) on {}: uint8 buffers move but cannot be reduced", op, reduce_op_name(rop),
                 describe());
-  return CallInfo{seq_++, op, fmt::format("{} x {}, {}", dtype_name(dt), count, reduce_op_name(rop)), -1};
+  return issued(CallInfo{seq_++, op, fmt::format("{} x {}, {}", dtype_name(dt), count, reduce_op_name(rop)), -1}, dt,
+                count, 1 + static_cast<int>(rop));
 }
 CallInfo Communicator::next(const char* op, size_t count, DType dt, int peer) {
   check_alive(op);
   const bool p2p = std::string_view(op) == "send" || std::string_view(op) == "recv";
-  return CallInfo{seq_++, op,
-                  fmt::format("{} x {}, {} {} (world rank {})", dtype_name(dt), count, p2p ? "peer" : "root", peer,
-                              world_ranks_.at(peer)),
-                  p2p ? peer : -1};
+  return issued(CallInfo{seq_++, op,
+                         fmt::format("{} x {}, {} {} (world rank {})", dtype_name(dt), count, p2p ? "peer" : "root",
+                                     peer, world_ranks_.at(peer)),
+                         p2p ? peer : -1},
+                dt, count, 8 + peer);
 }
 
 void Communicator::check_alive(const char* op) const {
@@ -123,16 +178,21 @@ Work Communicator::batch_send_recv(std::span<const P2POp> ops) {
   }
   CallInfo info{seq_++, "batch_send_recv", fmt::format("{} sends, {} receives", sends, recvs), -1};
   if (ops.size() == 1) info.peer = ops[0].peer;
+  fr_->enqueued(info, DType::u8, 0);
   return batch_impl(ops, std::move(info));
 }
 
 void Communicator::fail(const CallInfo& info, const std::string& why) const {
   poisoned_ = true;
+  fr_->ended(info.seq, FrState::failed);
+  dump_flight_recorder(fmt::format("{} #{} failed on group '{}': {}", info.op, info.seq, name_, why));
   TRIAX_THROW(CommError, "{} #{} ({}) on {} failed: {}", info.op, info.seq, info.detail, describe(), why);
 }
 
 void Communicator::raise_timeout(const CallInfo& info, std::chrono::milliseconds t) {
   poisoned_ = true;
+  fr_->ended(info.seq, FrState::timed_out);
+  dump_flight_recorder(fmt::format("{} #{} timed out on group '{}'", info.op, info.seq, name_));
   on_timeout(info);
   std::string who;
   if (info.peer >= 0)
@@ -153,6 +213,7 @@ bool Work::test() {
   if (!impl_->test()) return false;
   finished_ = true;
   impl_->finish();
+  if (comm_) comm_->fr_->ended(info_.seq, FrState::completed);
   return true;
 }
 
@@ -160,6 +221,7 @@ void Work::wait() { wait(comm_ ? comm_->timeout() : default_comm_timeout()); }
 
 void Work::wait(std::chrono::milliseconds timeout) {
   if (!impl_ || finished_) return;
+  if (comm_) comm_->fr_->started(info_.seq);
   const auto start = std::chrono::steady_clock::now();
   const auto deadline = start + timeout;
   // Spin on test() for the first second, as MPI_Wait does: Open MPI's progress loop already

@@ -5,6 +5,8 @@
 #include <exception>
 
 #include "triax/dist/bootstrap.h"
+#include "triax/dist/gloo_comm.h"
+#include "triax/dist/host_comm.h"
 #include "triax/dist/mpi_comm.h"
 
 namespace triax {
@@ -67,7 +69,10 @@ class MpiBootstrap final : public Bootstrap {
   }
 
   std::shared_ptr<Communicator> world() override {
-    if (!world_) world_ = make_mpi_communicator(MPI_COMM_WORLD, "world");
+    // TRIAX_COMM=gloo: Gloo over this bootstrap, so the Gloo backend runs under mpirun too.
+    if (!world_)
+      world_ = host_comm_choice() == HostComm::gloo ? std::shared_ptr<Communicator>(make_gloo_communicator(*this, "world"))
+                                                    : std::shared_ptr<Communicator>(make_mpi_communicator(MPI_COMM_WORLD, "world"));
     return world_;
   }
 

@@ -5,6 +5,8 @@
 // RingWork) because Open MPI's nonblocking versions are several times slower there.
 #include "triax/dist/mpi_comm.h"
 
+#include "host_reduce.h"
+
 #include <algorithm>
 #include <bit>
 #include <climits>
@@ -71,28 +73,7 @@ MPI_Op mpi_op(DType t, ReduceOp op, const CallInfo& info) {
   return k == 1 ? MPI_MAX : k == 2 ? MPI_MIN : MPI_SUM;
 }
 
-template <class T>
-void divide(void* p, size_t n, int by) {
-  auto* x = static_cast<T*>(p);
-  for (size_t i = 0; i < n; ++i) {
-    if constexpr (std::is_same_v<T, bf16> || std::is_same_v<T, f16>)
-      x[i] = T(static_cast<float>(x[i]) / static_cast<float>(by));
-    else
-      x[i] = static_cast<T>(x[i] / static_cast<T>(by));
-  }
-}
-
-void divide_buffer(Buffer b, int by) {
-  switch (b.dtype) {
-    case DType::f32: divide<float>(b.data, b.count, by); break;
-    case DType::f64: divide<double>(b.data, b.count, by); break;
-    case DType::i32: divide<int32_t>(b.data, b.count, by); break;
-    case DType::i64: divide<int64_t>(b.data, b.count, by); break;
-    case DType::bf16: divide<bf16>(b.data, b.count, by); break;
-    case DType::f16: divide<f16>(b.data, b.count, by); break;
-    case DType::u8: break;
-  }
-}
+using detail::divide_buffer;
 
 int checked_int(size_t n, const CallInfo& info) {
   if (n > static_cast<size_t>(INT_MAX))

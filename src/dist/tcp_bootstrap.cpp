@@ -2,12 +2,18 @@
 // TRIAX_MASTER_PORT) from the environment and a star-shaped TCP rendezvous through rank 0 (docs/BOOTSTRAP.md). Rank 0
 // accepts one connection per rank and keeps them open; each all_gather is one round trip over
 // them. Every wait has a deadline, so a missing or dead peer is an error that names it.
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
+#include <sys/socket.h>
 
 #include <algorithm>
+#include <exception>
 #include <charconv>
 #include <cstdlib>
 #include <cstring>
+#include <atomic>
+#include <mutex>
 #include <optional>
 #include <thread>
 
@@ -16,6 +22,8 @@
 #include "tcp_socket.h"
 #include "triax/core/log.h"
 #include "triax/dist/bootstrap.h"
+#include "triax/dist/gloo_comm.h"
+#include "triax/dist/host_comm.h"
 #include "triax/dist/tcp_wire.h"
 
 namespace triax {
@@ -154,6 +162,45 @@ class TcpBootstrap final : public Bootstrap {
     }
   }
 
+  ~TcpBootstrap() override {
+    if (!watching_) return;
+    // Destroyed while an exception unwinds: the rank is failing, and its peers must hear of it.
+    // After a failure (a dead peer, a failed round) there is no goodbye either.
+    if (std::uncaught_exceptions() == 0 && broken_.empty()) {
+      // Goodbye first, so that peers still running do not take this exit for a death.
+      std::lock_guard lock(io_mu_);
+      const auto d = Clock::now() + 200ms;
+      if (env_.rank == 0) {
+        for (auto& p : peers_)
+          if (p.sock.valid()) tcp::send_frame(p.sock.fd(), FrameType::bye, round_, {}, d);
+      } else if (master_sock_.valid()) {
+        tcp::send_frame(master_sock_.fd(), FrameType::bye, round_, {}, d);
+      }
+    }
+    watch_stop_.store(true);
+    if (watcher_.joinable()) watcher_.join();
+  }
+
+  void watch_peers(std::function<void(const std::string&)> on_death) override {
+    if (env_.world_size == 1 || watching_) return;
+    // The heartbeat: keepalive probes after 2 s of silence, every 1 s, 3 unanswered = dead.
+    auto keepalive = [](int fd) {
+      const int on = 1, idle = 2, intvl = 1, cnt = 3;
+      setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &on, sizeof(on));
+      setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof(idle));
+      setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, sizeof(intvl));
+      setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof(cnt));
+    };
+    if (env_.rank == 0) {
+      for (auto& p : peers_)
+        if (p.sock.valid()) keepalive(p.sock.fd());
+    } else {
+      keepalive(master_sock_.fd());
+    }
+    watching_ = true;
+    watcher_ = std::thread([this, cb = std::move(on_death)] { watch_loop(cb); });
+  }
+
   LaunchKind kind() const override { return env_.kind; }
   int rank() const override { return env_.rank; }
   int world_size() const override { return env_.world_size; }
@@ -161,17 +208,24 @@ class TcpBootstrap final : public Bootstrap {
 
   std::vector<std::string> all_gather(std::string_view mine) override {
     if (env_.world_size == 1) return {std::string(mine)};
+    std::lock_guard lock(io_mu_);  // the peer watch reads a connection only while no round runs
     if (!broken_.empty())
       TRIAX_THROW(CommError, "rank {}: the TCP bootstrap is unusable after an earlier failure: {}", env_.rank, broken_);
     ++round_;
     return env_.rank == 0 ? gather_master(mine) : gather_worker(mine);
   }
 
+  // Gloo over this rendezvous (its pairs' addresses travel through all_gather).
   std::shared_ptr<Communicator> world() override {
-    TRIAX_THROW(ConfigError,
-                "rank {}: the TCP rendezvous (RANK/WORLD_SIZE/MASTER_ADDR launch) carries start-up data only (host "
-                "names, the NCCL unique id); the CPU path needs mpirun",
-                env_.rank);
+    if (!world_) {
+      if (host_comm_choice() == HostComm::mpi)
+        TRIAX_THROW(ConfigError,
+                    "rank {}: TRIAX_COMM=mpi, but the processes were launched without mpirun ({} launch through the "
+                    "TCP rendezvous); launch with mpirun, or unset TRIAX_COMM to use Gloo",
+                    env_.rank, launch_kind_name(env_.kind));
+      world_ = make_gloo_communicator(*this, "world");
+    }
+    return world_;
   }
 
  private:
@@ -214,6 +268,86 @@ class TcpBootstrap final : public Bootstrap {
     master_sock_.close();
     broken_ = msg;
     throw E(fmt::format("rank {}: {}", env_.rank, msg));
+  }
+
+  // ---- peer watch ----
+
+  // After a peer closed its end: reads what it left (a goodbye or rank 0's abort) to the end.
+  // Returns the frame type seen last, or 0 when the connection ended without one.
+  static uint16_t drain(int fd, FrameReader& reader, std::string* payload) {
+    uint16_t last = 0;
+    const auto d = Clock::now() + 200ms;
+    for (;;) {
+      const auto st = tcp::read_frame(fd, reader, d);
+      if (st != FrameReader::State::frame) return last;
+      last = reader.header().type;
+      *payload = reader.take_payload();
+    }
+  }
+
+  void watch_loop(const std::function<void(const std::string&)>& on_death) {
+    std::vector<int> watched;  // master: worker ranks still connected; worker: {0}
+    if (env_.rank == 0)
+      for (int r = 1; r < env_.world_size; ++r) watched.push_back(r);
+    else
+      watched.push_back(0);
+    while (!watch_stop_.load() && !watched.empty()) {
+      std::vector<pollfd> fds;
+      // Workers also read what rank 0 sends outside a round (an abort naming a dead rank, a goodbye);
+      // rank 0 never reads outside a round: a worker's next contribution may already be on its way.
+      for (int r : watched)
+        fds.push_back({r == 0 ? master_sock_.fd() : peers_[static_cast<size_t>(r)].sock.fd(),
+                       static_cast<short>(r == 0 ? POLLIN | POLLRDHUP : POLLRDHUP), 0});
+      if (::poll(fds.data(), fds.size(), 100) <= 0) continue;
+      // A round in progress reads the connections itself (and fails naming a dead peer).
+      std::unique_lock lock(io_mu_, std::try_to_lock);
+      if (!lock.owns_lock() || watch_stop_.load()) {
+        std::this_thread::sleep_for(20ms);
+        continue;
+      }
+      std::vector<int> still;
+      for (size_t i = 0; i < watched.size(); ++i) {
+        const int r = watched[i];
+        if (!(fds[i].revents & (POLLIN | POLLRDHUP | POLLHUP | POLLERR))) {
+          still.push_back(r);
+          continue;
+        }
+        std::string payload;
+        if (env_.rank != 0) {
+          const uint16_t t = drain(master_sock_.fd(), master_reader_, &payload);
+          if (t == static_cast<uint16_t>(FrameType::bye)) continue;
+          if (t == 0 && !(fds[i].revents & (POLLRDHUP | POLLHUP | POLLERR))) {  // part of a frame so far
+            still.push_back(r);
+            continue;
+          }
+          const std::string msg =
+              t == static_cast<uint16_t>(FrameType::abort)
+                  ? fmt::format("rank {}: peer failure reported by the rendezvous: {}", env_.rank, payload)
+                  : fmt::format("rank {}: lost the connection to rank 0 (the rendezvous master at {}, host {}) without "
+                                "a goodbye: rank 0 died, was killed, or its host is unreachable",
+                                env_.rank, master_, hosts_[0]);
+          broken_ = msg;
+          lock.unlock();
+          on_death(msg);
+          return;
+        }
+        auto& p = peers_[static_cast<size_t>(r)];
+        if (drain(p.sock.fd(), p.reader, &payload) == static_cast<uint16_t>(FrameType::bye)) continue;
+        const std::string msg = fmt::format(
+            "{} died: its rendezvous connection closed without a goodbye (the process exited, was killed, or its host "
+            "is unreachable)",
+            who(r));
+        // Name it to every other rank, then close: their watch reads the abort.
+        const auto d = Clock::now() + 500ms;
+        for (auto& q : peers_)
+          if (q.sock.valid() && &q != &p) tcp::send_frame(q.sock.fd(), FrameType::abort, round_, msg, d);
+        broken_ = msg;
+        lock.unlock();
+        on_death(fmt::format("rank 0: {}", msg));
+        return;
+      }
+      watched = std::move(still);
+    }
   }
 
   // ---- rendezvous, master side ----
@@ -577,6 +711,7 @@ class TcpBootstrap final : public Bootstrap {
   std::chrono::milliseconds timeout_;
   std::string master_;  // "address:port" of rank 0, for messages
   std::vector<std::string> hosts_;  // host name of every rank, in rank order
+  std::shared_ptr<Communicator> world_;  // Gloo, built on first use
   int local_rank_ = 0;
   uint64_t round_ = 0;
   std::string broken_;  // why the bootstrap failed; non-empty makes every later call throw
@@ -584,6 +719,11 @@ class TcpBootstrap final : public Bootstrap {
   std::vector<Peer> peers_;
   Socket master_sock_;
   FrameReader master_reader_;
+  // Peer watch (watch_peers): all_gather and the watch thread take io_mu_ to touch connections.
+  std::mutex io_mu_;
+  bool watching_ = false;
+  std::atomic<bool> watch_stop_{false};
+  std::thread watcher_;
 };
 
 }  // namespace

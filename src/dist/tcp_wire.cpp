@@ -63,6 +63,7 @@ std::string_view frame_type_name(uint16_t type) {
     case FrameType::contribution: return "contribution";
     case FrameType::result: return "result";
     case FrameType::abort: return "abort";
+    case FrameType::bye: return "bye";
   }
   return "unknown";
 }

@@ -1,6 +1,7 @@
 // One optimizer step: sync, norm, skip / clip, fused AdamW, ZeRO-1 gather.
 #include "triax/optim/optimizer.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 
@@ -36,10 +37,28 @@ void Optimizer::set_step_counts(int64_t applied, int64_t skipped) {
   skipped_ = skipped;
 }
 
+std::vector<float> Optimizer::state_to_host(int moment) const {
+  if (moment != 0 && moment != 1) TRIAX_THROW(ConfigError, "Adam moment {} does not exist (0: m, 1: v)", moment);
+  const Tensor& t = moment == 0 ? m_ : v_;
+  std::vector<float> out(t.defined() ? static_cast<size_t>(t.numel()) : 0);
+  if (!out.empty()) store_.backend().copy_to_host(out.data(), t, out.size() * sizeof(float));
+  return out;
+}
+
+void Optimizer::state_from_host(int moment, std::span<const float> values) {
+  if (moment != 0 && moment != 1) TRIAX_THROW(ConfigError, "Adam moment {} does not exist (0: m, 1: v)", moment);
+  const Tensor& dst = moment == 0 ? m_ : v_;
+  const size_t n = dst.defined() ? static_cast<size_t>(dst.numel()) : 0;
+  if (values.size() != n)
+    TRIAX_THROW(ConfigError, "Adam moment {} holds {} values on this rank, {} were given", moment, n, values.size());
+  if (n > 0) store_.backend().copy_from_host(dst, values.data(), n * sizeof(float));
+}
+
 StepReport Optimizer::step(double lr) {
   if (!(std::isfinite(lr) && lr >= 0.0)) TRIAX_THROW(ConfigError, "learning rate {} must be finite and >= 0", lr);
   StepReport rep;
   rep.sync = grads_.finish();
+  if (before_norm_) before_norm_();
   const auto t0 = std::chrono::steady_clock::now();
   rep.grad_norm = global_grad_norm(store_, grid_, cfg_.zero1 ? &grads_ : nullptr);
   if (!std::isfinite(rep.grad_norm)) {

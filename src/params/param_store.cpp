@@ -62,7 +62,7 @@ Tensor ParamStore::grads_range(size_t begin, size_t end) const {
   return grads_.slice(static_cast<int64_t>(begin), static_cast<int64_t>(end));
 }
 
-std::vector<float> ParamStore::param_to_host(size_t i) {
+std::vector<float> ParamStore::param_to_host(size_t i) const {
   const Tensor t = param_t(i);
   std::vector<float> out(static_cast<size_t>(t.numel()));
   if (dtype_ == DType::f32) {

@@ -120,8 +120,12 @@ StepResult PipelineExecutor::run(const Schedule& sch, const MicroBatchFn& data, 
     res.peak_send_buffers = std::max(res.peak_send_buffers, sends.size());
   };
 
+  count_.store(list.size(), std::memory_order_relaxed);
   for (size_t i = 0; i < list.size(); ++i) {
     const PipeInstr& in = list[i];
+    pos_.store((uint64_t{i} & 0xffffff) << 40 | uint64_t{static_cast<uint8_t>(in.op)} << 32 |
+                   (static_cast<uint64_t>(in.mb) & 0xfffff) << 12 | (static_cast<uint64_t>(in.chunk) & 0xfff),
+               std::memory_order_relaxed);
     const Key k{in.mb, in.chunk};
     Stage& ch = *chunks_.at(static_cast<size_t>(in.chunk));
     const bool first = sch.is_first_virtual(stage, in.chunk);
@@ -208,6 +212,7 @@ StepResult PipelineExecutor::run(const Schedule& sch, const MicroBatchFn& data, 
     progress();
   }
   const auto w0 = Clock::now();
+  pos_.store(~uint64_t{0}, std::memory_order_relaxed);
   for (auto& p : sends) p.work.wait();
   sends.clear();
   res.p2p_wait_s += since(w0);
@@ -216,6 +221,13 @@ StepResult PipelineExecutor::run(const Schedule& sch, const MicroBatchFn& data, 
                 recv_act.size() + recv_grad.size(), sch.label());
   res.wall_s = since(t0);
   return res;
+}
+
+std::string PipelineExecutor::position() const {
+  const uint64_t p = pos_.load(std::memory_order_relaxed);
+  if (p == ~uint64_t{0}) return {};
+  return fmt::format("instruction {} of {}: {} mb {} chunk {}", (p >> 40) + 1, count_.load(std::memory_order_relaxed),
+                     pipe_op_name(static_cast<PipeOp>((p >> 32) & 0xff)), (p >> 12) & 0xfffff, p & 0xfff);
 }
 
 }  // namespace triax

@@ -420,6 +420,14 @@ std::vector<ConfigOption> build_options() {
   t.push_back(string_opt("metrics-jsonl", "write one JSON object per iteration here", TRIAX_FIELD(metrics_jsonl)));
   t.push_back(string_opt("backend", "where the step runs: cpu, or cpu-checked (buffers inaccessible outside the "
                          "backend: a check, slower)", TRIAX_FIELD(backend), {"cpu", "cpu-checked"}));
+  t.push_back(real_opt("stall-timeout", "seconds without a finished iteration before the watchdog dumps the flight "
+                       "recorder and ends the job (0: off; docs/FAULTS.md)", TRIAX_FIELD(stall_timeout), {0, 1e9}));
+  t.push_back(int_opt("max-skipped-iterations", "end the run after K consecutive iterations skipped for a non-finite "
+                      "gradient norm (0: never)", TRIAX_FIELD(max_skipped_iterations), 0, kMaxI64));
+  t.push_back(real_opt("straggler-factor", "report a rank whose compute time stays above this factor times the "
+                       "median", TRIAX_FIELD(straggler_factor), {1, 1e6}));
+  t.push_back(real_opt("loss-spike-zscore", "log a loss more than this many standard deviations above the recent "
+                       "window (0: off)", TRIAX_FIELD(loss_spike_zscore), {0, 1e6}));
   t.push_back(int_opt("metrics-port", "rank 0 serves Prometheus /metrics on this port (0: any free port)",
                       TRIAX_FIELD(metrics_port), 0, 65535));
   t.push_back(string_opt("metrics-bind", "address the metrics endpoint listens on", TRIAX_FIELD(metrics_bind)));
@@ -427,6 +435,15 @@ std::vector<ConfigOption> build_options() {
                          TRIAX_FIELD(metrics_textfile)));
   t.push_back(real_opt("metrics-linger", "keep serving /metrics this many seconds after the last iteration",
                        TRIAX_FIELD(metrics_linger), {0, 86400}));
+  t.push_back(string_opt("save", "directory to save checkpoints in (docs/CHECKPOINTS.md)", TRIAX_FIELD(save)));
+  t.push_back(int_opt("save-interval", "save every N iterations (0: only at the end and on SIGTERM/SIGUSR1)",
+                      TRIAX_FIELD(save_interval), 0, kMaxI64));
+  t.push_back(int_opt("keep-last", "checkpoints kept under --save (0: all)", TRIAX_FIELD(keep_last), 0, kMaxInt));
+  t.push_back(string_opt("load", "resume from the newest complete checkpoint in this directory", TRIAX_FIELD(load)));
+  t.push_back(string_opt("init-from", "start from pretrained weights: HF GPT-2 safetensors or an llm.c .bin",
+                         TRIAX_FIELD(init_from)));
+  t.push_back(string_opt("export-hf", "at the end, write the model as HF GPT2LMHeadModel safetensors",
+                         TRIAX_FIELD(export_hf)));
   return t;
 }
 

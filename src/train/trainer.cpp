@@ -10,11 +10,13 @@
 #include <numeric>
 
 #include "triax/core/log.h"
+#include "triax/model/checkpoint_io.h"
 
 #include <omp.h>
 
 #include <cstdio>
 #include <cstdlib>
+#include <limits>
 #include <new>
 #include <thread>
 
@@ -48,6 +50,13 @@ std::string IterationMetrics::json() const {
   j["dp_comm_ms"] = dp_comm_ms;
   j["p2p_wait_ms"] = p2p_wait_ms;
   j["compute_ms"] = compute_ms;
+  if (step_skipped) {
+    j["step_skipped"] = true;
+    j["nonfinite_rank"] = nonfinite_rank;
+    j["nonfinite_param"] = nonfinite_param;
+  }
+  if (loss_spike) j["loss_spike"] = true;
+  if (!stragglers.empty()) j["stragglers"] = stragglers;
   return j.dump();
 }
 
@@ -87,8 +96,23 @@ std::string describe_start_up_oom(const ResolvedTrainConfig& r, int rank) {
 
 }  // namespace
 
+TrainConfig with_init_from_shape(const TrainConfig& cfg) {
+  if (cfg.init_from.empty()) return cfg;
+  TrainConfig c = cfg;
+  const GptConfig f = WeightFile(cfg.init_from, cfg.heads.value_or(0)).config();
+  // The file's shape fills what the flags leave open; a flag that disagrees is refused on load
+  // with both shapes named (WeightFile::load).
+  if (!c.layers) c.layers = f.n_layer;
+  if (!c.heads) c.heads = f.n_head;
+  if (!c.hidden) c.hidden = f.n_embd;
+  if (!c.ffn) c.ffn = f.ffn_size();
+  if (!c.vocab) c.vocab = f.vocab;
+  if (!c.max_seq) c.max_seq = f.max_seq;
+  return c;
+}
+
 Trainer::Trainer(std::shared_ptr<Communicator> world, const TrainConfig& given) try {
-  ResolvedTrainConfig resolved = resolve_train_config(given, world->size());
+  ResolvedTrainConfig resolved = resolve_train_config(with_init_from_shape(given), world->size());
   cfg_ = resolved.explicit_cfg;
   const TrainConfig& cfg = cfg_;
   const int dp = resolved.dp;
@@ -105,6 +129,10 @@ Trainer::Trainer(std::shared_ptr<Communicator> world, const TrainConfig& given) 
     TRIAX_THROW(ConfigError, "unknown backend '{}' (cpu, cpu-checked)", cfg.backend);
   world = backend_->adapt(std::move(world));
   store_ = std::make_unique<ParamStore>(*backend_);
+  faults_ = FaultInjector::from_env(world->rank());
+  watchdog_ = std::make_unique<Watchdog>(cfg.stall_timeout, world->rank());
+  spikes_ = LossSpikeDetector(cfg.loss_spike_zscore);
+  stragglers_ = StragglerDetector(cfg.straggler_factor);
   grid_ = std::make_unique<ProcessGrid>(world, GridShape{cfg.tp, P, dp, cfg.ep, cfg.order},
                                         GridOptions{cfg.allow_tp_across_hosts});
   // One thread pool per core: unless the user chose (OMP_NUM_THREADS), ranks sharing a host
@@ -146,6 +174,7 @@ Trainer::Trainer(std::shared_ptr<Communicator> world, const TrainConfig& given) 
   }
   store_->finalize(cfg.zero1 ? static_cast<size_t>(dp) : 1);
   for (auto& ch : chunks_) ch->init_params(cfg.seed);
+  if (!cfg.init_from.empty()) WeightFile(cfg.init_from, model_.n_head).load(*store_, model_, grid_->tp());
 
   OptimizerConfig oc;
   oc.adamw = cfg.adamw;
@@ -156,11 +185,24 @@ Trainer::Trainer(std::shared_ptr<Communicator> world, const TrainConfig& given) 
   if (P > 1 && (grid_->is_first_stage() || grid_->is_last_stage()))
     oc.grad_sync.tied_param = store_->find("transformer.wte.weight");
   optimizer_ = std::make_unique<Optimizer>(*store_, *grid_, oc);
+  if (faults_.any())
+    optimizer_->set_before_norm_hook([this] {
+      if (!faults_.nan_due(iteration_ + 1)) return;
+      // One element of a middle parameter (its own gradient, after the DP sync), poisoned through
+      // the backend like every other write to its buffers.
+      const size_t i = store_->size() / 2;
+      const Tensor g = cfg_.zero1 ? optimizer_->grad_buffer().shard_grads_t() : store_->grad_t(i);
+      backend_->fill(g.slice(0, 1), std::numeric_limits<double>::quiet_NaN());
+      std::fprintf(stderr, "triax fault injection (TRIAX_FAULT): rank %d at iteration %lld: nan: gradient of %s\n",
+                   grid_->world().rank(), static_cast<long long>(iteration_ + 1),
+                   cfg_.zero1 ? "this rank's ZeRO-1 shard" : store_->info(i).spec.name.c_str());
+    });
 
   std::vector<Stage*> ptrs;
   for (auto& ch : chunks_) ptrs.push_back(ch.get());
   executor_ = std::make_unique<PipelineExecutor>(ptrs, grid_->pp(), static_cast<int>(plan.micro_batch), T_,
                                                  model_.n_embd);
+  watchdog_->set_detail([ex = executor_.get()] { return ex->position(); });
   LrScheduleConfig lc;
   lc.max_lr = cfg.lr;
   lc.min_lr = cfg.min_lr;
@@ -172,10 +214,12 @@ Trainer::Trainer(std::shared_ptr<Communicator> world, const TrainConfig& given) 
                      6.0 * model_.n_layer * static_cast<double>(model_.n_embd) * T_;
 } catch (const std::bad_alloc&) {
   // Say what did not fit, and what it should have needed (the members are gone by now).
-  throw OutOfMemoryError(describe_start_up_oom(resolve_train_config(given, world->size()), world->rank()));
+  throw OutOfMemoryError(
+      describe_start_up_oom(resolve_train_config(with_init_from_shape(given), world->size()), world->rank()));
 } catch (const OutOfMemoryError&) {
   // The same from the backend's allocator (the model's buffers are backend allocations).
-  throw OutOfMemoryError(describe_start_up_oom(resolve_train_config(given, world->size()), world->rank()));
+  throw OutOfMemoryError(
+      describe_start_up_oom(resolve_train_config(with_init_from_shape(given), world->size()), world->rank()));
 }
 
 Trainer::~Trainer() = default;
@@ -224,18 +268,31 @@ IterationMetrics Trainer::step(bool record_events) {
     data_->batch(base + (static_cast<int64_t>(d) * m + mb) * mbs, mbs, T_, x, y);
   };
   const double lr = lr_->lr(iteration_);
+  const int64_t it = iteration_ + 1;
+  watchdog_->progress();
   const auto t0 = Clock::now();
+  watchdog_->set_phase(fmt::format("iteration {}: pipeline schedule ({} micro-batches: forward, backward, P2P)", it, m));
+  faults_.at_step_start(it);
   last_ = executor_->run(*schedule_, data, &optimizer_->grad_buffer(), 1.0f / static_cast<float>(m), record_events);
+  watchdog_->set_phase(fmt::format("iteration {}: optimizer step (DP gradient sync, norm, AdamW)", it));
+  faults_.maybe_hang(it);
   const StepReport rep = optimizer_->step(lr);
   last_report_ = rep;
   const double elapsed = std::chrono::duration<double>(Clock::now() - t0).count();
+  watchdog_->set_phase(fmt::format("iteration {}: metrics all-reduce", it));
 
   // Loss from the last stage (one TP rank per pipeline), averaged over DP; times: max over ranks.
   const bool reporter = grid_->is_last_stage() && grid_->coord().tp == 0;
   double aux = 0;
   for (auto& ch : chunks_) aux += ch->take_aux_loss();
-  double sums[2] = {reporter ? last_.loss_sum / m / plan.dp : 0.0,
-                    grid_->coord().tp == 0 ? aux / m / plan.dp : 0.0};
+  // Sums, then each rank's own compute time (its step minus waiting for others) in its own slot:
+  // the stragglers' data rides on the metrics reduction, no extra collective.
+  const int W = grid_->world().size(), me = grid_->world().rank();
+  std::vector<double> sums(2 + static_cast<size_t>(W), 0.0);
+  sums[0] = reporter ? last_.loss_sum / m / plan.dp : 0.0;
+  sums[1] = grid_->coord().tp == 0 ? aux / m / plan.dp : 0.0;
+  sums[2 + static_cast<size_t>(me)] =
+      std::max(0.0, elapsed - last_.p2p_wait_s - rep.sync.exposed_s - rep.gather_s);
   grid_->world().all_reduce(std::span<double>(sums), ReduceOp::sum).wait();
   double maxes[5] = {elapsed, rep.sync.exposed_s + rep.gather_s, rep.sync.comm_span_s, last_.p2p_wait_s,
                      last_.compute_s};
@@ -267,18 +324,76 @@ IterationMetrics Trainer::step(bool record_events) {
   mt.dp_comm_ms = maxes[2] * 1e3;
   mt.p2p_wait_ms = maxes[3] * 1e3;
   mt.compute_ms = maxes[4] * 1e3;
+  check_step(mt, rep, std::span<const double>(sums).subspan(2));
+  watchdog_->progress();
   return mt;
 }
 
+void Trainer::check_step(IterationMetrics& mt, const StepReport& rep, std::span<const double> busy) {
+  const bool r0 = grid_->world().rank() == 0;
+  auto host_of = [&](int r) {
+    const auto& h = grid_->hosts();
+    return static_cast<size_t>(r) < h.size() ? h[static_cast<size_t>(r)] : std::string("?");
+  };
+  mt.step_skipped = rep.skipped;
+  if (rep.skipped) {
+    ++consecutive_skips_;
+    const NonFiniteGrad where = locate_nonfinite_grad(*store_, grid_->world());
+    mt.nonfinite_rank = where.rank;
+    mt.nonfinite_param = where.param;
+    if (r0)
+      log::warn("iteration {}: non-finite gradient norm ({}); the step was skipped on every rank. {}", mt.iteration,
+                rep.grad_norm,
+                where.rank < 0 ? std::string("No rank holds a non-finite gradient element after the sync")
+                               : fmt::format("First non-finite gradient: rank {} (host {}), parameter '{}' element "
+                                             "{}; ranks with non-finite gradients: [{}]",
+                                             where.rank, host_of(where.rank),
+                                             where.param, where.element, fmt::join(where.ranks, ",")));
+    if (cfg_.max_skipped_iterations > 0 && consecutive_skips_ >= cfg_.max_skipped_iterations)
+      TRIAX_THROW(Error,
+                  "{} consecutive iterations ({} to {}) skipped for a non-finite gradient norm "
+                  "(--max-skipped-iterations {}); the last one first appeared on rank {} in parameter '{}'",
+                  consecutive_skips_, mt.iteration - consecutive_skips_ + 1, mt.iteration,
+                  cfg_.max_skipped_iterations, where.rank, where.param.empty() ? "?" : where.param);
+  } else {
+    consecutive_skips_ = 0;
+  }
+  mt.loss_zscore = spikes_.update(mt.loss);
+  mt.loss_spike = spikes_.spike(mt.loss_zscore);
+  if (mt.loss_spike && r0)
+    log::warn("iteration {}: loss spike: lm loss {:.6E} is {:.1f} standard deviations above the mean of the recent "
+              "iterations (--loss-spike-zscore {})", mt.iteration, mt.loss, mt.loss_zscore, cfg_.loss_spike_zscore);
+  const auto fresh = stragglers_.update(busy);
+  mt.stragglers = stragglers_.stragglers();
+  if (r0)
+    for (int r : fresh)
+      log::warn("iteration {}: straggler: rank {} (host {}) computed for {:.1f} ms per iteration, {:.2f}x the median "
+                "{:.1f} ms of all ranks, for the last 3 iterations (--straggler-factor {})",
+                mt.iteration, r, host_of(r), busy[static_cast<size_t>(r)] * 1e3,
+                busy[static_cast<size_t>(r)] / stragglers_.last_median(), stragglers_.last_median() * 1e3,
+                cfg_.straggler_factor);
+}
+
+void Trainer::restore_progress(int64_t iteration, int64_t consumed_samples) {
+  require(iteration >= 0 && consumed_samples >= 0, "restored iteration {} and consumed samples {} must be >= 0",
+          iteration, consumed_samples);
+  iteration_ = iteration;
+  consumed_ = consumed_samples;
+}
+
 void Trainer::train(const std::function<void(const IterationMetrics&)>& on_iteration,
-                    const std::function<void(const EvalMetrics&)>& on_eval) {
+                    const std::function<void(const EvalMetrics&)>& on_eval,
+                    const std::function<bool()>& should_stop) {
   while (iteration_ < cfg_.train_iters) {
     const auto m = step();
     if (on_iteration) on_iteration(m);
     if (cfg_.eval_interval > 0 && iteration_ % cfg_.eval_interval == 0) {
+      watchdog_->set_phase(fmt::format("evaluation after iteration {}", iteration_));
       const auto e = evaluate();
+      watchdog_->progress();
       if (on_eval) on_eval(e);
     }
+    if (should_stop && should_stop()) break;
   }
 }
 

@@ -7,7 +7,9 @@ volcano-sh/volcano pkg/controllers/job/plugins: pod name <job>-<task>-<i>, hostn
 subdomain = job, MASTER_ADDR = <job>-master-0.<job>, RANK master 0 / worker i+1, WORLD_SIZE =
 master + worker replicas, VC_<TASK>_HOSTS, VC_<TASK>_NUM, VC_TASK_INDEX/VK_TASK_INDEX), its own
 UTS namespace (the host name) and /etc/hosts (the headless service's DNS), and the pods must
-bootstrap triax together. Usage: k8s_test.py BOOTSTRAP_CHECK SOURCE_DIR"""
+bootstrap triax together. With TRAIN_GPT and MPIEXEC, the pods of the Volcano job also train
+together (the CPU path's host communicator is then Gloo) and must print mpirun's losses.
+Usage: k8s_test.py BOOTSTRAP_CHECK SOURCE_DIR [TRAIN_GPT MPIEXEC]"""
 import re
 import uuid
 import os, shutil, socket, subprocess, sys, tempfile
@@ -18,6 +20,7 @@ except ImportError:
     sys.exit(77)
 
 check, src = sys.argv[1], sys.argv[2]
+train, mpiexec = (sys.argv[3], sys.argv[4]) if len(sys.argv) > 4 else (None, None)
 k8s = os.path.join(src, "clusters", "k8s")
 failures = []
 def expect(cond, what):
@@ -93,7 +96,8 @@ def pod_envs(job, port):
             pods.append((f"{jname}-{t['name']}-{i}", env))
     return pods, [h for hs in hosts.values() for h in hs]
 
-def simulate(job):
+def simulate(job, cmd=None):
+    """Runs cmd (default: bootstrap_check) in every pod; returns rank 0's output."""
     jname = job["metadata"]["name"]
     s = socket.socket(); s.bind(("127.0.0.1", 0)); port = s.getsockname()[1]; s.close()
     # The manifest's port (23456) is the pods' own; locally another test may hold it.
@@ -109,7 +113,7 @@ def simulate(job):
         for pod, env in pods:
             full = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "OMP_NUM_THREADS": "1", **env}
             cmd = ["unshare", "--mount", "--uts", "sh", "-c",
-                   f'mount --bind "{hosts}" /etc/hosts && hostname "{pod}" && exec "$0"', check]
+                   f'mount --bind "{hosts}" /etc/hosts && hostname "{pod}" && exec "$0" "$@"'] + (cmd or [check])
             procs.append((pod, env, subprocess.Popen(cmd, env=full, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)))
         outs = {}
         for pod, env, p in procs:
@@ -122,6 +126,8 @@ def simulate(job):
             expect(rc == 0, f"{jname}: pod {pod} (RANK {env['RANK']}) bootstrapped (rc {rc}){'' if rc == 0 else ': ' + out}")
         master_out = outs[f"{jname}-master-0"][1]
         print(master_out)
+        if cmd:
+            return master_out
         expect(f"launch env world {len(pods)}" in master_out, f"{jname}: rank 0 saw a world of {len(pods)} pods")
         for pod, (env, _, _) in outs.items():
             expect(f"rank {env['RANK']} {pod} " in master_out, f"{jname}: rank {env['RANK']} is pod {pod} (its own host name)")
@@ -153,4 +159,17 @@ g = full["spec"]["minAvailable"] * limits(containers(full["spec"]["tasks"][0])[0
 expect(t[0] * t[1] * t[2] == g, f"volcano-job.yaml: tp x pp x dp = {g} GPUs")
 for job in (full, mig):
     simulate(job)
+if train:
+    # The four pods of volcano-job.yaml train a small model as tp 2 x dp 2, the same as mpirun -np 4.
+    args = ["--tp", "2", "--dp", "2", "--train-iters", "3", "--num-layers", "2", "--hidden-size", "64",
+            "--num-attention-heads", "4", "--seq-length", "32"]
+    pods_out = simulate(full, [train] + args) or ""
+    env = dict(os.environ, OMP_NUM_THREADS="1", OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+    ref = subprocess.run([mpiexec, "--oversubscribe", "-np", "4", train] + args, env=env, capture_output=True,
+                         text=True, timeout=300)
+    expect(ref.returncode == 0, "mpirun -np 4 train_gpt" + ("" if ref.returncode == 0 else f": {ref.stdout}{ref.stderr}"))
+    loss = lambda out: [l[l.index("lm loss:"):].split("|")[0].strip() for l in out.splitlines() if "lm loss:" in l]
+    expect(len(loss(pods_out)) == 3, f"the Volcano pods printed 3 losses: {loss(pods_out)}")
+    expect(loss(pods_out) == loss(ref.stdout), f"pods' losses {loss(pods_out)} == mpirun's {loss(ref.stdout)}")
+    print("ok: the Volcano pods (Gloo) trained with mpirun's losses:", loss(pods_out))
 sys.exit(1 if failures else 0)

@@ -5,7 +5,8 @@
 #   1. scontrol's expansion of Slurm host lists equals triax's;
 #   2. `srun -O -n 4` (no MPI) tasks find each other through the Slurm bootstrap (SLURM_PROCID,
 #      SLURM_NTASKS, SLURM_LOCALID, SLURM_STEP_NODELIST -> TCP rendezvous on the first node);
-#   3. `srun --mpi=pmix -n 4 train_gpt --tp 2 --dp 2` trains and matches mpirun's losses;
+#   3. `srun --mpi=pmix -n 4 train_gpt --tp 2 --dp 2` trains and matches mpirun's losses, and so
+#      does `srun --mpi=none` (the Gloo host communicator, no MPI);
 #   4. clusters/slurm/train_gpt.sbatch runs through sbatch.
 #   slurm_test.sh TRAIN_GPT BOOTSTRAP_CHECK MPIEXEC SOURCE_DIR
 set -uo pipefail
@@ -113,6 +114,13 @@ if srun --mpi=list 2>&1 | grep -q pmix; then
 else
   fail "this Slurm has no pmix plugin (srun --mpi=list)"
 fi
+
+# 3b. srun --mpi=none: no MPI at all; the host communicator is Gloo over the Slurm bootstrap.
+timeout 300 srun -O -n 4 --mpi=none "$train" "${args[@]}" >"$tmp/srun_gloo.out" 2>&1 \
+  || { cat "$tmp/srun_gloo.out"; fail "srun --mpi=none train_gpt"; }
+g=$(grep -o 'lm loss: [0-9.E+-]*' "$tmp/srun_gloo.out")
+[ "$g" = "$m" ] || fail "losses differ: srun --mpi=none (Gloo) $(echo $g) mpirun $(echo $m)"
+echo "ok: srun --mpi=none train_gpt --tp 2 --dp 2 (Gloo) matches mpirun"
 
 # 4. The shipped sbatch script.
 jobid=$(TRAIN_GPT="$train" TRIAX_TRAIN_ARGS="${args[*]}" sbatch --parsable -o "$tmp/sbatch.out" -n 4 -O --time=00:10:00 \

@@ -1,5 +1,6 @@
-# Multi-rank tests of the communicators: under mpirun at np 1, 2, 4, 8 (MPI backend), and once
-# more without a launcher (".self": the Self backend runs the same checks). A hung collective
+# Multi-rank tests of the communicators: under mpirun at np 1, 2, 4, 8 (MPI backend), once more
+# without a launcher (".self": the Self backend runs the same checks), and as N local processes
+# with torchrun-style variables (".gloo.npN": the Gloo backend). A hung collective
 # fails its wait after TRIAX_COMM_TIMEOUT_S instead of running into the ctest timeout.
 set(_triax_comm_tests comm_collectives comm_random comm_async comm_grid comm_errors comm_timeout)
 foreach(_t ${_triax_comm_tests})
@@ -9,6 +10,8 @@ foreach(_t ${_triax_comm_tests})
       set_property(TEST dist.${_t}.np${_np} APPEND PROPERTY ENVIRONMENT TRIAX_COMM_TIMEOUT_S=60)
     endif()
   endforeach()
+  # The Gloo backend, launched without mpirun (one rank, an even and an odd group size).
+  triax_add_gloo_runs(${_t} NP 1 3 4 TIMEOUT 120)
   if(TRIAX_WITH_MPI)
     add_test(NAME dist.${_t}.self COMMAND ${_t})
     set_tests_properties(dist.${_t}.self PROPERTIES TIMEOUT 120 LABELS "dist" ENVIRONMENT "TRIAX_COMM_TIMEOUT_S=60")

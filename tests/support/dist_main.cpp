@@ -4,6 +4,8 @@
 #include <catch2/catch.hpp>
 
 #include <cstdio>
+#include <cstdlib>
+#include <string>
 
 #include "support/dist.h"
 #include "triax/core/log.h"
@@ -25,6 +27,13 @@ int main(int argc, char** argv) {
     test::g_boot = Bootstrap::create();
     test::g_world = test::g_boot->world();
     log::set_rank(test::g_world->rank());
+    // The Gloo runs (tests/CMakeLists.txt: triax_add_gloo_runs) say which backend they test.
+    if (const char* want = std::getenv("TRIAX_TEST_EXPECT_BACKEND"); want && *want &&
+        backend_name(test::g_world->backend()) != want) {
+      std::fprintf(stderr, "dist test main: the world communicator's backend is %s, expected %s\n",
+                   std::string(backend_name(test::g_world->backend())).c_str(), want);
+      return 2;
+    }
     Catch::Session session;
     if (int rc = session.applyCommandLine(argc, argv); rc != 0) return rc;
     failed = session.run();

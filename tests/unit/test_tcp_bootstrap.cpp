@@ -13,7 +13,9 @@
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
+#include <atomic>
 #include <chrono>
+#include <mutex>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -26,7 +28,9 @@
 
 #include "triax/core/error.h"
 #include "triax/dist/bootstrap.h"
+#include "triax/dist/gloo_comm.h"
 #include "triax/dist/tcp_wire.h"
+#include "triax/train/fault_injection.h"
 
 #include <fmt/format.h>
 
@@ -46,7 +50,8 @@ constexpr int kExpectedError = 3;  // child exit code: the error the test wanted
 const char* const kVars[] = {"RANK",           "WORLD_SIZE",        "LOCAL_RANK",          "MASTER_ADDR",
                              "MASTER_PORT",    "TRIAX_MASTER_PORT", "TRIAX_JOB_ID",        "TORCHELASTIC_RUN_ID",
                              "TRIAX_HOSTNAME", "OMPI_COMM_WORLD_SIZE", "PMIX_RANK",        "PMI_RANK",
-                             "TORCHELASTIC_USE_AGENT_STORE", "SLURM_JOB_ID", "SLURM_STEP_ID", "PMIX_NAMESPACE"};
+                             "TORCHELASTIC_USE_AGENT_STORE", "SLURM_JOB_ID", "SLURM_STEP_ID", "PMIX_NAMESPACE",
+                             "TRIAX_COMM"};
 
 // The job token every test rank shares unless a test says otherwise (a launch needs one).
 const char* const kTestJob = "test-job";
@@ -337,7 +342,21 @@ int check_rank(Bootstrap* boot, const RankEnv& e, int expected_local_rank, std::
       msg = "host of rank " + std::to_string(r) + " is '" + hosts[static_cast<size_t>(r)] + "'";
       return 1;
     }
-  return expect_error<triax::ConfigError>([&] { boot->world(); }, {"mpirun"}, msg) == kExpectedError ? 0 : 1;
+  if (!triax::gloo_available())
+    return expect_error<triax::ConfigError>([&] { boot->world(); }, {"without Gloo"}, msg) == kExpectedError ? 0 : 1;
+  // The host communicator over this rendezvous: Gloo, whose pairs listen on this host's resolved
+  // name here (the ranks pose as two hosts).
+  auto world = boot->world();
+  int64_t v[2] = {e.rank + 1, -e.rank};
+  world->all_reduce(std::span<int64_t>(v)).wait();
+  const int64_t n = e.world;
+  if (world->backend() != triax::CommBackend::gloo || world->size() != e.world || v[0] != n * (n + 1) / 2 ||
+      v[1] != -n * (n - 1) / 2) {
+    msg = fmt::format("world(): backend {}, size {}, all_reduce gave {} {}", triax::backend_name(world->backend()),
+                      world->size(), v[0], v[1]);
+    return 1;
+  }
+  return 0;
 }
 
 // One rank that finds the launch through Bootstrap::create (launcher detection), then checks.
@@ -445,7 +464,23 @@ TEST_CASE("tcp bootstrap: one rank needs no master and no sockets", "[tcp]") {
   CHECK(boot->all_gather("abc") == std::vector<std::string>{"abc"});
   CHECK(boot->broadcast("xyz", 0) == "xyz");
   CHECK_THROWS_AS(boot->broadcast("xyz", 1), triax::ConfigError);
-  CHECK_THROWS_WITH(boot->world(), Catch::Contains("needs mpirun"));
+  // Its world is Gloo (one rank here), unless TRIAX_COMM asks for MPI, which needs mpirun.
+  set_env("TRIAX_COMM", "mpi");
+  CHECK_THROWS_WITH(boot->world(), Catch::Contains("TRIAX_COMM=mpi") && Catch::Contains("without mpirun"));
+  set_env("TRIAX_COMM", "nccl");
+  CHECK_THROWS_WITH(boot->world(), Catch::Contains("TRIAX_COMM='nccl'") && Catch::Contains("auto, mpi or gloo"));
+  ::unsetenv("TRIAX_COMM");
+  if (triax::gloo_available()) {
+    auto w = boot->world();
+    CHECK(w->backend() == triax::CommBackend::gloo);
+    CHECK(w->size() == 1);
+    int v[2] = {3, 4};
+    w->all_reduce(std::span<int>(v)).wait();
+    CHECK(v[0] == 3);
+    CHECK(w->calls() == 1);
+  } else {
+    CHECK_THROWS_WITH(boot->world(), Catch::Contains("without Gloo"));
+  }
 }
 
 TEST_CASE("tcp bootstrap: launcher detection picks the env bootstrap only for RANK and WORLD_SIZE", "[tcp]") {
@@ -847,6 +882,50 @@ TEST_CASE("tcp bootstrap: a worker whose master never answers times out naming r
   CHECK(procs[0].code == 0);
 }
 
+TEST_CASE("gloo world: a rank that dies fails its peer's next collective at once, naming the call", "[tcp][gloo]") {
+  if (!triax::gloo_available()) {
+    SUCCEED("built without Gloo");
+    return;
+  }
+  EnvGuard guard;
+  const int port = free_port();
+  Procs procs;
+  for (int r = 1; r >= 0; --r) {
+    RankEnv e{r, 2, port, "127.0.0.1"};
+    procs.spawn("rank " + std::to_string(r), [e](std::string& msg) {
+      apply(e);
+      auto boot = Bootstrap::create(BootstrapOptions{.timeout = 30s});
+      auto world = boot->world();
+      world->barrier().wait();
+      if (e.rank == 1) {
+        std::this_thread::sleep_for(200ms);  // lets rank 0 read the barrier's last message
+        ::_exit(0);                          // then dies without a word: its sockets close
+      }
+      std::this_thread::sleep_for(600ms);
+      float x[3] = {1, 2, 3};
+      const auto t0 = std::chrono::steady_clock::now();
+      try {
+        world->all_reduce(std::span<float>(x)).wait();
+        msg = "the all_reduce completed without its peer";
+        return 1;
+      } catch (const triax::TimeoutError& err) {
+        msg = std::string("a timeout instead of the peer's failure: ") + err.what();
+        return 1;
+      } catch (const triax::CommError& err) {
+        msg = err.what();
+        const bool fast = std::chrono::steady_clock::now() - t0 < 20s;
+        return contains(msg, "all_reduce #1 (float32 x 3, sum)") && contains(msg, "'world'") && fast &&
+                       world->poisoned()
+                   ? 0
+                   : 1;
+      }
+    });
+  }
+  REQUIRE(procs.wait(60s));
+  INFO(procs.report());
+  for (size_t i = 0; i < procs.size(); ++i) CHECK(procs[i].code == 0);
+}
+
 TEST_CASE("tcp bootstrap: the job token comes from the launcher, or is required", "[tcp]") {
   EnvGuard guard;
   ::unsetenv("TRIAX_JOB_ID");
@@ -983,4 +1062,76 @@ TEST_CASE("tcp bootstrap: the master listens only on the MASTER_ADDR it was give
   INFO(procs.report());
   CHECK(procs[master].code == 0);
   CHECK(procs[1].code == 0);
+}
+
+// Peer death without mpirun: rank 2 is killed, exits or throws at iteration 3 while the others
+// compute without talking to the rendezvous (as inside a NCCL collective); the peer watch names
+// rank 2 to every other rank within seconds. Ranks leaving normally say goodbye: no false alarm.
+namespace {
+int watched_rank(const RankEnv& e, const std::string& fault, int iters, std::string& msg) {
+  apply(e);
+  triax::BootstrapOptions o;
+  o.timeout = 20s;
+  auto boot = triax::make_env_bootstrap(o);
+  std::mutex mu;
+  std::string death;
+  std::atomic<bool> dead{false};
+  boot->watch_peers([&](const std::string& m) {
+    std::lock_guard lock(mu);
+    death = m;
+    dead.store(true);
+  });
+  boot->barrier();
+  const triax::FaultInjector faults(triax::parse_faults(fault), e.rank);
+  for (int it = 1; it <= iters; ++it) {
+    faults.at_step_start(it);
+    for (int k = 0; k < 10 && !dead.load(); ++k) std::this_thread::sleep_for(5ms);
+    if (dead.load()) {
+      std::lock_guard lock(mu);
+      msg = death;
+      return 4;
+    }
+  }
+  msg = "finished without noticing a death";
+  return 0;
+}
+}  // namespace
+
+TEST_CASE("tcp bootstrap: a dead rank is named to every other rank within seconds", "[tcp][faults]") {
+  const std::string kind = GENERATE(std::string("kill"), std::string("exit"), std::string("throw"));
+  CAPTURE(kind);
+  const int port = free_port();
+  Procs procs;
+  for (int r = 3; r >= 0; --r) {
+    RankEnv e{r, 4, port, "127.0.0.1"};
+    e.host = "node" + std::to_string(r);
+    // 400 iterations of ~50 ms: far longer than the 10 s the others may take to notice.
+    procs.spawn("rank " + std::to_string(r),
+                [e, kind](std::string& msg) { return watched_rank(e, "2:3:" + kind, 400, msg); });
+  }
+  const size_t rank2 = 1;  // spawned in order 3, 2, 1, 0
+  REQUIRE(procs.wait_any(30s, {rank2}) == static_cast<long>(rank2));
+  const auto died = Clock::now();
+  REQUIRE(procs.wait(10s));
+  const double secs = std::chrono::duration<double>(Clock::now() - died).count();
+  INFO(procs.report());
+  CHECK(secs < 10.0);
+  CHECK(procs[rank2].code != 0);
+  for (size_t i : {size_t{0}, size_t{2}, size_t{3}}) {
+    CHECK(procs[i].code == 4);
+    CHECK_THAT(procs[i].msg, Catch::Contains("rank 2 (") && Catch::Contains("host node2") && Catch::Contains("died"));
+  }
+}
+
+TEST_CASE("tcp bootstrap: watched ranks that finish normally raise no alarm", "[tcp][faults]") {
+  const int port = free_port();
+  Procs procs;
+  for (int r = 3; r >= 0; --r) {
+    RankEnv e{r, 4, port, "127.0.0.1"};
+    // Ranks leave at different times, without a final barrier: rank 0 (the master) first.
+    procs.spawn("rank " + std::to_string(r), [e](std::string& msg) { return watched_rank(e, "", 3 + 2 * e.rank, msg); });
+  }
+  REQUIRE(procs.wait(30s));
+  INFO(procs.report());
+  for (size_t i = 0; i < procs.size(); ++i) CHECK(procs[i].code == 0);
 }

@@ -4,6 +4,7 @@
 // bytes only (host names, the NCCL unique id); training traffic goes through Communicators.
 #pragma once
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -36,9 +37,16 @@ class Bootstrap {
   virtual std::vector<std::string> all_gather(std::string_view mine) = 0;
   std::string broadcast(std::string_view data, int root);
   void barrier() { all_gather({}); }
-  // The host communicator over all ranks (MPI world, or Self for one process). The TCP
-  // rendezvous has none: it throws ConfigError saying to launch with mpirun for the CPU path.
+  // The host communicator over all ranks: MPI under mpirun, Gloo over the TCP rendezvous, Self
+  // for one process; TRIAX_COMM=gloo forces Gloo under any launcher (dist/host_comm.h).
   virtual std::shared_ptr<Communicator> world() = 0;
+  // Peer death without mpirun (docs/FAULTS.md): the TCP rendezvous keeps its connections under
+  // TCP keepalive (a kernel heartbeat: a silent host is noticed within ~5 s) and a thread watches
+  // them; when a rank dies, rank 0 names it to every other rank, and on every live rank
+  // on_death(message) is called from that thread (a program ends the job there). Ranks leaving
+  // normally say goodbye first. Every rank must call it; mpirun and a single process need none
+  // (the launcher ends the job), so there it does nothing.
+  virtual void watch_peers(std::function<void(const std::string& message)> on_death) { (void)on_death; }
 
   // Detects the launcher: OMPI_COMM_WORLD_SIZE (or PMI/PMIX vars) -> MPI; RANK and WORLD_SIZE
   // -> TCP rendezvous on MASTER_ADDR:MASTER_PORT; an srun step (SLURM_STEP_ID, SLURM_PROCID)

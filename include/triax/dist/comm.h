@@ -1,6 +1,6 @@
 // Communicator: typed collectives and point-to-point calls on spans, each asynchronous, each
-// numbered, each wait bounded by a timeout. Backends (MPI on host memory, NCCL on device memory,
-// Self for one process) implement the *_impl hooks on type-erased buffers; users never see void*.
+// numbered, each wait bounded by a timeout. Backends (MPI or Gloo on host memory, NCCL on device
+// memory, Self for one process) implement the *_impl hooks on type-erased buffers; users never see void*.
 #pragma once
 #include <chrono>
 #include <cstdint>
@@ -11,11 +11,12 @@
 
 #include "triax/core/dtype.h"
 #include "triax/core/error.h"
+#include "triax/dist/flight_recorder.h"
 
 namespace triax {
 
 enum class ReduceOp { sum, avg, max, min };
-enum class CommBackend { self, mpi, nccl };
+enum class CommBackend { self, mpi, nccl, gloo };
 
 std::string_view reduce_op_name(ReduceOp op);
 std::string_view backend_name(CommBackend b);
@@ -123,6 +124,13 @@ class Communicator {
   std::string describe() const;
   // Once a call has failed or timed out, the communicator is unusable: later calls throw.
   bool poisoned() const { return poisoned_; }
+  // The ring of this communicator's last calls (flight_recorder.h); never null.
+  const FlightRecorder& flight_recorder() const { return *fr_; }
+  // Collective mismatch check (TRIAX_DEBUG_COLLECTIVES=1 sets it for new communicators): before
+  // each collective the group compares op, dtype and count and raises CommError naming both ranks
+  // and the sequence number when they differ. Costs one small all-gather per collective.
+  bool debug_collectives() const { return debug_; }
+  void set_debug_collectives(bool on) { debug_ = on; }
 
   template <class T>
   Work all_reduce(std::span<T> data, ReduceOp op = ReduceOp::sum) {
@@ -200,6 +208,8 @@ class Communicator {
   CallInfo next(const char* op, size_t count, DType dt);
   CallInfo next(const char* op, size_t count, DType dt, ReduceOp rop);
   CallInfo next(const char* op, size_t count, DType dt, int peer);
+  // Records a numbered call in the flight recorder and, when asked, checks it across the group.
+  CallInfo issued(CallInfo info, DType dt, size_t count, int op_code);
   [[noreturn]] void fail(const CallInfo& info, const std::string& why) const;
   // Poisons the communicator, calls on_timeout, throws TimeoutError naming the call and the peers.
   // Work::wait calls it; a backend calls it when a host-side step (e.g. NCCL's enqueue) overruns.
@@ -220,7 +230,12 @@ class Communicator {
   std::chrono::milliseconds timeout_;
   uint64_t seq_ = 0;
   mutable bool poisoned_ = false;
+  bool debug_ = false;
+  std::shared_ptr<FlightRecorder> fr_;
 };
+
+// True when TRIAX_DEBUG_COLLECTIVES=1.
+bool debug_collectives_from_env();
 
 // Default timeout: TRIAX_COMM_TIMEOUT_S if set, else 600 s.
 std::chrono::milliseconds default_comm_timeout();

@@ -30,6 +30,7 @@ enum class FrameType : uint16_t {
   contribution = 4,  // worker -> master: this rank's bytes for all_gather round `round`
   result = 5,        // master -> worker: every rank's bytes for round `round`, in rank order
   abort = 6,         // master -> worker: the job failed (text); the connection closes
+  bye = 7,           // either way, when watching peers: this process leaves normally; the connection closes
 };
 
 std::string_view frame_type_name(uint16_t type);

@@ -3,6 +3,7 @@
 // clip, fused AdamW (over the whole store, or this rank's ZeRO-1 shard), ZeRO-1 all-gather.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <vector>
 
@@ -49,6 +50,9 @@ class Optimizer {
   // unreduced ones (ZeRO-1); zero them before the next step's first micro-batch.
   StepReport step(double lr);
 
+  // Runs after the gradient sync finished and before the norm (fault injection, checks).
+  void set_before_norm_hook(std::function<void()> hook) { before_norm_ = std::move(hook); }
+
   int64_t applied_steps() const { return applied_; }
   int64_t skipped_steps() const { return skipped_; }
   // For checkpoint restore.
@@ -61,6 +65,10 @@ class Optimizer {
   const Tensor& exp_avg() const { return m_; }
   const Tensor& exp_avg_sq() const { return v_; }
   const std::vector<UpdateRange>& ranges() const { return ranges_; }
+  // One Adam moment (0: exp_avg m, 1: exp_avg_sq v) copied to / from host memory, in the layout
+  // above: what checkpoints read and write (the moments may live on a device).
+  std::vector<float> state_to_host(int moment) const;
+  void state_from_host(int moment, std::span<const float> values);  // ConfigError on a wrong size
 
  private:
   static GradBufferOptions sync_options(const OptimizerConfig& cfg, ProcessGrid& grid);
@@ -72,6 +80,7 @@ class Optimizer {
   std::vector<UpdateRange> ranges_;
   Tensor m_, v_, staging_;  // fp32 on the store's backend
   int64_t applied_ = 0, skipped_ = 0;
+  std::function<void()> before_norm_;
 };
 
 }  // namespace triax

@@ -56,7 +56,7 @@ class ParamStore {
   ParamStore(ParamStore&&) noexcept = default;
   ParamStore& operator=(ParamStore&&) noexcept = default;
 
-  Backend& backend() { return *be_; }
+  Backend& backend() const { return *be_; }
   // The element type of the master weights and gradients (float32, or float64 on a float64 CPU backend).
   DType dtype() const { return dtype_; }
 
@@ -80,7 +80,7 @@ class ParamStore {
   Tensor grads_range(size_t begin, size_t end) const;  // [begin, end) of the flat gradients
 
   // Host values of one parameter's master weights: copies, for any backend.
-  std::vector<float> param_to_host(size_t i);
+  std::vector<float> param_to_host(size_t i) const;
   void param_from_host(size_t i, std::span<const float> values);
 
   // Direct host views, only where backend().host_accessible() (the plain fp32 CPU backend):

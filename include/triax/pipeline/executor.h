@@ -4,6 +4,7 @@
 // It follows the contract of docs/SCHEDULES.md: sends never wait, a compute waits only for the
 // receive it consumes, everything outstanding completes by the end of the list.
 #pragma once
+#include <atomic>
 #include <functional>
 #include <map>
 #include <memory>
@@ -57,8 +58,13 @@ class PipelineExecutor {
   // gradient (1/m for a mean over micro-batches).
   StepResult run(const Schedule& schedule, const MicroBatchFn& data, GradBuffer* grads, float dloss,
                  bool record_events = false);
+  // The instruction running now, "instruction 5 of 16: backward mb 2 chunk 0", or "" outside run();
+  // safe from any thread (the watchdog's dumps).
+  std::string position() const;
 
  private:
+  std::atomic<uint64_t> pos_{~uint64_t{0}};  // index 24 bits | op 8 | mb 20 | chunk 12; all ones: idle
+  std::atomic<uint64_t> count_{0};
   std::vector<Stage*> chunks_;
   Communicator& pp_;
   int B_, T_, C_;

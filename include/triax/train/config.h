@@ -71,6 +71,13 @@ struct TrainConfig {
   // Where the step runs (backend/backend.h): "cpu" (the reference), or "cpu-checked" (buffers
   // mapped PROT_NONE outside the backend's own calls: proves no code outside the backend touches them).
   std::string backend = "cpu";
+  // Faults (docs/FAULTS.md): the watchdog's stall timeout in seconds (0: off), the consecutive
+  // skipped (non-finite) iterations that end the run (0: never), the factor over the median
+  // compute time that marks a straggler, and the z-score of a loss spike (0: off).
+  double stall_timeout = 0;
+  int64_t max_skipped_iterations = 0;
+  double straggler_factor = 1.2;
+  double loss_spike_zscore = 5.0;
   // Prometheus (docs/CLUSTER.md): rank 0 serves /metrics on metrics_port (0: any free port) at
   // metrics_bind, and/or rewrites metrics_textfile atomically after each iteration; metrics_linger
   // keeps the endpoint up that many seconds after the last iteration.
@@ -78,6 +85,16 @@ struct TrainConfig {
   std::string metrics_bind = "0.0.0.0";
   std::string metrics_textfile;
   double metrics_linger = 0;
+  // Checkpoints (docs/CHECKPOINTS.md): save the whole training state under `save` every
+  // save_interval iterations (0: only at the end and on SIGTERM/SIGUSR1), keeping the newest
+  // keep_last (0: all); resume from the newest complete checkpoint under `load`; start from
+  // pretrained weights (HF safetensors or llm.c .bin); export the trained model for HF.
+  std::string save;
+  int64_t save_interval = 0;
+  int keep_last = 2;
+  std::string load;
+  std::string init_from;
+  std::string export_hf;
 };
 
 // One value as it arrives: the text of a flag's arguments (one or more words), or a TOML node

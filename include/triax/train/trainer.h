@@ -20,6 +20,9 @@
 #include "triax/train/batch.h"
 #include "triax/train/config.h"
 #include "triax/train/data.h"
+#include "triax/train/fault_checks.h"
+#include "triax/train/fault_injection.h"
+#include "triax/train/watchdog.h"
 
 namespace triax {
 
@@ -42,6 +45,12 @@ struct IterationMetrics {
   double dp_comm_ms = 0;          // DP collectives' span
   double p2p_wait_ms = 0;         // this rank's wait for pipeline receives and sends
   double compute_ms = 0;
+  bool step_skipped = false;      // this iteration's step was skipped (non-finite gradient norm)
+  int nonfinite_rank = -1;        // first world rank with a non-finite gradient (skipped steps)
+  std::string nonfinite_param;    // and its parameter
+  double loss_zscore = 0;         // against the recent window (NaN until known)
+  bool loss_spike = false;
+  std::vector<int> stragglers;    // world ranks persistently slower than the median
   // "iteration 3/50 | consumed samples: 96 | elapsed time per iteration (ms): ..." (Megatron's names)
   std::string log_line() const;
   std::string json() const;
@@ -58,6 +67,9 @@ struct EvalMetrics {
   std::string json() const;  // {"iteration":N,"valid_loss":...,"valid_ppl":...,"valid_samples":...}
 };
 
+// cfg with the model shape of --init-from's file filled in where the flags leave it open.
+TrainConfig with_init_from_shape(const TrainConfig& cfg);
+
 class Trainer {
  public:
   // Collective over world: resolves and validates the whole configuration with
@@ -70,8 +82,10 @@ class Trainer {
   IterationMetrics step(bool record_events = false);
   // All remaining iterations; on_iteration is called after each.
   // With eval_interval > 0, also evaluates after every eval_interval-th iteration (on_eval).
+  // should_stop (collective, called after each iteration and its evaluation) ends the run early.
   void train(const std::function<void(const IterationMetrics&)>& on_iteration,
-             const std::function<void(const EvalMetrics&)>& on_eval = {});
+             const std::function<void(const EvalMetrics&)>& on_eval = {},
+             const std::function<bool()>& should_stop = {});
   // Validation loss now (collective): forward-only pipeline schedule over eval_iters global
   // batches of the validation set, the same value on every rank and every layout.
   EvalMetrics evaluate();
@@ -94,11 +108,21 @@ class Trainer {
   int64_t iteration() const { return iteration_; }
   const Dataset& train_data() const { return *data_; }
   int64_t consumed_samples() const { return consumed_; }
+  Optimizer& optimizer() { return *optimizer_; }
+  // For checkpoint restore (train/checkpoint.h): the iteration and consumed samples determine
+  // the LR schedule, the batch ramp-up and the data position; the optimizer holds its own counts.
+  void restore_progress(int64_t iteration, int64_t consumed_samples);
   // Layers [first, first + count) of virtual stage vs.
   std::pair<int, int> virtual_stage_layers(int vs) const;
+  // Called by the watchdog thread when no iteration finished within --stall-timeout (after the
+  // flight recorder was dumped); a program ends the job here. Without one the stall is logged.
+  void set_stall_handler(Watchdog::StallHandler h) { watchdog_->set_handler(std::move(h)); }
+  Watchdog& watchdog() { return *watchdog_; }
 
  private:
   void open_validation();  // trainer_eval.cpp
+  // Non-finite gradients, loss spikes, stragglers, --max-skipped-iterations (after each step).
+  void check_step(IterationMetrics& mt, const StepReport& rep, std::span<const double> busy);
   TrainConfig cfg_;
   GptConfig model_;
   std::unique_ptr<ProcessGrid> grid_;
@@ -121,6 +145,12 @@ class Trainer {
   StepReport last_report_;
   double flops_per_token_ = 0;
   int moe_layers_ = 0;
+  // Faults (docs/FAULTS.md).
+  FaultInjector faults_;
+  std::unique_ptr<Watchdog> watchdog_;
+  LossSpikeDetector spikes_{0};
+  StragglerDetector stragglers_{1.2};
+  int64_t consecutive_skips_ = 0;
 };
 
 }  // namespace triax

@@ -1,0 +1,60 @@
+// Watchdog: a thread per rank that watches training progress. When no iteration finishes within
+// the stall timeout (--stall-timeout, separate from the collective timeout) it dumps the flight
+// recorder with the current phase of the step and calls the stall handler with a message naming
+// this rank; it also turns SIGUSR2 into a flight-recorder dump. Ending the job is the handler's.
+#pragma once
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace triax {
+
+class Watchdog {
+ public:
+  using StallHandler = std::function<void(const std::string& message)>;
+  // stall_timeout_s <= 0: no stall detection (SIGUSR2 dumps still work).
+  Watchdog(double stall_timeout_s, int world_rank, StallHandler on_stall = {});
+  ~Watchdog();
+  Watchdog(const Watchdog&) = delete;
+  Watchdog& operator=(const Watchdog&) = delete;
+
+  // Progress: resets the stall clock (the trainer calls it at every iteration boundary).
+  void progress() { last_us_.store(now_us(), std::memory_order_relaxed); }
+  // The phase of the step, recorded with the dump ("iteration 3: pipeline schedule").
+  void set_phase(std::string phase);
+  void set_handler(StallHandler h);
+  // Finer position inside the phase, asked for at dump time from the watchdog thread (the
+  // pipeline executor's current instruction and micro-batch); "" adds nothing.
+  void set_detail(std::function<std::string()> detail);
+  bool stalled() const { return fired_.load(); }
+  double stall_timeout_s() const { return timeout_s_; }
+
+ private:
+  static int64_t now_us();
+  void run();
+  std::string phase_with_detail();
+  double timeout_s_;
+  int rank_;
+  StallHandler handler_;
+  std::function<std::string()> detail_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stop_ = false;
+  std::atomic<int64_t> last_us_;
+  std::atomic<bool> fired_{false};
+  std::thread thread_;
+};
+
+// For a stall handler on one rank: waits up to `wait` for the flight-recorder dumps of all
+// world_size ranks written since `since` (flight_recorder_path), then returns triax-fr's findings
+// over those present, and a line naming the ranks whose dump did not appear.
+std::vector<std::string> stall_verdict(int world_size, std::chrono::system_clock::time_point since,
+                                       std::chrono::milliseconds wait);
+
+}  // namespace triax

@@ -1,0 +1,121 @@
+#!/usr/bin/env bash
+# train_gpt under mpirun np 4 with an injected fault (TRIAX_FAULT, docs/FAULTS.md): the job ends
+# quickly, non-zero, naming rank 2; a hang ends through the watchdog with dumps that triax-fr
+# reads; a slow rank is reported as a straggler. No process of the job may outlive it.
+#   faults_test.sh TRAIN_GPT TRIAX_FR MPIEXEC CASE
+set -uo pipefail
+exe=$1; fr=$2; mpiexec=$3; case_=$4
+tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+fail() { echo "FAIL ($case_): $*"; exit 1; }
+tag="triax-faults-$$-$RANDOM"
+
+# No process whose environment carries this run's tag may be left.
+check_no_leftovers() {
+  sleep 0.5
+  local left=""
+  for e in /proc/[0-9]*/environ; do
+    grep -qz "TRIAX_FAULT_TEST_TAG=$tag" "$e" 2>/dev/null && left+=" ${e//[^0-9]/}"
+  done
+  [ -z "$left" ] || { ps -o pid,args -p ${left// /,} ; fail "processes left behind:$left"; }
+}
+
+# run_job SECONDS FAULT ARGS...: sets rc, secs (whole job), after (from the fault's notice line to
+# the end of the job), out (stdout+stderr) in $tmp
+run_job() {
+  local limit=$1 fault=$2; shift 2
+  local t0 t1 tf="" job
+  : >"$tmp/out"
+  t0=$(date +%s.%N)
+  (cd "$tmp" && TRIAX_FAULT_TEST_TAG=$tag timeout "$limit" "$mpiexec" --oversubscribe -np 4 -x TRIAX_FAULT="$fault" \
+     -x TRIAX_FAULT_TEST_TAG "$exe" "$@" >"$tmp/out" 2>&1) &
+  job=$!
+  while kill -0 $job 2>/dev/null; do
+    [ -z "$tf" ] && grep -q "triax fault injection" "$tmp/out" && tf=$(date +%s.%N)
+    sleep 0.05
+  done
+  wait $job; rc=$?
+  t1=$(date +%s.%N)
+  [ -n "$tf" ] || tf=$t1
+  secs=$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.1f", b - a }')
+  after=$(awk -v a="$tf" -v b="$t1" 'BEGIN { printf "%.1f", b - a }')
+}
+
+common=(--train-iters 8 --num-layers 2 --seq-length 16)
+case $case_ in
+kill|exit|throw)
+  # The fault fires at iteration 3, about 1-2 s after start: the job must be gone within 10 s of it.
+  run_job 60 "2:3:$case_" "${common[@]}"
+  [ $rc -ne 124 ] || fail "timed out (a hang)"
+  [ $rc -ne 0 ] || fail "exit 0 after a $case_ fault"
+  grep -q "triax fault injection (TRIAX_FAULT): rank 2 at iteration 3" "$tmp/out" || fail "the fault did not fire"
+  grep -q "rank 2" "$tmp/out" || { tail -20 "$tmp/out"; fail "rank 2 is not named"; }
+  awk -v s="$after" 'BEGIN { exit !(s < 10) }' || fail "the job ended $after s after the fault, expected < 10"
+  check_no_leftovers
+  echo "ok: $case_ on rank 2: exit $rc, $after s after the fault ($secs s in all), rank 2 named, nothing left behind"
+  ;;
+hang)
+  run_job 60 "2:3:hang" "${common[@]}" --stall-timeout 10
+  [ $rc -ne 124 ] || fail "timed out (a hang)"
+  [ $rc -ne 0 ] || fail "exit 0 after a hang"
+  awk -v s="$after" 'BEGIN { exit !(s < 25) }' || fail "ended $after s after the hang, expected < 25"
+  for r in 0 1 2 3; do [ -s "$tmp/triax_fr_rank$r.json" ] || fail "no dump from rank $r"; done
+  grep -q "stalled: no training progress" "$tmp/out" || { tail -20 "$tmp/out"; fail "no stall message"; }
+  verdict=$("$fr" "$tmp"); frc=$?
+  echo "$verdict"
+  [ $frc -eq 1 ] || fail "triax-fr exit $frc, expected 1 (findings)"
+  grep -q "^verdict: rank 2 .*#[0-9]* .* of group '[a-z]*' (world ranks" <<<"$verdict" ||
+    fail "triax-fr does not name rank 2 with a group and a sequence number"
+  ! grep "^verdict:" <<<"$verdict" | grep -qv "rank 2 " || fail "triax-fr blames another rank"
+  grep -q "triax-fr: rank 2 " "$tmp/out" || fail "the job's own message does not name rank 2"
+  check_no_leftovers
+  echo "ok: hang on rank 2: the job ended $after s after it ($secs s in all); triax-fr names rank 2"
+  ;;
+straggler)
+  run_job 120 "3:1:slow:300" "${common[@]}" --train-iters 5 --metrics-jsonl "$tmp/m.jsonl"
+  [ $rc -eq 0 ] || { tail -20 "$tmp/out"; fail "exit $rc"; }
+  grep -q "iteration [1-5]: straggler: rank 3 (host " "$tmp/out" || { grep -i straggler "$tmp/out"; fail "rank 3 not reported within 5 iterations"; }
+  grep -q '"stragglers":\[\(.*,\)\?3\(,.*\)\?\]' "$tmp/m.jsonl" || fail "the metrics do not list rank 3"
+  check_no_leftovers
+  echo "ok: slow rank 3 reported: $(grep -o 'iteration [0-9]*: straggler: rank 3[^)]*)' "$tmp/out" | head -1)"
+  ;;
+nan)
+  # The message names rank 1 and the parameter; iteration 2 is skipped, training goes on.
+  run_job 120 "1:2:nan" "${common[@]}" --train-iters 4 --metrics-jsonl "$tmp/m.jsonl"
+  [ $rc -eq 0 ] || { tail -20 "$tmp/out"; fail "exit $rc"; }
+  grep -q "iteration 2: non-finite gradient norm (nan); the step was skipped on every rank. First non-finite gradient: rank 1 (host [^)]*), parameter '[^']*' element 0; ranks with non-finite gradients: \[1\]" "$tmp/out" ||
+    { grep -i "non-finite" "$tmp/out"; fail "no message naming rank 1 and the parameter"; }
+  python3 - "$tmp/m.jsonl" <<'PY' || fail "metrics"
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+assert len(rows) == 4, len(rows)
+assert [r.get("step_skipped", False) for r in rows] == [False, True, False, False], rows
+assert rows[1]["nonfinite_rank"] == 1 and rows[1]["nonfinite_param"], rows[1]
+assert rows[3]["skipped_iterations"] == 1, rows[3]
+PY
+  check_no_leftovers
+  echo "ok: nan on rank 1: iteration 2 skipped, rank 1 named, training finished"
+  ;;
+sigusr2)
+  # SIGUSR2 dumps every rank's flight recorder while training goes on.
+  (cd "$tmp" && TRIAX_FAULT_TEST_TAG=$tag timeout 120 "$mpiexec" --oversubscribe -np 4 -x TRIAX_FAULT_TEST_TAG "$exe" \
+     "${common[@]}" --train-iters 60 >"$tmp/out" 2>&1) &
+  job=$!
+  for _ in $(seq 200); do grep -q "^ iteration *2/" "$tmp/out" 2>/dev/null && break; sleep 0.1; done
+  pids=()
+  for e in /proc/[0-9]*/environ; do
+    p=${e//[^0-9]/}
+    grep -qz "TRIAX_FAULT_TEST_TAG=$tag" "$e" 2>/dev/null && [ "$(readlink /proc/$p/exe)" = "$(readlink -f "$exe")" ] && pids+=("$p")
+  done
+  [ ${#pids[@]} -eq 4 ] || fail "found ${#pids[@]} train_gpt ranks, expected 4"
+  kill -USR2 "${pids[@]}"
+  wait $job; rc=$?
+  [ $rc -eq 0 ] || { tail -20 "$tmp/out"; fail "exit $rc after SIGUSR2"; }
+  for r in 0 1 2 3; do
+    grep -q '"SIGUSR2"' "$tmp/triax_fr_rank$r.json" 2>/dev/null || fail "rank $r wrote no SIGUSR2 dump"
+  done
+  grep -q "^ iteration *60/" "$tmp/out" || fail "training did not go on to iteration 60"
+  check_no_leftovers
+  echo "ok: SIGUSR2 dumped all 4 ranks; training finished"
+  ;;
+*) fail "unknown case" ;;
+esac

@@ -1,0 +1,215 @@
+#!/usr/bin/env bash
+# Checkpoints end to end under mpirun (docs/CHECKPOINTS.md): exact resume bit for bit, resharded
+# resume onto other layouts, a kill -9 during a save, SIGTERM mid-run, --init-from / --export-hf,
+# and bad checkpoints refused with a fallback to the previous one.
+#   checkpoint_test.sh TRAIN_GPT MPIEXEC CASE [GPT_EVAL HF_PYTHON]
+set -uo pipefail
+exe=$1; mpiexec=$2; case_=$3; gpt_eval=${4:-}; hf_python=${5:-/usr/bin/python3}
+scripts=$(cd "$(dirname "${BASH_SOURCE[0]}")/../../scripts" && pwd)
+tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+cd "$tmp"
+fail() { echo "FAIL ($case_): $*"; exit 1; }
+run() { timeout 300 "$mpiexec" --oversubscribe "$@"; }
+# A small model that every layout below can hold: 4 layers, 4 heads, 8 micro-batches of 4.
+base=(--model nano --num-layers 4 --micro-batch-size 4 --global-batch-size 32 --train-iters 8 --lr-decay-iters 8)
+
+# losses FILE: the "loss" of every line of a metrics file, full precision, one per line.
+losses() { python3 -c 'import json,sys; [print(repr(json.loads(l)["loss"])) for l in open(sys.argv[1])]' "$1"; }
+# same_losses A B TOL: the loss lists agree within TOL (0: bit for bit).
+same_losses() {
+  python3 - "$1" "$2" "$3" <<'PY' || fail "losses differ: $1 vs $2"
+import json, sys
+a = [json.loads(l)["loss"] for l in open(sys.argv[1])]
+b = [json.loads(l)["loss"] for l in open(sys.argv[2])]
+tol = float(sys.argv[3])
+assert len(a) == len(b) and len(a) > 0, (len(a), len(b))
+d = max(abs(x - y) for x, y in zip(a, b))
+print(f"max loss difference {d:.3g} over {len(a)} iterations (tolerance {tol})")
+assert (a == b) if tol == 0 else d <= tol
+PY
+}
+# Every file of two checkpoints has the same SHA-256: the whole state is identical bit for bit.
+same_state() {
+  python3 - "$1" "$2" <<'PY' || fail "checkpoint states differ: $1 vs $2"
+import json, sys
+x, y = (json.load(open(p + "/manifest.json")) for p in sys.argv[1:3])
+hx = {f["name"]: f["sha256"] for f in x["files"]}
+hy = {f["name"]: f["sha256"] for f in y["files"]}
+assert hx and hx == hy, "different file hashes"
+print(f"{len(hx)} shard files identical (SHA-256)")
+PY
+}
+ok() { echo "ok: $*"; }
+# The rank processes of a background `timeout mpirun` started as PID (grandchildren of PID).
+ranks_of() { local m; m=$(pgrep -P "$1" | head -n 1); [ -n "$m" ] && pgrep -P "$m"; }
+
+case $case_ in
+exact)
+  # 8 iterations straight vs 4 + save + resume + 4, at tp2 x pp2 x dp2, with ZeRO-1 and with
+  # overlapped DP all-reduce: the same losses and the same saved state, bit for bit.
+  for variant in zero1 overlap; do
+    extra=(--tp 2 --pp 2); [ $variant = zero1 ] && extra+=(--zero1)
+    run -np 8 "$exe" "${base[@]}" "${extra[@]}" --save "straight_$variant" --metrics-jsonl a.jsonl >a.log 2>&1 ||
+      { tail -5 a.log; fail "straight run ($variant)"; }
+    run -np 8 "$exe" "${base[@]}" "${extra[@]}" --train-iters 4 --save "ck_$variant" --metrics-jsonl b.jsonl >b.log 2>&1 ||
+      { tail -5 b.log; fail "first half ($variant)"; }
+    [ -f "ck_$variant/iter_0000004/manifest.json" ] || fail "no checkpoint after the first half ($variant)"
+    run -np 8 "$exe" "${base[@]}" "${extra[@]}" --load "ck_$variant" --save "ck_$variant" --metrics-jsonl c.jsonl >c.log 2>&1 ||
+      { tail -5 c.log; fail "resumed run ($variant)"; }
+    grep -q "resumed from ck_$variant/iter_0000004: iteration 4" c.log || { tail -5 c.log; fail "no resume message"; }
+    cat b.jsonl c.jsonl >bc.jsonl
+    same_losses a.jsonl bc.jsonl 0
+    same_state "straight_$variant/iter_0000008" "ck_$variant/iter_0000008"
+    ok "exact resume with $variant"
+  done
+  ;;
+reshard)
+  # Saved at tp2 x pp2 x dp2 with ZeRO-1, resumed at other layouts: the straight run's losses.
+  run -np 8 "$exe" "${base[@]}" --tp 2 --pp 2 --zero1 --metrics-jsonl a.jsonl >a.log 2>&1 || fail "straight run"
+  tail -n 4 a.jsonl >a_tail.jsonl
+  run -np 8 "$exe" "${base[@]}" --tp 2 --pp 2 --zero1 --train-iters 4 --save ck >b.log 2>&1 || fail "first half"
+  for layout in "8 --tp 1 --pp 4" "8 --tp 4 --pp 1" "8 --tp 1 --pp 1" "2 --tp 2 --pp 1" \
+                "4 --tp 1 --pp 2 --vpp 2 --schedule interleaved --zero1" "4 --tp 2 --pp 2 --pipeline-layers 1,3"; do
+    set -- $layout; np=$1; shift
+    rm -f r.jsonl
+    run -np "$np" "$exe" "${base[@]}" "$@" --load ck --metrics-jsonl r.jsonl >r.log 2>&1 || { tail -5 r.log; fail "resume at $layout"; }
+    grep -q "resumed from ck/iter_0000004" r.log || fail "no resume at $layout"
+    same_losses a_tail.jsonl r.jsonl 1e-5
+    ok "resharded resume at np $layout"
+  done
+  ;;
+kill9)
+  # kill -9 of one rank while a save is in flight (the write is held back 1.5 s by the test hook):
+  # that checkpoint stays an incomplete .tmp directory and --load uses the previous one.
+  TRIAX_CHECKPOINT_TEST_DELAY_MS=1500 timeout 300 "$mpiexec" --oversubscribe -np 4 "$exe" "${base[@]}" --tp 2 --pp 2 \
+    --train-iters 40 --lr-decay-iters 40 --save ck --save-interval 2 >run.log 2>&1 &
+  mpid=$!
+  for _ in $(seq 600); do [ -f ck/iter_0000002/manifest.json ] && [ -d ck/iter_0000004.tmp ] && break; sleep 0.05; done
+  [ -d ck/iter_0000004.tmp ] || { kill $mpid; tail -5 run.log; fail "the second save never started"; }
+  victim=$(ranks_of $mpid | tail -n 1)
+  [ -n "$victim" ] || fail "no rank process under mpirun $mpid"
+  kill -9 "$victim"
+  wait $mpid && fail "mpirun exited 0 after a rank was killed"
+  [ ! -f ck/iter_0000004/manifest.json ] || fail "the interrupted save was committed"
+  run -np 4 "$exe" "${base[@]}" --tp 2 --pp 2 --load ck --save ck --train-iters 5 --lr-decay-iters 40 >r.log 2>&1 ||
+    { tail -5 r.log; fail "resume after the crash"; }
+  grep -q "resumed from ck/iter_0000002: iteration 2" r.log || { tail -5 r.log; fail "did not resume from iteration 2"; }
+  [ -f ck/iter_0000005/manifest.json ] || fail "no checkpoint after the resumed run"
+  [ ! -e ck/iter_0000004.tmp ] || fail "the next save left the crashed save's iter_0000004.tmp"
+  ok "killed rank during a save: resumed from the previous checkpoint (iteration 2)"
+  ;;
+sigterm)
+  # SIGTERM to one rank mid-run: every rank finishes the iteration, saves, exits 0; resuming
+  # continues the loss curve of an uninterrupted run.
+  long=(--tp 2 --pp 2 --lr-decay-iters 400)
+  timeout 300 "$mpiexec" --oversubscribe -np 4 "$exe" "${base[@]}" "${long[@]}" --train-iters 400 --save ck \
+    --metrics-jsonl b.jsonl >run.log 2>&1 &
+  mpid=$!
+  for _ in $(seq 600); do [ -f b.jsonl ] && [ "$(wc -l <b.jsonl)" -ge 3 ] && break; sleep 0.05; done
+  victim=$(ranks_of $mpid | head -n 1)
+  [ -n "$victim" ] || fail "no rank process under mpirun $mpid"
+  kill -TERM "$victim"
+  wait $mpid; rc=$?
+  [ $rc -eq 0 ] || { tail -5 run.log; fail "exit $rc after SIGTERM, expected 0"; }
+  k=$(grep -o "received SIGTERM: saved the state of iteration [0-9]*" run.log | grep -o "[0-9]*$")
+  [ -n "$k" ] || { tail -5 run.log; fail "no save-and-exit message"; }
+  [ "$k" -lt 400 ] || fail "the run was not interrupted"
+  [ -f "ck/$(printf 'iter_%07d' "$k")/manifest.json" ] || fail "no checkpoint of iteration $k"
+  [ "$(wc -l <b.jsonl)" -eq "$k" ] || fail "metrics hold $(wc -l <b.jsonl) iterations, the save says $k"
+  n=$((k + 3))
+  run -np 4 "$exe" "${base[@]}" "${long[@]}" --train-iters $n --load ck --metrics-jsonl c.jsonl >c.log 2>&1 || fail "resume"
+  run -np 4 "$exe" "${base[@]}" "${long[@]}" --train-iters $n --metrics-jsonl a.jsonl >a.log 2>&1 || fail "straight run"
+  cat b.jsonl c.jsonl >bc.jsonl
+  same_losses a.jsonl bc.jsonl 0
+  ok "SIGTERM at iteration $k: saved, exit 0, resumed bit for bit"
+  ;;
+sigusr1)
+  # SIGUSR1 (Slurm's --signal=USR1@T) to every rank: the same save and exit 0.
+  timeout 300 "$mpiexec" --oversubscribe -np 2 "$exe" "${base[@]}" --tp 2 --train-iters 400 --lr-decay-iters 400 --save ck \
+    --metrics-jsonl b.jsonl >run.log 2>&1 &
+  mpid=$!
+  for _ in $(seq 600); do [ -f b.jsonl ] && [ "$(wc -l <b.jsonl)" -ge 2 ] && break; sleep 0.05; done
+  pids=$(ranks_of $mpid)
+  [ -n "$pids" ] || fail "no rank process under mpirun"
+  kill -USR1 $pids
+  wait $mpid; rc=$?
+  [ $rc -eq 0 ] || { tail -5 run.log; fail "exit $rc after SIGUSR1, expected 0"; }
+  k=$(grep -o "received SIGUSR1: saved the state of iteration [0-9]*" run.log | grep -o "[0-9]*$")
+  [ -n "$k" ] && [ -f "ck/$(printf 'iter_%07d' "$k")/manifest.json" ] || { tail -5 run.log; fail "no save on SIGUSR1"; }
+  ok "SIGUSR1 at iteration $k: saved, exit 0"
+  ;;
+bad)
+  # Broken checkpoints are refused naming the file and the problem; --load falls back to the
+  # previous complete one. An absent directory starts fresh; all broken is an error.
+  small=(--model nano --micro-batch-size 4 --global-batch-size 16 --lr-decay-iters 8)
+  run -np 2 "$exe" "${small[@]}" --train-iters 4 --save ck --save-interval 2 --keep-last 0 >s.log 2>&1 || fail "saving run"
+  [ -f ck/iter_0000002/manifest.json ] && [ -f ck/iter_0000004/manifest.json ] || fail "expected two checkpoints"
+  run -np 2 "$exe" "${small[@]}" --train-iters 4 --save keep --save-interval 1 --keep-last 2 >k.log 2>&1 || fail "keep-last run"
+  [ "$(ls keep | tr '\n' ' ')" = "iter_0000003 iter_0000004 " ] || fail "--keep-last 2 left: $(ls keep | tr '\n' ' ')"
+  ok "--keep-last 2 keeps the newest two"
+  out=$(run -np 2 "$exe" "${small[@]}" --train-iters 5 --load nowhere 2>&1) || fail "absent --load directory"
+  grep -q "no complete checkpoint there .*starting fresh" <<<"$out" || fail "no fresh-start message"
+  corrupt() {  # corrupt NAME PATTERN COMMAND...: break ck copy's iteration 4, expect PATTERN and the fallback
+    local name=$1 pattern=$2; shift 2
+    rm -rf "c_$name"; cp -r ck "c_$name"
+    (cd "c_$name/iter_0000004" && "$@") || fail "could not corrupt ($name)"
+    out=$(run -np 2 "$exe" "${small[@]}" --train-iters 5 --load "c_$name" 2>&1) || { echo "$out" | tail -5; fail "load ($name) failed"; }
+    grep -q -- "$pattern" <<<"$out" || { echo "$out" | grep -i "refused\|error" ; fail "no '$pattern' ($name)"; }
+    grep -q "falling back to the previous checkpoint c_$name/iter_0000002" <<<"$out" || fail "no fallback message ($name)"
+    grep -q "resumed from c_$name/iter_0000002: iteration 2" <<<"$out" || fail "did not resume from iteration 2 ($name)"
+    ok "$name: '$pattern', fell back to iteration 2"
+  }
+  edit() { python3 -c "import json,sys; m=json.load(open('manifest.json')); exec(sys.argv[1]); json.dump(m, open('manifest.json','w'))" "$1"; }
+  corrupt truncated "rank_00001.bin: .* bytes, but the manifest lists .* (truncated)" truncate -s -5 rank_00001.bin
+  corrupt flipped "rank_00000.bin: SHA-256 mismatch" python3 -c "
+f=open('rank_00000.bin','r+b'); f.seek(100); b=f.read(1); f.seek(100); f.write(bytes([b[0]^1]))"
+  corrupt missing "rank_00001.bin: missing shard file" rm rank_00001.bin
+  corrupt newer "format version 2 is newer than this build of triax reads" edit "m['format_version']=2"
+  corrupt model "a checkpoint of another model" edit "m['model']['n_layer']=3"
+  corrupt layout "cannot be split over tp 3" edit "m['slices'][0]['tp_size']=3"
+  corrupt no_slice "no slice of tensor 'transformer.ln_f.bias' (exp_avg)" \
+    edit "m['slices']=[s for s in m['slices'] if not (s['name']=='transformer.ln_f.bias' and s['kind']=='exp_avg')]"
+  rm -rf both; cp -r ck both; rm both/iter_0000004/rank_00000.bin; truncate -s 10 both/iter_0000002/rank_00001.bin
+  out=$(run -np 2 "$exe" "${small[@]}" --train-iters 5 --load both 2>&1) && fail "all checkpoints broken, yet exit 0"
+  grep -q "none of its 2 checkpoints can be loaded" <<<"$out" || { echo "$out" | tail -3; fail "no final error"; }
+  ok "every checkpoint broken: refused"
+  ;;
+init)
+  # --init-from a HF safetensors file (written by --export-hf of a short run): the model shape
+  # comes from the file, tp2 x pp2 x dp2 trains the losses of one rank, and the weights matter.
+  mb=(--micro-batch-size 4 --global-batch-size 32 --train-iters 4 --lr-decay-iters 4)
+  run -np 1 "$exe" --model nano --num-layers 4 "${mb[@]}" --train-iters 3 --seed 77 --export-hf init.safetensors >p.log 2>&1 ||
+    { tail -5 p.log; fail "pretraining run"; }
+  grep -q "exported the model to init.safetensors" p.log || fail "no export message"
+  run -np 1 "$exe" "${mb[@]}" --init-from init.safetensors --metrics-jsonl one.jsonl >one.log 2>&1 || { tail -5 one.log; fail "np 1"; }
+  grep -q "^num-layers = 4" one.log || fail "the layer count did not come from the file"
+  run -np 8 "$exe" "${mb[@]}" --tp 2 --pp 2 --init-from init.safetensors --metrics-jsonl eight.jsonl \
+    --export-hf out.safetensors >eight.log 2>&1 || { tail -5 eight.log; fail "np 8"; }
+  same_losses one.jsonl eight.jsonl 1e-5
+  run -np 1 "$exe" --model nano --num-layers 4 "${mb[@]}" --metrics-jsonl fresh.jsonl >fresh.log 2>&1 || fail "fresh run"
+  [ "$(losses one.jsonl | head -n 1)" != "$(losses fresh.jsonl | head -n 1)" ] || fail "--init-from did not change the start"
+  [ -s out.safetensors ] || fail "no exported file"
+  ok "--init-from at tp2 x pp2 x dp2 = one rank; export written"
+  # The same weights as an llm.c .bin (gpt_eval --save converts; it needs a token file to read).
+  if [ -n "$gpt_eval" ]; then
+    python3 -c "import struct,random; random.seed(3); t=[random.randrange(67) for _ in range(64)]
+open('tok.bin','wb').write(struct.pack('<256i',20240520,1,len(t),*([0]*253))+struct.pack('<%dH'%len(t),*t))"
+    run -np 1 "$gpt_eval" --weights init.safetensors --data tok.bin --batch 1 --seq 8 --batches 1 --save init.bin >g.log 2>&1 ||
+      { tail -3 g.log; fail "gpt_eval --save init.bin"; }
+    run -np 4 "$exe" "${mb[@]}" --tp 2 --pp 2 --init-from init.bin --metrics-jsonl llmc.jsonl >l.log 2>&1 ||
+      { tail -5 l.log; fail "--init-from init.bin"; }
+    same_losses one.jsonl llmc.jsonl 1e-5
+    ok "--init-from the llm.c .bin of the same weights at tp2 x pp2 = one rank from the HF file"
+  fi
+  ;;
+export_hf)
+  # The exported file gives HF (or the plain-torch GPT-2 of hf_check.py) gpt_eval's loss.
+  [ -n "$gpt_eval" ] || fail "needs gpt_eval"
+  "$hf_python" -c "import torch" 2>/dev/null || { echo "skip: no torch in $hf_python (Debian: python3-torch)"; exit 77; }
+  run -np 4 "$exe" --model nano --num-layers 4 --micro-batch-size 4 --global-batch-size 32 --train-iters 3 --tp 2 --pp 2 \
+    --export-hf model.safetensors >t.log 2>&1 || { tail -5 t.log; fail "training run"; }
+  "$hf_python" "$scripts/hf_export_check.py" "$gpt_eval" model.safetensors --mpirun "$mpiexec" --np 2 || fail "HF disagrees"
+  ok "exported file: HF loss = gpt_eval loss"
+  ;;
+*) fail "unknown case $case_" ;;
+esac

@@ -13,15 +13,7 @@ using namespace triax::test;
 namespace {
 
 TrainConfig base() {
-  TrainConfig c;
-  c.model = "nano";
-  c.layers = 4;
-  c.seq = 8;
-  c.global_batch = 8;
-  c.micro_batch = 1;
-  c.train_iters = 2;
-  c.lr = 5e-4;
-  c.seed = 77;
+  TrainConfig c = nano_train_config(2, 5e-4, 77);
   c.bucket_mb = 0.01;
   return c;
 }

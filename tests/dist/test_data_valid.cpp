@@ -11,6 +11,7 @@
 #include <regex>
 
 #include "support/dist.h"
+#include "support/train_compare.h"
 #include "triax/dist/self_comm.h"
 #include "triax/io/indexed_dataset.h"
 #include "triax/io/token_shard.h"
@@ -56,15 +57,7 @@ struct Files {
 };
 
 TrainConfig base(const Files& f) {
-  TrainConfig c;
-  c.model = "nano";
-  c.layers = 4;
-  c.seq = 8;
-  c.global_batch = 8;
-  c.micro_batch = 1;
-  c.train_iters = 4;
-  c.lr = 3e-3;
-  c.seed = 99;
+  TrainConfig c = test::nano_train_config(4, 3e-3, 99);
   c.data = f.train;
   c.data_respect_eod = true;
   c.valid_data = f.valid;

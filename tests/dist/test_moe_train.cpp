@@ -11,16 +11,8 @@ using namespace triax::test;
 
 namespace {
 TrainConfig moe_config() {
-  TrainConfig c;
-  c.model = "nano";
-  c.layers = 4;
-  c.seq = 8;
-  c.global_batch = 8;
-  c.micro_batch = 1;
-  c.train_iters = 3;
-  c.lr = 5e-4;
+  TrainConfig c = nano_train_config(3, 5e-4, 777);
   c.warmup_iters = 1;
-  c.seed = 777;
   c.bucket_mb = 0.01;
   c.moe_every = 2;
   c.experts = 4;

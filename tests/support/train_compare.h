@@ -15,6 +15,21 @@
 
 namespace triax::test {
 
+// The small run the 3D training tests share: nano model, 4 layers, 8-token samples, a global
+// batch of 8 one-sample micro-batches; the caller picks iterations, learning rate and seed.
+inline TrainConfig nano_train_config(int64_t iters, double lr, uint64_t seed) {
+  TrainConfig c;
+  c.model = "nano";
+  c.layers = 4;
+  c.seq = 8;
+  c.global_batch = 8;
+  c.micro_batch = 1;
+  c.train_iters = iters;
+  c.lr = lr;
+  c.seed = seed;
+  return c;
+}
+
 struct Result {
   std::vector<double> losses;
   std::map<std::string, std::vector<float>> params;  // full shape (serial) or local shard

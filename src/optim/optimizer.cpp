@@ -45,6 +45,18 @@ std::vector<float> Optimizer::state_to_host(int moment) const {
   return out;
 }
 
+void Optimizer::state_to_host(int moment, size_t begin, size_t end, std::span<std::byte> dst) const {
+  if (moment != 0 && moment != 1) TRIAX_THROW(ConfigError, "Adam moment {} does not exist (0: m, 1: v)", moment);
+  const Tensor& t = moment == 0 ? m_ : v_;
+  const size_t n = t.defined() ? static_cast<size_t>(t.numel()) : 0;
+  if (begin > end || end > n || dst.size() != (end - begin) * sizeof(float))
+    TRIAX_THROW(ConfigError, "Adam moment {} ({} values on this rank): elements [{}, {}) do not fit {} bytes", moment,
+                n, begin, end, dst.size());
+  if (begin < end)
+    store_.backend().copy_to_host(dst.data(), t.slice(static_cast<int64_t>(begin), static_cast<int64_t>(end)),
+                                  dst.size());
+}
+
 void Optimizer::state_from_host(int moment, std::span<const float> values) {
   if (moment != 0 && moment != 1) TRIAX_THROW(ConfigError, "Adam moment {} does not exist (0: m, 1: v)", moment);
   const Tensor& dst = moment == 0 ? m_ : v_;

@@ -2,6 +2,7 @@
 #include "triax/params/param_store.h"
 
 #include <algorithm>
+#include <cstring>
 
 namespace triax {
 
@@ -73,6 +74,25 @@ std::vector<float> ParamStore::param_to_host(size_t i) const {
     for (size_t k = 0; k < d.size(); ++k) out[k] = static_cast<float>(d[k]);
   }
   return out;
+}
+
+void ParamStore::param_to_host(size_t i, size_t begin, size_t end, std::span<std::byte> dst) const {
+  const Tensor t = param_t(i);
+  if (begin > end || end > static_cast<size_t>(t.numel()) || dst.size() != (end - begin) * sizeof(float))
+    TRIAX_THROW(ConfigError, "parameter '{}' ({} elements): elements [{}, {}) do not fit {} bytes",
+                infos_.at(i).spec.name, t.numel(), begin, end, dst.size());
+  if (begin == end) return;
+  const Tensor part = t.slice(static_cast<int64_t>(begin), static_cast<int64_t>(end));
+  if (dtype_ == DType::f32) {
+    be_->copy_to_host(dst.data(), part, dst.size());
+  } else {
+    std::vector<double> d(end - begin);
+    be_->copy_to_host(d.data(), part, d.size() * sizeof(double));
+    for (size_t k = 0; k < d.size(); ++k) {
+      const float f = static_cast<float>(d[k]);
+      std::memcpy(dst.data() + k * sizeof(float), &f, sizeof(float));
+    }
+  }
 }
 
 void ParamStore::param_from_host(size_t i, std::span<const float> values) {

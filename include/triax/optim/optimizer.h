@@ -68,6 +68,8 @@ class Optimizer {
   // One Adam moment (0: exp_avg m, 1: exp_avg_sq v) copied to / from host memory, in the layout
   // above: what checkpoints read and write (the moments may live on a device).
   std::vector<float> state_to_host(int moment) const;
+  // Elements [begin, end) of one moment into dst (4 (end - begin) bytes, any alignment).
+  void state_to_host(int moment, size_t begin, size_t end, std::span<std::byte> dst) const;
   void state_from_host(int moment, std::span<const float> values);  // ConfigError on a wrong size
 
  private:

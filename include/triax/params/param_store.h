@@ -81,6 +81,9 @@ class ParamStore {
 
   // Host values of one parameter's master weights: copies, for any backend.
   std::vector<float> param_to_host(size_t i) const;
+  // Elements [begin, end) of parameter i as float32 into dst (dst.size() == 4 (end - begin) bytes,
+  // any alignment): checkpoints copy into their reused staging buffer with no temporary.
+  void param_to_host(size_t i, size_t begin, size_t end, std::span<std::byte> dst) const;
   void param_from_host(size_t i, std::span<const float> values);
 
   // Direct host views, only where backend().host_accessible() (the plain fp32 CPU backend):

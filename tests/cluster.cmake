@@ -61,3 +61,13 @@ set(_sess ${CMAKE_BINARY_DIR}/ompi-sessions/cluster.k8s)
 file(MAKE_DIRECTORY ${_sess})
 set_tests_properties(cluster.k8s_volcano PROPERTIES TIMEOUT 300 LABELS cluster SKIP_RETURN_CODE 77 PROCESSORS 2
   ENVIRONMENT "${TRIAX_MPIRUN_ENV};OMPI_MCA_orte_tmpdir_base=${_sess}")
+
+# The checkpoint-age metrics (TrainingCheckpointTooOld) of a real run with --save and a resume.
+if(TRIAX_WITH_MPI AND TRIAX_BUILD_EXAMPLES)
+  add_test(NAME cluster.checkpoint_metrics
+    COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/cluster/checkpoint_metrics_test.sh $<TARGET_FILE:train_gpt> ${MPIEXEC_EXECUTABLE})
+  set(_sess ${CMAKE_BINARY_DIR}/ompi-sessions/cluster.checkpoint_metrics)
+  file(MAKE_DIRECTORY ${_sess})
+  set_tests_properties(cluster.checkpoint_metrics PROPERTIES TIMEOUT 300 LABELS cluster
+    ENVIRONMENT "${TRIAX_MPIRUN_ENV};OMPI_MCA_orte_tmpdir_base=${_sess}" PROCESSORS 2)
+endif()

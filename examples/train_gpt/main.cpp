@@ -118,6 +118,8 @@ int main(int argc, char** argv) {
       }
       std::_Exit(triax::kExitComm);
     });
+    // Declared before the checkpointer: a save still writing when an error unwinds calls into it.
+    std::unique_ptr<triax::MetricsExporter> exporter;
     triax::Checkpointer checkpoints(trainer);
     checkpoints.resume();
     std::FILE* jsonl = nullptr;
@@ -139,18 +141,27 @@ int main(int argc, char** argv) {
                                            std::strerror(errno)));
       }
     }
-    std::unique_ptr<triax::MetricsExporter> exporter;
     if (c.metrics_port || !c.metrics_textfile.empty()) {
       triax::MetricsExporterConfig prom;
       prom.port = c.metrics_port.value_or(-1);
       prom.bind = c.metrics_bind;
       prom.textfile = c.metrics_textfile;
       exporter = std::make_unique<triax::MetricsExporter>(world, prom, c.tp, c.pp, trainer.grid().layout().shape().dp);
+      // Checkpoint age for the TrainingCheckpointTooOld alert: rank 0's commit times, and the
+      // expected interval from --save-interval and the iterations' mean time.
+      if (!c.save.empty() || !c.load.empty()) checkpoints.on_commit([e = exporter.get()](double t) { e->checkpoint_saved(t); });
     }
+    double step_s_sum = 0;
+    int64_t steps = 0;
     trainer.train([&](const triax::IterationMetrics& m) {
-      if (exporter)
+      if (exporter) {
+        step_s_sum += m.elapsed_ms / 1e3;
+        ++steps;
+        if (!c.save.empty() && c.save_interval > 0)
+          exporter->set_checkpoint_interval(static_cast<double>(c.save_interval) * step_s_sum / static_cast<double>(steps));
         exporter->observe(m, {trainer.last_step().compute_s, trainer.last_step().p2p_wait_s,
                               trainer.last_report().sync.exposed_s + trainer.last_report().gather_s});
+      }
       if (rank != 0) return;
       print_line(m.log_line(), m.json());
       if (jsonl) write_all(jsonl, m.json() + "\n", "--metrics-jsonl " + c.metrics_jsonl);

@@ -111,6 +111,13 @@ Checkpointer::~Checkpointer() {
   }
 }
 
+void Checkpointer::on_commit(std::function<void(double)> fn) {
+  if (t_.grid().world().rank() != 0) return;
+  if (pending_) TRIAX_THROW(ConfigError, "Checkpointer::on_commit must be set while no save is in flight");
+  on_commit_ = std::move(fn);
+  if (on_commit_ && loaded_commit_unix_s_ > 0) on_commit_(loaded_commit_unix_s_);
+}
+
 bool Checkpointer::join() {
   if (!pending_) return true;
   if (pending_->thread.joinable()) pending_->thread.join();
@@ -173,7 +180,6 @@ void Checkpointer::save() {
   const auto coord = grid.coord();
   const int tp = grid.tp().size();
   const bool zero1 = opt.zero1();
-  const std::vector<float> m = opt.state_to_host(0), v = opt.state_to_host(1);
   // What this rank writes: per parameter, runs (begin, end) of its local tensor and where each
   // run starts in the Adam state. Replicated tensors are written by tp rank 0, the tied
   // embedding by the first stage; without ZeRO-1 DP rank 0 writes, with it each its own shard.
@@ -204,15 +210,16 @@ void Checkpointer::save() {
   size_t at = kCheckpointShardMagic.size();
   for (const auto& [i, runs] : plan) {
     const ParamInfo& info = store.info(i);
-    const std::vector<float> p = store.param_to_host(i);
     for (const auto& [b, e, so] : runs) {
-      const std::pair<StateKind, const float*> parts[] = {
-          {StateKind::param, p.data() + b}, {StateKind::exp_avg, m.data() + so}, {StateKind::exp_avg_sq, v.data() + so}};
-      for (const auto& [kind, src] : parts) {
+      // Straight from the backend into the reused buffer: no temporary host vectors.
+      const size_t nbytes = (e - b) * sizeof(float);
+      for (const StateKind kind : {StateKind::param, StateKind::exp_avg, StateKind::exp_avg_sq}) {
         part.slices.push_back({info.spec.name, kind, info.spec.full_shape, info.spec.split, coord.tp, tp,
                                static_cast<int64_t>(b), static_cast<int64_t>(e), file, at});
-        std::memcpy(payload.data() + at, src, (e - b) * sizeof(float));
-        at += (e - b) * sizeof(float);
+        const std::span<std::byte> dst(payload.data() + at, nbytes);
+        if (kind == StateKind::param) store.param_to_host(i, b, e, dst);
+        else opt.state_to_host(kind == StateKind::exp_avg ? 0 : 1, so, so + (e - b), dst);
+        at += nbytes;
       }
     }
   }
@@ -237,7 +244,7 @@ void Checkpointer::save() {
   Pending* pd = pending_.get();
   const int keep = cfg.keep_last;
   pd->payload = std::move(payload);
-  pd->thread = std::thread([=, part = std::move(part)]() mutable {
+  pd->thread = std::thread([=, part = std::move(part), committed = on_commit_]() mutable {
     const std::vector<std::byte>& payload = pd->payload;
     try {
       if (const char* d = std::getenv("TRIAX_CHECKPOINT_TEST_DELAY_MS"))  // fault-injection hook for tests
@@ -277,6 +284,13 @@ void Checkpointer::save() {
       fs::rename(tmp_dir, final_dir);
       fsync_dir(root);
       pd->stats.commit_s = seconds_since(t0);
+      if (committed) {
+        try {  // committed already: a metrics problem must not fail the save
+          committed(std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count());
+        } catch (const std::exception& e) {
+          log::warn("checkpoint {} committed, but reporting it to the metrics failed: {}", final_dir, e.what());
+        }
+      }
       uint64_t total = 0;
       for (const auto& f : man.files) total += f.bytes;
       log::info("saved checkpoint {} ({:.2f} MiB in {} files): training blocked {:.1f} ms ({:.1f} ms waiting for "
@@ -492,6 +506,13 @@ int64_t Checkpointer::resume() {
       t_.optimizer().state_from_host(1, r.v);
       t_.optimizer().set_step_counts(m.applied_steps, m.skipped_steps);
       t_.restore_progress(m.iteration, m.consumed_samples);
+      if (root) {
+        std::error_code ec;  // the manifest is written last: its time is the commit time
+        const auto mt = fs::last_write_time(fs::path(dir) / "manifest.json", ec);
+        if (!ec)
+          loaded_commit_unix_s_ = std::chrono::duration<double>(
+              std::chrono::file_clock::to_sys(mt).time_since_epoch()).count();
+      }
       if (root)
         log::info("resumed from {}: iteration {}, {} consumed samples (written at tp {} pp {} dp {}{}, loaded at tp "
                   "{} pp {} dp {}{})", dir, m.iteration, m.consumed_samples, m.tp, m.pp, m.dp,

@@ -6,6 +6,7 @@
 #include <httplib.h>
 
 #include <chrono>
+#include <cmath>
 #include <cstring>
 #include <thread>
 
@@ -132,21 +133,28 @@ void MetricsExporter::observe(const IterationMetrics& m, const RankTimes& mine) 
   std::vector<double> all(3 * W);
   world_->all_gather(std::span<const double>(in), std::span<double>(all)).wait();
   if (world_->rank() != 0) return;
-  std::string text;
   {
     std::lock_guard<std::mutex> lock(mu_);
     snap_.it = m;
     snap_.have_iteration = true;
     snap_.last_progress_unix_s = unix_now_s();
     for (size_t r = 0; r < W; ++r) snap_.ranks[r] = {all[3 * r], all[3 * r + 1], all[3 * r + 2]};
-    if (!cfg_.textfile.empty()) text = snap_.render();
   }
-  if (!text.empty()) write_textfile(text);
+  if (!cfg_.textfile.empty()) write_textfile();
 }
 
 void MetricsExporter::checkpoint_saved(double unix_s) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    snap_.last_checkpoint_unix_s = unix_s;
+  }
+  if (!cfg_.textfile.empty()) write_textfile();  // the last save of a run is shown too
+}
+
+void MetricsExporter::set_checkpoint_interval(double seconds) {
+  require(std::isfinite(seconds) && seconds >= 0, "checkpoint interval {} s must be finite and >= 0", seconds);
   std::lock_guard<std::mutex> lock(mu_);
-  snap_.last_checkpoint_unix_s = unix_s;
+  snap_.checkpoint_interval_s = seconds;
 }
 
 std::string MetricsExporter::render() const {
@@ -154,7 +162,11 @@ std::string MetricsExporter::render() const {
   return snap_.render();
 }
 
-void MetricsExporter::write_textfile(const std::string& text) const {
+void MetricsExporter::write_textfile() const {
+  // Two writers (the training loop, the checkpoint thread): rendering inside the file lock keeps
+  // the newest snapshot the one left on disk.
+  std::lock_guard<std::mutex> lock(file_mu_);
+  const std::string text = render();
   io::AtomicFile f(cfg_.textfile);
   f.write(std::as_bytes(std::span<const char>(text.data(), text.size())));
   f.commit();

@@ -4,7 +4,9 @@
 // Stop signals (SIGTERM, SIGUSR1) end a run at an iteration boundary with a saved state.
 #pragma once
 #include <cstdint>
+#include <atomic>
 #include <exception>
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -51,6 +53,11 @@ class Checkpointer {
 
   const SaveStats& last_save() const { return last_; }
 
+  // Rank 0: called with the unix time of every checkpoint it commits (on the writer thread, so it
+  // must be thread-safe), and at once with the commit time of the checkpoint resume() loaded:
+  // what the Prometheus checkpoint-age metric shows. Never called on other ranks.
+  void on_commit(std::function<void(double unix_s)> fn);
+
  private:
   struct Pending;
   bool join();  // this rank's thread; false if it failed (the error is logged)
@@ -58,6 +65,8 @@ class Checkpointer {
   std::unique_ptr<Pending> pending_;
   std::vector<std::byte> staging_;  // the host copy of this rank's shard, reused by every save
   SaveStats last_;
+  std::function<void(double)> on_commit_;
+  double loaded_commit_unix_s_ = 0;  // the resumed checkpoint's manifest time (rank 0)
 };
 
 // SIGTERM and SIGUSR1 set a flag instead of ending the process (what Slurm and Kubernetes send

@@ -54,16 +54,20 @@ class MetricsExporter {
   // Collective: call on every rank after each iteration with this rank's own times.
   void observe(const IterationMetrics& m, const RankTimes& mine);
   // A checkpoint was written at unix time t (rank 0's view is exported).
-  void checkpoint_saved(double unix_s);
+  void checkpoint_saved(double unix_s);  // thread-safe
+  // The expected time between checkpoints (0: not exported); train_gpt sets it to --save-interval
+  // times the mean iteration time as it measures them.
+  void set_checkpoint_interval(double seconds);
   // The port rank 0 listens on (-1 elsewhere or without an endpoint).
   int port() const { return port_; }
   std::string render() const;
 
  private:
-  void write_textfile(const std::string& text) const;
+  void write_textfile() const;
   std::shared_ptr<Communicator> world_;
   MetricsExporterConfig cfg_;
   mutable std::mutex mu_;
+  mutable std::mutex file_mu_;
   MetricsSnapshot snap_;
   int port_ = -1;
   struct Server;

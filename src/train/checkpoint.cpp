@@ -95,12 +95,7 @@ struct Checkpointer::Pending {
   std::atomic<bool> cancel{false};  // set when the run ends by an error: rank 0 stops waiting
 };
 
-Checkpointer::Checkpointer(Trainer& trainer) : t_(trainer) {
-  const auto& c = t_.config();
-  if ((!c.save.empty() || !c.load.empty()) && c.moe_every > 0)
-    TRIAX_THROW(ConfigError, "--save/--load with MoE layers (--moe-every {}) is not supported yet: expert "
-                             "parameters are not in the checkpoint format (docs/CHECKPOINTS.md)", c.moe_every);
-}
+Checkpointer::Checkpointer(Trainer& trainer) : t_(trainer) {}
 
 Checkpointer::~Checkpointer() {
   // Reached with a save in flight only when the run ends by an error: the other ranks may never
@@ -183,6 +178,9 @@ void Checkpointer::save() {
   // What this rank writes: per parameter, runs (begin, end) of its local tensor and where each
   // run starts in the Adam state. Replicated tensors are written by tp rank 0, the tied
   // embedding by the first stage; without ZeRO-1 DP rank 0 writes, with it each its own shard.
+  // A MoE expert lives on one rank of each expert-parallel group: expert-DP rank 0 writes it
+  // (under its global name, so any other ep can load it; ZeRO-1 runs only with ep 1).
+  const int edp_rank = grid.expert_dp().rank();
   std::vector<std::pair<size_t, std::vector<std::array<size_t, 3>>>> plan;
   size_t total = kCheckpointShardMagic.size();
   for (size_t i = 0; i < store.size(); ++i) {
@@ -191,7 +189,7 @@ void Checkpointer::save() {
     if (is_wte(info.spec.name) && coord.pp != 0) continue;
     std::vector<std::array<size_t, 3>> runs;
     if (!zero1) {
-      if (coord.dp == 0) runs.push_back({0, info.numel, info.offset});
+      if ((info.spec.expert ? edp_rank : coord.dp) == 0) runs.push_back({0, info.numel, info.offset});
     } else {
       for (const auto& r : opt.ranges()) {
         const size_t b = std::max(r.flat_offset, info.offset), e = std::min(r.flat_offset + r.count, info.offset + info.numel);

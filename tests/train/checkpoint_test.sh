@@ -138,6 +138,41 @@ sigusr1)
   [ -n "$k" ] && [ -f "ck/$(printf 'iter_%07d' "$k")/manifest.json" ] || { tail -5 run.log; fail "no save on SIGUSR1"; }
   ok "SIGUSR1 at iteration $k: saved, exit 0"
   ;;
+moe)
+  # MoE layers (experts split over ep, replicated over tp): 8 straight = 4 + save + resume + 4 at
+  # dp 4 ep 2 bit for bit, then the ep 2 checkpoint resumed at ep 4, at ep 1 with ZeRO-1, at tp 2
+  # x dp 2 and on a pp 2 pipeline: the straight run's losses (no-drop routing: layout-free).
+  moe=(--moe-every 2 --experts 4 --topk 2 --no-drop)
+  run -np 4 "$exe" "${base[@]}" "${moe[@]}" --ep 2 --save straight --metrics-jsonl a.jsonl >a.log 2>&1 ||
+    { tail -5 a.log; fail "straight MoE run"; }
+  tail -n 4 a.jsonl >a_tail.jsonl
+  run -np 4 "$exe" "${base[@]}" "${moe[@]}" --ep 2 --train-iters 4 --save ck --metrics-jsonl b.jsonl >b.log 2>&1 ||
+    { tail -5 b.log; fail "first half"; }
+  python3 - ck/iter_0000004/manifest.json <<'PY' || fail "the manifest lacks experts"
+import json, sys
+names = {s["name"] for s in json.load(open(sys.argv[1]))["slices"]}
+experts = {n for n in names if ".moe.experts." in n}
+want = {f"transformer.h.{l}.moe.experts.{e}.{p}" for l in (1, 3) for e in range(4)
+        for p in ("c_fc.weight", "c_fc.bias", "c_proj.weight", "c_proj.bias")}
+assert experts == want, sorted(want - experts)
+print(f"{len(experts)} expert tensors in the manifest")
+PY
+  run -np 4 "$exe" "${base[@]}" "${moe[@]}" --ep 2 --load ck --save ck2 --metrics-jsonl c.jsonl >c.log 2>&1 ||
+    { tail -5 c.log; fail "resumed MoE run"; }
+  cat b.jsonl c.jsonl >bc.jsonl
+  same_losses a.jsonl bc.jsonl 0
+  same_state straight/iter_0000008 ck2/iter_0000008
+  ok "exact MoE resume at dp 4 ep 2"
+  for layout in "4 --ep 4" "4 --ep 1 --zero1" "4 --tp 2 --ep 2" "2 --pp 2 --ep 1"; do
+    set -- $layout; np=$1; shift
+    rm -f r.jsonl
+    run -np "$np" "$exe" "${base[@]}" "${moe[@]}" "$@" --load ck --metrics-jsonl r.jsonl >r.log 2>&1 ||
+      { tail -5 r.log; fail "MoE resume at $layout"; }
+    grep -q "resumed from ck/iter_0000004" r.log || { tail -3 r.log; fail "no resume at $layout"; }
+    same_losses a_tail.jsonl r.jsonl 1e-5
+    ok "resharded MoE resume at np $layout"
+  done
+  ;;
 bad)
   # Broken checkpoints are refused naming the file and the problem; --load falls back to the
   # previous complete one. An absent directory starts fresh; all broken is an error.

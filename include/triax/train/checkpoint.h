@@ -30,7 +30,6 @@ struct SaveStats {
 
 class Checkpointer {
  public:
-  // ConfigError for an option combination checkpoints do not support (MoE layers).
   explicit Checkpointer(Trainer& trainer);
   ~Checkpointer();  // waits for a save in flight (without collectives)
   Checkpointer(const Checkpointer&) = delete;

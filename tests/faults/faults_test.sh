@@ -2,9 +2,12 @@
 # train_gpt under mpirun np 4 with an injected fault (TRIAX_FAULT, docs/FAULTS.md): the job ends
 # quickly, non-zero, naming rank 2; a hang ends through the watchdog with dumps that triax-fr
 # reads; a slow rank is reported as a straggler. No process of the job may outlive it.
-#   faults_test.sh TRAIN_GPT TRIAX_FR MPIEXEC CASE
+# The gloo-* cases run the same job without mpirun (tests/support/launch_local.py: torchrun-style
+# env, TCP rendezvous, Gloo): nobody kills the survivors, so they must notice the dead peer
+# through the rendezvous heartbeat and end themselves, each with a non-zero status.
+#   faults_test.sh TRAIN_GPT TRIAX_FR MPIEXEC CASE [LAUNCH_LOCAL]
 set -uo pipefail
-exe=$1; fr=$2; mpiexec=$3; case_=$4
+exe=$1; fr=$2; mpiexec=$3; case_=$4; launch_local=${5:-}
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 fail() { echo "FAIL ($case_): $*"; exit 1; }
 tag="triax-faults-$$-$RANDOM"
@@ -26,8 +29,14 @@ run_job() {
   local t0 t1 tf="" job
   : >"$tmp/out"
   t0=$(date +%s.%N)
-  (cd "$tmp" && TRIAX_FAULT_TEST_TAG=$tag timeout "$limit" "$mpiexec" --oversubscribe -np 4 -x TRIAX_FAULT="$fault" \
-     -x TRIAX_FAULT_TEST_TAG "$exe" "$@" >"$tmp/out" 2>&1) &
+  if [ "${LAUNCH:-mpirun}" = gloo ]; then
+    # --grace beyond the limit: the launcher never kills a rank that is still running.
+    (cd "$tmp" && TRIAX_FAULT_TEST_TAG=$tag TRIAX_FAULT="$fault" TRIAX_COMM=gloo timeout "$limit" \
+       python3 "$launch_local" -n 4 --timeout "$limit" --grace $((limit + 10)) -- "$exe" "$@" >"$tmp/out" 2>&1) &
+  else
+    (cd "$tmp" && TRIAX_FAULT_TEST_TAG=$tag timeout "$limit" "$mpiexec" --oversubscribe -np 4 -x TRIAX_FAULT="$fault" \
+       -x TRIAX_FAULT_TEST_TAG "$exe" "$@" >"$tmp/out" 2>&1) &
+  fi
   job=$!
   while kill -0 $job 2>/dev/null; do
     [ -z "$tf" ] && grep -q "triax fault injection" "$tmp/out" && tf=$(date +%s.%N)
@@ -42,16 +51,35 @@ run_job() {
 
 common=(--train-iters 8 --num-layers 2 --seq-length 16)
 case $case_ in
+gloo-*)
+  [ -n "$launch_local" ] || fail "the gloo cases need launch_local.py"
+  LAUNCH=gloo; case_=${case_#gloo-}
+  ;;
+esac
+case $case_ in
 kill|exit|throw)
   # The fault fires at iteration 3, about 1-2 s after start: the job must be gone within 10 s of it.
   run_job 60 "2:3:$case_" "${common[@]}"
-  [ $rc -ne 124 ] || fail "timed out (a hang)"
+  [ $rc -ne 124 ] || { tail -20 "$tmp/out"; fail "timed out (a hang)"; }
   [ $rc -ne 0 ] || fail "exit 0 after a $case_ fault"
   grep -q "triax fault injection (TRIAX_FAULT): rank 2 at iteration 3" "$tmp/out" || fail "the fault did not fire"
   grep -q "rank 2" "$tmp/out" || { tail -20 "$tmp/out"; fail "rank 2 is not named"; }
   awk -v s="$after" 'BEGIN { exit !(s < 10) }' || fail "the job ended $after s after the fault, expected < 10"
+  if [ "${LAUNCH:-mpirun}" = gloo ]; then
+    grep -q "TCP rendezvous: 4 ranks connected" "$tmp/out" || { head -20 "$tmp/out"; fail "no TCP rendezvous (not Gloo)"; }
+    # Every rank ended by itself, each non-zero (launch_local prints the status of each).
+    st=$(grep -o "launch_local: exit status by rank: .*" "$tmp/out")
+    echo "$st"
+    python3 - "$st" <<'PY' || fail "a surviving rank did not end itself with status 4"
+import sys
+codes = {int(r): int(c) for r, c in (kv.split(":") for kv in sys.argv[1].split("by rank: ", 1)[1].split(", "))}
+assert sorted(codes) == [0, 1, 2, 3] and codes[2] != 0, codes
+# The survivors end themselves with the communication-failure status (docs/ERRORS.md), not a signal.
+assert all(codes[r] == 4 for r in (0, 1, 3)), codes
+PY
+  fi
   check_no_leftovers
-  echo "ok: $case_ on rank 2: exit $rc, $after s after the fault ($secs s in all), rank 2 named, nothing left behind"
+  echo "ok: $case_ on rank 2 (${LAUNCH:-mpirun}): exit $rc, $after s after the fault ($secs s in all), rank 2 named, nothing left behind"
   ;;
 hang)
   run_job 60 "2:3:hang" "${common[@]}" --stall-timeout 10

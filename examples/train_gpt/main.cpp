@@ -166,6 +166,7 @@ int main(int argc, char** argv) {
       print_line(m.log_line(), m.json());
       if (jsonl) write_all(jsonl, m.json() + "\n", "--metrics-jsonl " + c.metrics_jsonl);
     }, [&](const triax::EvalMetrics& e) {
+      if (exporter) exporter->observe_eval(e);
       if (rank != 0) return;
       print_line(e.log_line(), e.json());
       if (jsonl) write_all(jsonl, e.json() + "\n", "--metrics-jsonl " + c.metrics_jsonl);

@@ -42,6 +42,12 @@ std::vector<prom::Family> MetricsSnapshot::families() const {
   if (last_checkpoint_unix_s > 0)
     f.push_back(gauge("triax_checkpoint_last_timestamp_seconds", "Unix time of the last checkpoint written",
                       last_checkpoint_unix_s));
+  if (have_eval) {
+    f.push_back(gauge("triax_validation_loss", "LM loss of the last validation pass (--valid-data)", eval.loss));
+    f.push_back(gauge("triax_validation_ppl", "Perplexity of the last validation pass", eval.ppl));
+    f.push_back(gauge("triax_validation_iteration", "Training iteration of the last validation pass",
+                      static_cast<double>(eval.iteration)));
+  }
   if (!have_iteration) return f;
   f.push_back(gauge("triax_iteration", "Iterations completed", static_cast<double>(it.iteration)));
   f.push_back(gauge("triax_train_iterations", "Iterations the run is configured for", static_cast<double>(it.train_iters)));
@@ -139,6 +145,16 @@ void MetricsExporter::observe(const IterationMetrics& m, const RankTimes& mine) 
     snap_.have_iteration = true;
     snap_.last_progress_unix_s = unix_now_s();
     for (size_t r = 0; r < W; ++r) snap_.ranks[r] = {all[3 * r], all[3 * r + 1], all[3 * r + 2]};
+  }
+  if (!cfg_.textfile.empty()) write_textfile();
+}
+
+void MetricsExporter::observe_eval(const EvalMetrics& e) {
+  if (world_->rank() != 0) return;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    snap_.eval = e;
+    snap_.have_eval = true;
   }
   if (!cfg_.textfile.empty()) write_textfile();
 }

@@ -59,7 +59,7 @@ grep -q "nonexistent.txt: cannot read" <<<"$out" || fail "no clear missing-file 
 common=(--model nano --vocab-size 256 --num-layers 2 --seq-length 16 --micro-batch-size 2 --num-micro-batches 2
         --train-iters 40 --lr 1e-2 --eval-interval 20 --eval-iters 2)
 run -np 2 "$exe" "${common[@]}" --pp 2 --data "$tmp/llmc/tiny_train_*.bin" --valid-data "$tmp/llmc/tiny_val_000000.bin" \
-  --metrics-jsonl "$tmp/m1.jsonl" >"$tmp/out1" 2>&1 || { tail -20 "$tmp/out1"; fail "train_gpt on llm.c shards failed"; }
+  --metrics-jsonl "$tmp/m1.jsonl" --metrics-textfile "$tmp/m1.prom" >"$tmp/out1" 2>&1 || { tail -20 "$tmp/out1"; fail "train_gpt on llm.c shards failed"; }
 run -np 2 "$exe" "${common[@]}" --data "$tmp/mega/tiny_train_text_document" --data-respect-eod \
   --valid-data "$tmp/mega/tiny_val_text_document" --metrics-jsonl "$tmp/m2.jsonl" >"$tmp/out2" 2>&1 \
   || { tail -20 "$tmp/out2"; fail "train_gpt on the Megatron dataset failed"; }
@@ -81,6 +81,15 @@ assert ev[-1]["valid_loss"] < ev[0]["valid_loss"] < 5.0, ev
 print("valid:", [round(r["valid_loss"], 4) for r in ev])
 PY
 done
+# The Prometheus textfile carries the last validation pass, as the JSONL has it.
+python3 - "$tmp/m1.jsonl" "$tmp/m1.prom" <<'PY' || fail "validation metrics in the textfile"
+import json, sys
+ev = [json.loads(l) for l in open(sys.argv[1]) if "valid_loss" in l][-1]
+prom = {k: float(v) for k, v in (l.rsplit(" ", 1) for l in open(sys.argv[2]) if l.strip() and not l.startswith("#"))}
+assert prom["triax_validation_loss"] == ev["valid_loss"], (prom["triax_validation_loss"], ev)
+assert prom["triax_validation_ppl"] == ev["valid_ppl"] and prom["triax_validation_iteration"] == ev["iteration"], prom
+print("textfile validation loss", prom["triax_validation_loss"])
+PY
 grep -q "samples inside documents" "$tmp/out2" || fail "EOD-respecting samples not reported"
 
 # Flags: file order on request; EOD needs documents; validation needs a validation set.

@@ -112,6 +112,15 @@ TEST_CASE("metrics snapshot carries every exported value", "[prometheus]") {
   CHECK(value_of(t, "triax_rank_pipeline_wait_seconds{rank=\"0\"}") == 0.01);
   CHECK(value_of(t, "triax_rank_dp_exposed_seconds{rank=\"1\"}") == 0.001);
   CHECK(value_of(t, "triax_parallel_info{tp=\"1\",pp=\"1\",dp=\"2\",world=\"2\"}") == 1);
+  CHECK(t.find("triax_validation_loss") == std::string::npos);  // no validation pass yet
+  s.eval.iteration = 20;
+  s.eval.loss = 2.5;
+  s.eval.ppl = std::exp(2.5);
+  s.have_eval = true;
+  const std::string tv = s.render();
+  CHECK(value_of(tv, "triax_validation_loss") == 2.5);
+  CHECK(value_of(tv, "triax_validation_ppl") == Approx(std::exp(2.5)).epsilon(1e-15));
+  CHECK(value_of(tv, "triax_validation_iteration") == 20);
   // A NaN loss stays visible (the alert needs it), spelled the way Prometheus parses it.
   s.it.loss = std::nan("");
   CHECK(s.render().find("\ntriax_loss NaN\n") != std::string::npos);

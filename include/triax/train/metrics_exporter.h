@@ -32,6 +32,8 @@ struct RankTimes {
 struct MetricsSnapshot {
   IterationMetrics it;
   bool have_iteration = false;
+  EvalMetrics eval;        // the last validation pass
+  bool have_eval = false;
   double last_progress_unix_s = 0;   // wall clock of the last completed iteration
   double start_unix_s = 0;
   double last_checkpoint_unix_s = 0;  // 0: none yet
@@ -55,6 +57,8 @@ class MetricsExporter {
   void observe(const IterationMetrics& m, const RankTimes& mine);
   // A checkpoint was written at unix time t (rank 0's view is exported).
   void checkpoint_saved(double unix_s);  // thread-safe
+  // A validation pass finished (not collective; rank 0's values are exported).
+  void observe_eval(const EvalMetrics& e);
   // The expected time between checkpoints (0: not exported); train_gpt sets it to --save-interval
   // times the mean iteration time as it measures them.
   void set_checkpoint_interval(double seconds);

@@ -3,7 +3,11 @@
 // so that results do not depend on the thread count.
 #include "triax/backend/cpu_backend.h"
 
+#include <algorithm>
+#include <bit>
 #include <cmath>
+#include <cstdint>
+#include <type_traits>
 #include <cstdlib>
 #include <cstring>
 #include <limits>
@@ -555,7 +559,19 @@ void CpuBackend::count_nonfinite_into(const Tensor& acc, int64_t index, const Te
   by_real(x.dtype(), "count_nonfinite_into", [&](auto r) {
     using R = decltype(r);
     const R* p = ptr<R>(x, "count_nonfinite_into", "x");
-    for (int64_t i = 0; i < x.numel(); ++i) bad += !std::isfinite(p[i]);
+    if constexpr (std::is_same_v<R, float>) {
+      // Exponent bits all ones = NaN or Inf. On the bits with 32-bit counters the loop
+      // vectorises (std::isfinite per element did not: 1.8 GB/s, a tenth of a 124M step).
+      const int64_t n = x.numel();
+      for (int64_t i0 = 0; i0 < n; i0 += int64_t{1} << 20) {
+        const int64_t i1 = std::min(n, i0 + (int64_t{1} << 20));
+        uint32_t c = 0;
+        for (int64_t i = i0; i < i1; ++i) c += (std::bit_cast<uint32_t>(p[i]) & 0x7f800000u) == 0x7f800000u;
+        bad += c;
+      }
+    } else {
+      for (int64_t i = 0; i < x.numel(); ++i) bad += !std::isfinite(p[i]);
+    }
   });
   ptr<double>(acc, "count_nonfinite_into", "acc")[index] += static_cast<double>(bad);
 }

@@ -141,6 +141,7 @@ GradBuffer::GradBuffer(ParamStore& store, Communicator& dp, GradBufferOptions op
     segments_ = plan_shard_segments(buckets_, store_.infos(), dp_.size(), dp_.rank());
     shard_grads_ = store_.backend().zeros(Shape{static_cast<int64_t>(store_.padded_numel() / align)}, store_.dtype());
   }
+  presync_bad_ = store_.backend().zeros(Shape{1}, DType::f64);
   buckets_of_param_.resize(store_.size());
   for (size_t b = 0; b < buckets_.size(); ++b)
     for (size_t p : buckets_[b].params) buckets_of_param_[p].push_back(b);
@@ -177,6 +178,12 @@ size_t GradBuffer::piece_begin(size_t b) const {
   return buckets_.at(b).begin + static_cast<size_t>(dp_.rank()) * piece_size(b);
 }
 
+double GradBuffer::presync_nonfinite() const {
+  double n = 0;
+  store_.backend().copy_to_host(&n, presync_bad_, sizeof(n));
+  return n;
+}
+
 double GradBuffer::now_s() const {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count();
 }
@@ -194,6 +201,7 @@ void GradBuffer::reset() {
 
 void GradBuffer::open_step() {
   step_open_ = true;
+  store_.backend().fill(presync_bad_, 0.0);
   t0_ = std::chrono::steady_clock::now();
   std::fill(timings_.begin(), timings_.end(), BucketTiming{});
 }
@@ -216,6 +224,8 @@ void GradBuffer::mark_ready(size_t p) {
 void GradBuffer::start_tied(size_t b) {
   auto& s = state_[b];
   if (s.tied_started) return;
+  if (opts_.sync == GradSync::all_reduce)
+    store_.backend().count_nonfinite_into(presync_bad_, 0, store_.grad_t(*opts_.tied_param));
   s.tied_work = all_reduce(*opts_.embedding, store_.backend(), store_.grad_t(*opts_.tied_param), ReduceOp::sum);
   s.tied_started = true;
 }
@@ -226,6 +236,10 @@ void GradBuffer::start_bucket(size_t b, bool in_finish) {
   const Tensor g = store_.grads_range(bk.begin, bk.end);
   auto& s = state_[b];
   if (opts_.sync == GradSync::all_reduce) {
+    // Only an in-place all-reduce over several ranks overwrites this rank's own gradients (under
+    // reduce_scatter they stay in the flat buffer, where the scan finds them). The tied bucket
+    // holds only the tied embedding, counted before its cross-stage sum instead.
+    if (comm_of(b).size() > 1 && !(tied_active_ && bk.tied)) be.count_nonfinite_into(presync_bad_, 0, g);
     if (bk.expert && experts_split_ && opts_.op == ReduceOp::avg) {
       // avg over expert_dp of (g * edp / dp) = sum over expert_dp / dp (see GradBufferOptions).
       const float f = static_cast<float>(opts_.expert_dp->size()) / static_cast<float>(dp_.size());

@@ -8,9 +8,9 @@
 
 namespace triax {
 
-NonFiniteGrad locate_nonfinite_grad(const ParamStore& store, Communicator& world) {
+NonFiniteGrad locate_nonfinite_grad(const ParamStore& store, Communicator& world, double presync_bad) {
   constexpr size_t kName = 128;
-  int64_t mine[2] = {-1, -1};
+  int64_t mine[3] = {-1, -1, presync_bad > 0 ? 1 : 0};
   std::vector<uint8_t> name(kName, 0);
   // A host copy of the gradients (on a device or checking backend they are not host memory).
   std::vector<float> grads(store.numel());
@@ -26,18 +26,19 @@ NonFiniteGrad locate_nonfinite_grad(const ParamStore& store, Communicator& world
       }
   }
   const size_t n = static_cast<size_t>(world.size());
-  std::vector<int64_t> all(2 * n);
+  std::vector<int64_t> all(3 * n);
   std::vector<uint8_t> names(kName * n);
   world.all_gather(std::span<const int64_t>(mine), std::span<int64_t>(all)).wait();
   world.all_gather(std::span<const uint8_t>(name), std::span<uint8_t>(names)).wait();
   NonFiniteGrad out;
+  for (size_t r = 0; r < n; ++r) out.before_sync |= all[3 * r + 2] > 0;
   for (size_t r = 0; r < n; ++r) {
-    if (all[2 * r] < 0) continue;
+    if (out.before_sync ? all[3 * r + 2] == 0 : all[3 * r] < 0) continue;
     out.ranks.push_back(world.world_ranks()[r]);
     if (out.rank >= 0) continue;
     out.rank = world.world_ranks()[r];
-    out.element = all[2 * r + 1];
-    out.param.assign(reinterpret_cast<const char*>(&names[kName * r]));
+    out.element = all[3 * r + 1];
+    if (all[3 * r] >= 0) out.param.assign(reinterpret_cast<const char*>(&names[kName * r]));
   }
   return out;
 }

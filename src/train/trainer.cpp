@@ -185,18 +185,6 @@ Trainer::Trainer(std::shared_ptr<Communicator> world, const TrainConfig& given) 
   if (P > 1 && (grid_->is_first_stage() || grid_->is_last_stage()))
     oc.grad_sync.tied_param = store_->find("transformer.wte.weight");
   optimizer_ = std::make_unique<Optimizer>(*store_, *grid_, oc);
-  if (faults_.any())
-    optimizer_->set_before_norm_hook([this] {
-      if (!faults_.nan_due(iteration_ + 1)) return;
-      // One element of a middle parameter (its own gradient, after the DP sync), poisoned through
-      // the backend like every other write to its buffers.
-      const size_t i = store_->size() / 2;
-      const Tensor g = cfg_.zero1 ? optimizer_->grad_buffer().shard_grads_t() : store_->grad_t(i);
-      backend_->fill(g.slice(0, 1), std::numeric_limits<double>::quiet_NaN());
-      std::fprintf(stderr, "triax fault injection (TRIAX_FAULT): rank %d at iteration %lld: nan: gradient of %s\n",
-                   grid_->world().rank(), static_cast<long long>(iteration_ + 1),
-                   cfg_.zero1 ? "this rank's ZeRO-1 shard" : store_->info(i).spec.name.c_str());
-    });
 
   std::vector<Stage*> ptrs;
   for (auto& ch : chunks_) ptrs.push_back(ch.get());
@@ -261,6 +249,15 @@ IterationMetrics Trainer::step(bool record_events) {
   const int P = cfg_.pp, V = cfg_.vpp;
   if (!schedule_ || schedule_->micro_batches != m) schedule_ = make_schedule(kind_, P, V, m);
   store_->zero_grads();
+  if (faults_.any() && faults_.nan_due(iteration_ + 1) && store_->size() > 0) {
+    // The nan fault: element 0 of a middle parameter's gradient is NaN before backward adds to
+    // it, as if this rank's backward had produced it; the DP sync then spreads it to the other
+    // replicas, which is what the attribution must see through. Written through the backend.
+    const size_t i = store_->size() / 2;
+    backend_->fill(store_->grad_t(i).slice(0, 1), std::numeric_limits<double>::quiet_NaN());
+    std::fprintf(stderr, "triax fault injection (TRIAX_FAULT): rank %d at iteration %lld: nan: gradient of %s\n",
+                 grid_->world().rank(), static_cast<long long>(iteration_ + 1), store_->info(i).spec.name.c_str());
+  }
   const int d = grid_->coord().dp;
   const int64_t base = consumed_;
   const int mbs = static_cast<int>(plan.micro_batch);
@@ -338,7 +335,8 @@ void Trainer::check_step(IterationMetrics& mt, const StepReport& rep, std::span<
   mt.step_skipped = rep.skipped;
   if (rep.skipped) {
     ++consecutive_skips_;
-    const NonFiniteGrad where = locate_nonfinite_grad(*store_, grid_->world());
+    const NonFiniteGrad where =
+        locate_nonfinite_grad(*store_, grid_->world(), optimizer_->grad_buffer().presync_nonfinite());
     mt.nonfinite_rank = where.rank;
     mt.nonfinite_param = where.param;
     if (r0)

@@ -53,6 +53,27 @@ TEST_CASE("nan on rank 1 at iteration 2: skipped everywhere, parameters untouche
   CHECK(std::memcmp(before.data(), t.store().flat_params().data(), before.size() * sizeof(float)) != 0);
 }
 
+TEST_CASE("nan before the DP sync is named at its origin, with ZeRO-1 and with tp 2 too", "[faults]") {
+  // The poison is in rank 1's own gradient before the reduction copies it to the other DP
+  // replicas (or, under ZeRO-1, into one rank's shard): the report still names rank 1 only.
+  auto w = test::world_ptr();
+  REQUIRE(w->size() == 4);
+  FaultEnv env("1:2:nan");
+  for (const auto& [zero1, tp] : {std::pair{false, 1}, std::pair{true, 1}, std::pair{true, 2}, std::pair{false, 2}}) {
+    CAPTURE(zero1, tp);
+    TrainConfig c = tiny();
+    c.zero1 = zero1;
+    c.tp = tp;
+    Trainer t(w, c);
+    REQUIRE_FALSE(t.step().step_skipped);
+    const auto m2 = t.step();
+    CHECK(m2.step_skipped);
+    CHECK(m2.nonfinite_rank == 1);
+    CHECK(!m2.nonfinite_param.empty());
+    CHECK_FALSE(t.step().step_skipped);
+  }
+}
+
 TEST_CASE("--max-skipped-iterations ends the run after K consecutive skips", "[faults]") {
   auto w = test::world_ptr();
   FaultEnv env("3:1:nan,3:2:nan");

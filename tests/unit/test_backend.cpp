@@ -9,6 +9,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <random>
 
 #include "triax/backend/backend.h"
@@ -215,4 +216,32 @@ TEST_CASE("the checking backend faults on a read outside its calls, naming the b
   REQUIRE(WIFSIGNALED(status));
   CHECK(WTERMSIG(status) == SIGSEGV);
   CHECK_THAT(err, Contains("triax checked backend: access to buffer memory") && Contains("-byte buffer at"));
+}
+
+TEST_CASE("count_nonfinite_into counts NaN and both infinities only, in f32 and f64", "[backend]") {
+  auto be = make_cpu_backend();
+  const float inf = std::numeric_limits<float>::infinity();
+  // Finite extremes (largest, smallest denormal, -0) must not count; a 1 M+ tensor crosses the
+  // f32 path's chunk boundary.
+  std::vector<float> v(3 * (1u << 20) + 5, 1.0f);
+  v[0] = std::numeric_limits<float>::max();
+  v[1] = std::numeric_limits<float>::denorm_min();
+  v[2] = -0.0f;
+  v[7] = std::nanf("");
+  v[(1u << 20) - 1] = inf;
+  v[1u << 20] = -inf;
+  v.back() = -std::nanf("");
+  Tensor x = be->empty(Shape{static_cast<int64_t>(v.size())}, DType::f32);
+  be->copy_from_host(x, v.data(), v.size() * sizeof(float));
+  Tensor acc = be->zeros(Shape{2}, DType::f64);
+  be->count_nonfinite_into(acc, 1, x);
+  be->count_nonfinite_into(acc, 1, x.slice(8, static_cast<int64_t>(v.size()) - 1));  // inf, -inf only
+  std::vector<double> d(v.begin(), v.begin() + 16);
+  Tensor xd = be->empty(Shape{16}, DType::f64);
+  be->copy_from_host(xd, d.data(), d.size() * sizeof(double));
+  be->count_nonfinite_into(acc, 0, xd);  // max, denorm, -0 finite; the NaN at 7
+  double h[2];
+  be->copy_to_host(h, acc, sizeof h);
+  CHECK(h[1] == 4 + 2);
+  CHECK(h[0] == 1);
 }

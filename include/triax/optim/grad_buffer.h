@@ -137,6 +137,12 @@ class GradBuffer {
   // True once the bucket's collective has been observed complete (by progress() or finish()).
   bool done(size_t bucket) const { return state_.at(bucket).done; }
   const std::vector<BucketTiming>& timings() const { return timings_; }
+  // Non-finite elements of this rank's own gradients (before an in-place all-reduce over several
+  // ranks spreads them) counted as each such bucket starts, on the backend (no read-back during
+  // the step; one pass over the gradients, ~17 GB/s on the CPU). The count of the last step, read
+  // back on demand: NaN attribution after a skipped step names the ranks where a non-finite value
+  // appeared, not every DP copy the all-reduce passed it to. 0 under reduce_scatter and dp 1.
+  double presync_nonfinite() const;
   // Called with the bucket index right after its collective starts (tracing, tests).
   void set_start_hook(std::function<void(size_t)> hook) { hook_ = std::move(hook); }
 
@@ -182,6 +188,7 @@ class GradBuffer {
   std::vector<std::vector<size_t>> buckets_of_param_;
   std::vector<ShardSegment> segments_;
   Tensor shard_grads_;  // (padded / dp) on the store's backend, reduce_scatter only
+  Tensor presync_bad_;  // (1) f64: non-finite count of this rank's gradients before the sync
   std::vector<State> state_;
   std::vector<BucketTiming> timings_;
   std::vector<char> marked_;

@@ -15,14 +15,19 @@
 namespace triax {
 
 struct NonFiniteGrad {
-  int rank = -1;          // lowest world rank holding a non-finite gradient; -1: none found
+  int rank = -1;          // lowest world rank where a non-finite gradient appeared; -1: none found
   std::string param;      // its first such parameter
   int64_t element = -1;   // element index inside that parameter
-  std::vector<int> ranks; // every world rank holding one
+  std::vector<int> ranks; // every such world rank
+  bool before_sync = false;  // found in the ranks' own gradients before the DP reduction
 };
 
 // Collective over world: each rank scans its gradients in parameter order for the first NaN/inf.
-NonFiniteGrad locate_nonfinite_grad(const ParamStore& store, Communicator& world);
+// presync_bad: this rank's count of non-finite gradient elements before the DP reduction
+// (GradBuffer::presync_nonfinite). Where any rank has one, only those ranks are named (an
+// all-reduce copies a NaN to every DP rank, at the same element, so the element found after it
+// is the one the origin produced); otherwise every rank holding one after the sync is.
+NonFiniteGrad locate_nonfinite_grad(const ParamStore& store, Communicator& world, double presync_bad = 0);
 
 // z-score of each new loss against the mean and standard deviation of the previous `window`
 // losses (NaN until `min_count` are there); spike() says whether it exceeds the threshold.

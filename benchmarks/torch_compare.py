@@ -225,11 +225,25 @@ def smoke(args):
         steps = 5
         a, b = tx.ask(f"steps {steps}"), th.ask(f"steps {steps}")
         tx.close(), th.close()
+        # The same triax run with the baseline x86-64 loops instead of the AVX2 ones (core/cpu_isa.h):
+        # the instruction set must change no bit of any loss or norm.
+        os.environ["TRIAX_CPU_ISA"] = "baseline"
+        try:
+            bx, bth, _, _ = start_pair(args.triax, "smoke", 1, "tuned", tmp, data_steps=1)
+            base = bx.ask(f"steps {steps}")
+            bx.close(), bth.close()
+        finally:
+            del os.environ["TRIAX_CPU_ISA"]
     print(f"torch_compare smoke: PyTorch {th_hello['version']}, shape {SHAPES['smoke']}, {steps} steps")
     for i in range(steps):
         print(f"  step {i}: loss triax {a['losses'][i]:.7f} torch {b['losses'][i]:.7f} | "
               f"grad norm triax {a['grad_norms'][i]:.6f} torch {b['grad_norms'][i]:.6f}")
     bad = compare_losses(a["losses"], b["losses"], "loss", 1e-4)
+    if (base["losses"], base["grad_norms"]) != (a["losses"], a["grad_norms"]):
+        bad.append(f"TRIAX_CPU_ISA=baseline changed the bits: losses {base['losses']} vs {a['losses']}, "
+                   f"norms {base['grad_norms']} vs {a['grad_norms']}")
+    else:
+        print("  triax with TRIAX_CPU_ISA=baseline: every loss and norm bit-identical")
     bad += compare_losses(a["grad_norms"], b["grad_norms"], "grad norm", 1e-3)
     # The run must really train (the comparison is not of two constant losses) and clip (the
     # norm > 1.0 on the first step, so both sides' clipping is exercised).
@@ -259,7 +273,7 @@ def bench(args):
                 print(f"\n== {shape}: L{L} H{H} C{C} V{V} (padded {hello['padded_vocab']}) T{T} B{B}, "
                       f"{hello['numel'] / 1e6:.2f}M params, {flops / 1e9:.2f} GFLOP/step; setting {setting} "
                       f"({SETTINGS[setting] or 'nothing set'}); PyTorch {th_hello['version']} ==")
-                print(f"   OpenBLAS: {hello['openblas']}")
+                print(f"   OpenBLAS: {hello['openblas']}; triax loops: {hello['isa']}")
                 tx.ask(f"steps {args.warmup}")
                 th.ask(f"steps {args.warmup}")
                 tx.ask("sgemm 1")

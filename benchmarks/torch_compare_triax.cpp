@@ -29,6 +29,7 @@
 #include <string>
 #include <vector>
 
+#include "triax/core/cpu_isa.h"
 #include "triax/dist/self_comm.h"
 #include "triax/io/safetensors.h"
 #include "triax/model/gpt.h"
@@ -195,6 +196,7 @@ int main(int argc, char** argv) {
                {"padded_vocab", cfg.padded_vocab()},
                {"flops", step_flops(cfg, B, T)},
                {"openblas", openblas_get_config()},
+               {"isa", cpu_isa_name(cpu_isa())},
                {"threads", threads}});
       } else if (cmd == "export") {
         std::string path;

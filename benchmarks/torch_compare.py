@@ -11,7 +11,7 @@ alternates them in rounds (A B, then B A, ...), each round K steps per side afte
 measures OpenBLAS sgemm on the step's GEMM shapes (one big call each) in every round too; since
 this machine's speed drifts, only the per-round ratios mean anything.
 
-  torch_compare.py [--triax PATH] [--shapes tiny,small,gpt2-124m] [--rounds 5] [--steps 3]
+  torch_compare.py [--triax PATH] [--triax-b PATH] [--shapes tiny,small,gpt2-124m] [--rounds 5] [--steps 3]
                    [--warmup 2] [--settings tuned,default] [--threads 2] [--json FILE]
   torch_compare.py --smoke [--triax PATH]   # CI: tiny shape, both sides' losses and norms agree
 
@@ -150,6 +150,7 @@ class Worker:
     def __init__(self, name, argv, env):
         self.name = name
         self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, text=True)
+        self.proc_env = env
 
     def ask(self, cmd):
         self.proc.stdin.write(cmd + "\n")
@@ -274,14 +275,23 @@ def bench(args):
                       f"{hello['numel'] / 1e6:.2f}M params, {flops / 1e9:.2f} GFLOP/step; setting {setting} "
                       f"({SETTINGS[setting] or 'nothing set'}); PyTorch {th_hello['version']} ==")
                 print(f"   OpenBLAS: {hello['openblas']}; triax loops: {hello['isa']}")
-                tx.ask(f"steps {args.warmup}")
-                th.ask(f"steps {args.warmup}")
+                sides = [("triax", tx), ("torch", th)]
+                if args.triax_b:
+                    tb = Worker("triax-b", [args.triax_b] + tx.proc.args[1:], tx.proc_env)
+                    tb.ask("hello")
+                    sides.append(("triax-b", tb))
+                for _, w in sides:
+                    w.ask(f"steps {args.warmup}")
                 tx.ask("sgemm 1")
-                print(f"{'round':>5} | {'side':>6} | {'ms/step':>8} | {'tokens/s':>8} | {'GFLOP/s':>7} | "
-                      f"{'% sgemm':>7} | {'sgemm GF/s':>10} | {'torch/triax':>11} | load")
+                extra = f" | {'b/triax':>7}" if args.triax_b else ""
+                print(f"{'round':>5} | {'side':>7} | {'ms/step':>8} | {'tokens/s':>8} | {'GFLOP/s':>7} | "
+                      f"{'% sgemm':>7} | {'sgemm GF/s':>10} | {'torch/triax':>11}{extra} | load")
                 rounds = []
                 for r in range(args.rounds):
-                    order = [("triax", tx), ("torch", th)] if r % 2 == 0 else [("torch", th), ("triax", tx)]
+                    # Every round a different side goes first (A B, B A; with three sides a rotation).
+                    order = sides[r % len(sides):] + sides[:r % len(sides)]
+                    if len(sides) == 2 and r % 2:
+                        order = sides[::-1]
                     ms = {}
                     ceiling = tx.ask(f"sgemm {args.sgemm_reps}")["gflops_per_s"]
                     for name, w in order:
@@ -290,13 +300,23 @@ def bench(args):
                     ceiling = max(ceiling, tx.ask(f"sgemm {args.sgemm_reps}")["gflops_per_s"])
                     ratio = ms["torch"] / ms["triax"]
                     la = load_average()
-                    for name in ("triax", "torch"):
+                    for name, _ in sides:
                         gf = flops / (ms[name] / 1e3) / 1e9
-                        print(f"{r:>5} | {name:>6} | {ms[name]:>8.1f} | {tokens / ms[name] * 1e3:>8.0f} | {gf:>7.1f} | "
+                        last = name == sides[-1][0]
+                        bcol = f"{ms[name] / ms['triax']:.3f}" if name == "triax-b" else ""
+                        b = f" | {bcol:>7}" if args.triax_b else ""
+                        print(f"{r:>5} | {name:>7} | {ms[name]:>8.1f} | {tokens / ms[name] * 1e3:>8.0f} | {gf:>7.1f} | "
                               f"{100 * gf / ceiling:>6.1f}% | {ceiling:>10.1f} | "
-                              f"{(f'{ratio:.3f}' if name == 'torch' else ''):>11} | {la if name == 'torch' else ''}")
+                              f"{(f'{ratio:.3f}' if name == 'torch' else ''):>11}{b} | {la if last else ''}")
                     rounds.append({"triax_ms": ms["triax"], "torch_ms": ms["torch"], "ratio": ratio,
                                    "sgemm_gflops": ceiling, "load": la})
+                    if args.triax_b:
+                        rounds[-1].update({"triax_b_ms": ms["triax-b"], "b_ratio": ms["triax-b"] / ms["triax"]})
+                if args.triax_b:
+                    tb.close()
+                    bmed = statistics.median(x["b_ratio"] for x in rounds)
+                    print(f"   median triax-b/triax step ratio {bmed:.3f} (rounds {min(x['b_ratio'] for x in rounds):.3f}-"
+                          f"{max(x['b_ratio'] for x in rounds):.3f}; triax-b = {args.triax_b})")
                 tx.close(), th.close()
                 med = statistics.median(x["ratio"] for x in rounds)
                 frac = statistics.median(flops / (x["triax_ms"] / 1e3) / 1e9 / x["sgemm_gflops"] for x in rounds)
@@ -319,6 +339,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     here = os.path.dirname(os.path.abspath(__file__))
     ap.add_argument("--triax", default=os.path.join(here, "..", "build", "benchmarks", "torch_compare_triax"))
+    ap.add_argument("--triax-b", help="a second triax worker (e.g. the build before a change), timed in the same "
+                    "rounds: its step time / triax's is printed per round")
     ap.add_argument("--shapes", default="tiny,small,gpt2-124m")
     ap.add_argument("--settings", default="tuned,default")
     ap.add_argument("--rounds", type=int, default=5)

@@ -24,5 +24,10 @@ enum class CpuIsa { baseline, avx2 };
 // not "baseline" (read once, at the first call).
 CpuIsa cpu_isa();
 std::string_view cpu_isa_name(CpuIsa isa);
+// Whether this CPU can run the AVX2 copies.
+bool cpu_supports_avx2();
+// Makes the dispatched loops use isa from now on (tests that compare the copies, A/B runs);
+// returns the previous choice. ConfigError for avx2 on a CPU without it. Call it while no op runs.
+CpuIsa set_cpu_isa(CpuIsa isa);
 
 }  // namespace triax

@@ -421,6 +421,9 @@ int main(int argc, char** argv) {
                omp_get_num_procs(), load_average());
     fmt::print("targets: >= {:.0f}% of step time inside GEMM, >= {:.0f}% of the sgemm rate overall\n",
                100 * kTargetGemmFraction, 100 * kTargetSgemmRatio);
+    fmt::print("compares with: sgemm replaying this step's own GEMM calls (the same shapes, per-block attention "
+               "calls included), not one big call per shape, and forward + backward only (no optimizer); for the "
+               "whole step against PyTorch and the one-call ceiling see benchmarks/torch_compare.py\n");
     out["openblas"] = openblas_get_config();
     out["cases"] = nlohmann::json::array();
     for (const auto& name : cases) {

@@ -10,7 +10,8 @@ pkgs=(build-essential cmake ninja-build pkg-config git
       openmpi-bin libopenmpi-dev libibverbs-dev rdma-core
       libfmt-dev catch2 libopenblas-dev libopenblas0-openmp
       libtomlplusplus-dev nlohmann-json3-dev libcli11-dev libssl-dev python3 procps
-      libcpp-httplib-dev prometheus slurm-wlm munge python3-yaml libgloo-dev)
+      libcpp-httplib-dev prometheus slurm-wlm munge python3-yaml libgloo-dev
+      python3-torch python3-numpy)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -14,6 +14,7 @@
 #include <omp.h>
 
 #include "ops_common.h"
+#include "triax/core/cpu_isa.h"
 #include "triax/ops/gemm.h"
 #include "triax/ops/vec_math.h"
 
@@ -30,12 +31,21 @@ void check_attention(const char* op, int B, int T, int C, int NH) {
 
 // Row r of a block holds the scores of query i = i0 + r against keys [0, nk): keys j <= i are
 // valid. Turns valid scores into probabilities exp(s - shift) and zeroes the rest.
+// Element-wise, so its AVX2 copy (core/cpu_isa.h) gives the same bits.
 template <class Real>
-void exp_row(Real* s, int valid, int nk, Real shift) {
+[[gnu::always_inline]] inline void exp_row_body(Real* s, int valid, int nk, Real shift) {
 #pragma omp simd
   for (int j = 0; j < valid; ++j) s[j] = vexp(s[j] - shift);
   std::fill(s + valid, s + nk, Real(0));
 }
+TRIAX_TARGET_AVX2 void exp_row_avx2(float* s, int valid, int nk, float shift) { exp_row_body(s, valid, nk, shift); }
+void exp_row(float* s, int valid, int nk, float shift) {
+  if (cpu_isa() == CpuIsa::avx2)
+    exp_row_avx2(s, valid, nk, shift);
+  else
+    exp_row_body(s, valid, nk, shift);
+}
+void exp_row(double* s, int valid, int nk, double shift) { exp_row_body(s, valid, nk, shift); }
 
 }  // namespace
 

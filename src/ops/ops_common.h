@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <cstdint>
 
+#include <omp.h>
+
 #include "triax/core/error.h"
 
 namespace triax::ops::detail {
@@ -19,6 +21,24 @@ inline void require_positive(const char* op, const char* what, int64_t v) {
 }
 inline void require_pointer(const char* op, const char* what, const void* p) {
   if (!p) TRIAX_THROW(ConfigError, "{}: {} is null", op, what);
+}
+
+// Runs fn(i0, i1) on [0, n) split into one contiguous range per thread (multiples of 64
+// elements), or on the calling thread alone unless parallel. For element-wise loops, whose bits
+// cannot depend on the split; fn must not throw (it runs inside an OpenMP region).
+template <class Fn>
+void parallel_ranges(int64_t n, bool parallel, const Fn& fn) {
+  if (!parallel) {
+    fn(int64_t{0}, n);
+    return;
+  }
+#pragma omp parallel
+  {
+    const int64_t nt = omp_get_num_threads(), t = omp_get_thread_num();
+    const int64_t chunk = ((n + nt - 1) / nt + 63) / 64 * 64;
+    const int64_t i0 = std::min(n, t * chunk), i1 = std::min(n, i0 + chunk);
+    if (i0 < i1) fn(i0, i1);
+  }
 }
 
 // acc[c] += sum over r of x[r * ld + c], for c < cols. Partitioned by column blocks, rows summed

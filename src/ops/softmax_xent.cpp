@@ -8,6 +8,7 @@
 #include <limits>
 
 #include "ops_common.h"
+#include "triax/core/cpu_isa.h"
 #include "triax/ops/vec_math.h"
 
 namespace triax::ops {
@@ -47,12 +48,27 @@ double row_sumexp(const Real* x, int n, Real shift) {
   return s;
 }
 
+// Element-wise, so its AVX2 copy (core/cpu_isa.h) gives the same bits.
 template <class Real>
-void row_backward(Real* d, const Real* x, int n, int ncols, Real shift, int target_col, Real dloss) {
+[[gnu::always_inline]] inline void row_backward_body(Real* d, const Real* x, int n, int ncols, Real shift,
+                                                     int target_col, Real dloss) {
 #pragma omp simd
   for (int j = 0; j < n; ++j) d[j] = vexp(x[j] - shift) * dloss;
   std::fill(d + n, d + ncols, Real(0));
   if (target_col >= 0 && target_col < n) d[target_col] -= dloss;
+}
+TRIAX_TARGET_AVX2 void row_backward_avx2(float* d, const float* x, int n, int ncols, float shift, int target_col,
+                                         float dloss) {
+  row_backward_body(d, x, n, ncols, shift, target_col, dloss);
+}
+void row_backward(float* d, const float* x, int n, int ncols, float shift, int target_col, float dloss) {
+  if (cpu_isa() == CpuIsa::avx2)
+    row_backward_avx2(d, x, n, ncols, shift, target_col, dloss);
+  else
+    row_backward_body(d, x, n, ncols, shift, target_col, dloss);
+}
+void row_backward(double* d, const double* x, int n, int ncols, double shift, int target_col, double dloss) {
+  row_backward_body(d, x, n, ncols, shift, target_col, dloss);
 }
 
 }  // namespace

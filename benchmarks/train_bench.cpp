@@ -27,7 +27,9 @@
 #include <fstream>
 
 #include "bench_common.h"
+#include "triax/backend/backend.h"
 #include "triax/dist/bootstrap.h"
+#include "triax/ops/attention.h"
 #include "triax/ops/gelu.h"
 #include "triax/ops/layernorm.h"
 #include "triax/ops/residual.h"
@@ -153,6 +155,49 @@ Rate measure_elementwise(Communicator& world, int M, int h, int f, double second
   return {median_over_ranks(world, bytes / cpu), median_over_ranks(world, bytes / wall)};
 }
 
+// The trainer's attention kernel (forward + backward) on one micro-batch of this rank's heads, as a
+// rate on the planner's counted FLOPs (4 b s^2 h / t forward, 2.5x backward; docs/PLANNER.md):
+// the blocked causal kernel with its exp does not run at the GEMM rate.
+Rate measure_attention(Communicator& world, int B, int T, int C, int NH, double seconds) {
+  const size_t n = static_cast<size_t>(B) * T;
+  std::vector<float> qkv(n * 3 * C), out(n * C), dout(n * C), dqkv(n * 3 * C), lse(static_cast<size_t>(B) * NH * T);
+  for (size_t i = 0; i < qkv.size(); ++i) qkv[i] = 0.01f * static_cast<float>(i % 101) - 0.5f;
+  for (size_t i = 0; i < dout.size(); ++i) dout[i] = 0.02f * static_cast<float>(i % 89) - 0.9f;
+  auto pass = [&] {
+    ops::attention_forward(out.data(), lse.data(), qkv.data(), B, T, C, NH);
+    ops::attention_backward(dqkv.data(), dout.data(), qkv.data(), lse.data(), B, T, C, NH);
+    return 3.5 * 4.0 * B * static_cast<double>(T) * T * C;
+  };
+  pass();
+  world.barrier().wait();
+  double flops = 0;
+  const double t0 = now_s(), c0 = thread_cpu_s();
+  while (now_s() - t0 < seconds) flops += pass();
+  const double wall = now_s() - t0, cpu = thread_cpu_s() - c0;
+  return {median_over_ranks(world, flops / cpu), median_over_ranks(world, flops / wall)};
+}
+
+// The runtime's plain data movement through the backend the trainer uses (copy of a layer's
+// activation, bias add, bias-gradient column sum on M x h), in the planner's byte accounting
+// (copy and add 2 e M h, column sum e M h): the rate of Layout::runtime_copies.
+Rate measure_copies(Communicator& world, int M, int h, double seconds) {
+  auto be = make_cpu_backend();
+  const Tensor x = be->zeros({M, h}, DType::f32), y = be->zeros({M, h}, DType::f32), b = be->zeros({h}, DType::f32);
+  auto pass = [&] {
+    be->copy(y, x);
+    be->add_bias(y, b, M, h);
+    be->bias_grad(b, y, M, h);
+    return 5.0 * 4 * M * static_cast<double>(h);
+  };
+  pass();
+  world.barrier().wait();
+  double bytes = 0;
+  const double t0 = now_s(), c0 = thread_cpu_s();
+  while (now_s() - t0 < seconds) bytes += pass();
+  const double wall = now_s() - t0, cpu = thread_cpu_s() - c0;
+  return {median_over_ranks(world, bytes / cpu), median_over_ranks(world, bytes / wall)};
+}
+
 // Median time of `reps` calls of fn after one warm-up, all ranks in step (barrier each time).
 template <class Fn>
 double timed(Communicator& world, int reps, Fn&& fn) {
@@ -245,7 +290,7 @@ int main(int argc, char** argv) {
       mf.apply(c);
       c.tp = tp;
       c.pp = pp;
-      c.dp = dp;
+      c.dp = D;  // TrainConfig requires dp >= 1: the default is world / (tp pp)
       c.vpp = vpp;
       c.schedule = parse_schedule_kind(schedule);
       c.micro_batch = mbs;
@@ -351,6 +396,8 @@ int main(int argc, char** argv) {
       const Rate gemm = measure_gemm(*world, static_cast<int>(mbs) * T, g.n_embd, g.ffn_size(), calib_s);
       const Rate triad = measure_triad(*world, calib_s / 2);
       const Rate ew = measure_elementwise(*world, static_cast<int>(mbs) * T, g.n_embd, g.ffn_size(), calib_s / 2);
+      const Rate att = measure_attention(*world, static_cast<int>(mbs), T, g.n_embd / tp, g.n_head / tp, calib_s / 2);
+      const Rate cp = measure_copies(*world, static_cast<int>(mbs) * T, g.n_embd, calib_s / 4);
       // A core's rate (CPU-time based), shared by the ranks that share cores: the planner sees a
       // machine of W "devices" each with cores / W of a core when ranks outnumber cores.
       const double cores = std::max(1u, std::thread::hardware_concurrency());
@@ -366,6 +413,10 @@ int main(int argc, char** argv) {
       // (not the triad's) is what they reach. The optimizer is costed at the same rate (pessimistic).
       cl.memory_gbps = ew.cpu * share / 1e9;
       cl.memory_efficiency = 1.0;
+      // Attention at its own kernel's rate (a fraction of the sgemm rate); the runtime's copies,
+      // bias fills and column sums at theirs (both measured above, in CPU time).
+      cl.attention_efficiency = std::min(1.0, att.cpu / gemm.cpu);
+      cl.copy_gbps = cp.cpu * share / 1e9;
       plan::Calibration cal;
       std::string fit_note;
       if (W > 1) {
@@ -396,9 +447,10 @@ int main(int argc, char** argv) {
       if (world->rank() == 0) {
         fmt::print("measured (all ranks at once): sgemm {:.1f} GFLOP/s per CPU second ({:.1f} per wall second now) on the "
                    "linear shapes of one micro-batch; triad {:.2f} GB/s per CPU second ({:.2f} wall); element-wise "
-                   "ops {:.2f} GB/s per CPU second ({:.2f} wall); per-rank share of a core {:.2f}",
+                   "ops {:.2f} GB/s per CPU second ({:.2f} wall); attention {:.1f} GFLOP/s per CPU second ({:.2f} of sgemm); "
+                   "copies {:.2f} GB/s per CPU second; per-rank share of a core {:.2f}",
                    gemm.cpu / 1e9, gemm.wall / 1e9, triad.cpu / 1e9, triad.wall / 1e9, ew.cpu / 1e9, ew.wall / 1e9,
-                   share);
+                   att.cpu / 1e9, cl.attention_efficiency, cp.cpu / 1e9, share);
         for (size_t i = 0; i < cs.all_reduce.size(); ++i)
           fmt::print("{} all-reduce {} KiB {:.0f} us, p2p {:.0f} us", i ? ";" : " |", cs.all_reduce[i].bytes / 1024,
                      cs.all_reduce[i].time_us, cs.p2p[i].time_us);
@@ -411,7 +463,8 @@ int main(int argc, char** argv) {
         out["calibration"] = {{"gemm_gflops_cpu", gemm.cpu / 1e9}, {"gemm_gflops_wall", gemm.wall / 1e9},
                               {"triad_gbps_cpu", triad.cpu / 1e9}, {"triad_gbps_wall", triad.wall / 1e9},
                               {"elementwise_gbps_cpu", ew.cpu / 1e9}, {"elementwise_gbps_wall", ew.wall / 1e9},
-                              {"core_share", share}};
+                              {"attention_gflops_cpu", att.cpu / 1e9}, {"attention_efficiency", cl.attention_efficiency},
+                              {"copy_gbps_cpu", cp.cpu / 1e9}, {"core_share", share}};
         nlohmann::json jar = nlohmann::json::array(), jp = nlohmann::json::array();
         for (size_t i = 0; i < cs.all_reduce.size(); ++i) {
           jar.push_back({cs.all_reduce[i].bytes, cs.all_reduce[i].time_us});
@@ -440,6 +493,7 @@ int main(int argc, char** argv) {
         l.precision = plan::Precision::fp32;
         l.attention = plan::AttentionKernel::fused;  // the CPU attention never stores the scores
         l.dp_overlap = s.overlap;
+        l.runtime_copies = true;  // the triax runtime's copies and staging, at the measured copy rate
         const plan::Estimate e = plan::estimate(ms, net, l);
         const double measured = bench::median(s.step_ms) / 1e3;
         if (world->rank() == 0) {

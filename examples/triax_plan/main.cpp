@@ -62,7 +62,7 @@ int main(int argc, char** argv) {
   ModelShape shape;
   int gpus = 0, tp = 0, pp = 0, dp = 0, vpp = 0, mbs = 0, top_k = 5;
   std::string schedule, recompute, precision = "bf16", attention;
-  bool sp = false, zero1 = false, json = false, dropout = false, cross_node_tp = false;
+  bool sp = false, zero1 = false, json = false, dropout = false, cross_node_tp = false, runtime_copies = false;
   bool no_dp_overlap = false, grad_half = false, no_scatter_gather = false, list = false;
 
   app.add_option("--model", model_name, "model preset (see --list)");
@@ -96,6 +96,8 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--attention", attention, "attention kernel (overrides --software)")->check(CLI::IsMember({"fused", "unfused"}));
   app.add_flag("--dropout", dropout, "dropout on (stores masks)");
+  app.add_flag("--runtime-copies", runtime_copies,
+               "price the triax runtime's copies, bias fills and staging (at the cluster's copy_gbps)");
   app.add_flag("--no-dp-overlap", no_dp_overlap, "DP gradient reduction after backward, not overlapped");
   app.add_flag("--grad-reduce-half", grad_half, "accumulate and reduce gradients in bf16/fp16 instead of fp32");
   app.add_flag("--no-pp-scatter-gather", no_scatter_gather, "send whole activations between nodes");
@@ -195,6 +197,7 @@ int main(int argc, char** argv) {
     if (software != "megatron-sc21" || precision_opt->count()) base.precision = parse_precision(precision);
     if (!attention.empty()) base.attention = parse_attention(attention);
     if (dropout) base.dropout = true;
+    if (runtime_copies) base.runtime_copies = true;
     if (no_dp_overlap) base.dp_overlap = false;
     if (grad_half) base.grad_reduce_fp32 = false;
     if (no_scatter_gather) base.pp_scatter_gather = false;

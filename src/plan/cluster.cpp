@@ -41,10 +41,12 @@ void validate(const Cluster& c) {
     positive("gemm_tile_n", c.gemm_tile_n);
   }
   non_negative("gemm_k_overhead", c.gemm_k_overhead);
+  if (c.attention_efficiency != 0) fraction("attention_efficiency", c.attention_efficiency);
   positive("memory_gib", c.memory_gib);
   positive("memory_gbps", c.memory_gbps);
   fraction("memory_efficiency", c.memory_efficiency);
   non_negative("reserved_gib", c.reserved_gib);
+  non_negative("copy_gbps", c.copy_gbps);
   if (c.reserved_gib >= c.memory_gib)
     TRIAX_THROW(ConfigError, "cluster '{}': reserved_gib {} leaves nothing of memory_gib {}", c.name,
                 c.reserved_gib, c.memory_gib);
@@ -332,6 +334,7 @@ Cluster load_cluster_toml(const std::filesystem::path& path) {
   c.gemm_tile_m = r.optional_integer(comp, "compute", "gemm_tile_m", 0);
   c.gemm_tile_n = r.optional_integer(comp, "compute", "gemm_tile_n", 0);
   c.gemm_k_overhead = r.optional_number(comp, "compute", "gemm_k_overhead", 0);
+  c.attention_efficiency = r.optional_number(comp, "compute", "attention_efficiency", 0);
   r.check_unknown(comp, "compute");
 
   const auto& mem = r.section("memory");
@@ -339,6 +342,7 @@ Cluster load_cluster_toml(const std::filesystem::path& path) {
   c.memory_gbps = r.number(mem, "memory", "bandwidth_gbps");
   c.memory_efficiency = r.number(mem, "memory", "efficiency");
   c.reserved_gib = r.number(mem, "memory", "reserved_gib");
+  c.copy_gbps = r.optional_number(mem, "memory", "copy_gbps", 0);
   r.check_unknown(mem, "memory");
 
   const auto& intra = r.section("intra_node");

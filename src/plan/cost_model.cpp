@@ -23,13 +23,20 @@ constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 // launch gap.
 struct Device {
   GemmModel gemm_model;
-  double byte_rate;   // bytes/s
-  double overhead_s;  // per kernel
+  double byte_rate;       // bytes/s
+  double overhead_s;      // per kernel
+  double attention_rate;  // FLOP/s of the fused attention kernel; 0: the GEMM model on its tiles
+  double copy_rate;       // bytes/s of plain copies, bias fills and column sums
   // A kernel whose FLOPs run as GEMMs of shape `g` (fused attention: QK^T-sized tiles).
   double kernel(double flops, double bytes, const GemmShape& g) const {
     return std::max(flops / (gemm_model.rate() * gemm_model.efficiency(g)), bytes / byte_rate) + overhead_s;
   }
   double stream(double bytes) const { return bytes / byte_rate + overhead_s; }
+  double copy(double bytes) const { return bytes / copy_rate + overhead_s; }
+  double attention(double flops, double bytes, const GemmShape& g) const {
+    if (attention_rate > 0) return std::max(flops / attention_rate, bytes / byte_rate) + overhead_s;
+    return kernel(flops, bytes, g);
+  }
   // C(m x n) = A(m x k) B(k x n), `batch` times, elements of e bytes.
   double gemm(double m, double n, double k, double batch, double e) const {
     return std::max(gemm_model.seconds({m, n, k, batch}), e * batch * (m * k + k * n + m * n) / byte_rate) +
@@ -78,8 +85,8 @@ LayerTimes layer_times(const ModelShape& m, const Layout& l, const Device& dev, 
     // more matmuls (2.5x the forward FLOPs). Bytes: Q, K, V, O (and their gradients).
     const double flops = 4 * b * s * s * h / t;
     const GemmShape tile{s, s, dh, b * at};  // the score tiles, K = head dim
-    attn_fwd = dev.kernel(flops, 4 * e * M * h / t, tile);
-    attn_bwd = dev.kernel(2.5 * flops, 8 * e * M * h / t, tile);
+    attn_fwd = dev.attention(flops, 4 * e * M * h / t, tile);
+    attn_bwd = dev.attention(2.5 * flops, 8 * e * M * h / t, tile);
   }
   r.fwd += attn_fwd;
   r.bwd_input += attn_bwd;
@@ -89,6 +96,15 @@ LayerTimes layer_times(const ModelShape& m, const Layout& l, const Device& dev, 
                         dev.stream(2 * e * M * f / t);
   r.fwd += ew_fwd;
   r.bwd_input += 2 * ew_fwd;  // backward reads saved input and output gradient, writes input gradient
+
+  if (l.runtime_copies) {
+    // The triax runtime: the layer's input copied into its slot, the QKV and fc1 outputs pre-filled
+    // with their biases (the GEMM adds onto them), the projection and fc2 biases added apart from
+    // the residual; backward, the QKV and fc1 bias-gradient column sums and the zeroed dK, dV.
+    const double col = e * M * (3 * h + f) / t;
+    r.fwd += dev.copy(2 * e * rows * h) + dev.copy(col) + 2 * dev.copy(2 * e * rows * h);
+    r.bwd_input += dev.copy(col) + dev.copy(2 * e * M * h / t);
+  }
 
   if (l.recompute == Recompute::full) r.recompute = r.fwd;
   if (l.recompute == Recompute::selective && l.attention == AttentionKernel::unfused) r.recompute = attn_fwd;
@@ -170,8 +186,9 @@ Estimate estimate(const ModelShape& m, const CollectiveModel& net, const Layout&
 
   const bool fp32 = l.precision == Precision::fp32;
   const double peak = (fp32 ? c.peak_tflops_fp32 : c.peak_tflops_bf16) * 1e12;
-  const Device dev{GemmModel::for_cluster(c, peak), c.memory_gbps * 1e9 * c.memory_efficiency,
-                   c.kernel_overhead_us * 1e-6};
+  const double byte_rate = c.memory_gbps * 1e9 * c.memory_efficiency;
+  const Device dev{GemmModel::for_cluster(c, peak), byte_rate, c.kernel_overhead_us * 1e-6,
+                   peak * c.attention_efficiency, c.copy_gbps > 0 ? c.copy_gbps * 1e9 : byte_rate};
   const int p = l.pp, v = l.vpp, t = l.tp, d = l.dp;
   const long mb = micro_batches(m, l);
   const double e = activation_bytes(l), M = double(l.micro_batch) * m.seq;
@@ -189,6 +206,18 @@ Estimate estimate(const ModelShape& m, const CollectiveModel& net, const Layout&
   double head_bwd_input = dev.stream(4 * e * rows * h) + head_gemm + dev.stream((e + 8) * M * V / t);
   double head_bwd_weight = head_gemm;
   double head_tp = 0;
+  // The triax runtime's copies outside the layers: the embedding writes the looked-up rows and adds
+  // the positions in a second pass (5 e M h, against the 3 e M h above), its backward scatter-adds
+  // and sums the position rows (6 e M h); a stage boundary copies its activation into (out of) the
+  // stage's working buffer and the gradient back (2 e rows h each way per pass); the head hands its
+  // input gradient to the backward through one more copy.
+  double stage_in = 0, stage_out = 0, head_copy = 0;
+  if (l.runtime_copies) {
+    emb_fwd += dev.copy(2 * e * M * h);
+    emb_bwd += dev.copy(3 * e * M * h);
+    stage_in = stage_out = 2 * dev.copy(2 * e * rows * h);
+    head_copy = dev.copy(2 * e * rows * h);
+  }
   if (t > 1) {
     const double bytes = e * M * h;
     if (l.sequence_parallel) {
@@ -233,6 +262,14 @@ Estimate estimate(const ModelShape& m, const CollectiveModel& net, const Layout&
     s.bwd_weight = L * lt.bwd_weight;
     s.compute = L * (lt.fwd + lt.bwd_input + lt.bwd_weight + lt.recompute);
     s.tp = L * (lt.tp_fwd + lt.tp_bwd + lt.tp_recompute);
+    if (l.runtime_copies) {
+      // Every chunk boundary of this rank: one copy forward and one backward (half of each term).
+      const double boundaries = (v - (i == 0 ? 1 : 0)) * stage_in + (v - (i == p - 1 ? 1 : 0)) * stage_out;
+      const double head_part = i == p - 1 ? head_copy : 0;
+      s.compute += boundaries + head_part;
+      s.fwd += boundaries / 2;
+      s.bwd_input += boundaries / 2 + head_part;
+    }
     if (i == 0) {
       s.compute += emb_fwd + emb_bwd;
       s.tp += emb_tp;

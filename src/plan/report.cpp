@@ -39,6 +39,7 @@ nlohmann::json to_json(const Estimate& e) {
                  {"grad_reduce_fp32", l.grad_reduce_fp32},
                  {"pp_scatter_gather", l.pp_scatter_gather},
                  {"tp_overlap_backward", l.tp_overlap_backward},
+                 {"runtime_copies", l.runtime_copies},
                  {"summary", describe(l)}};
   j["seconds_per_iteration"] = e.seconds_per_iteration;
   j["tflops_per_gpu"] = e.tflops_per_gpu;

@@ -50,6 +50,12 @@ struct Layout {
   bool tp_overlap_backward = false;
   bool dropout = false;           // dropout masks stored and applied (hidden and attention)
   AttentionKernel attention = AttentionKernel::fused;
+  // The triax runtime's own data movement beyond the fused kernels above, priced from its bytes at
+  // Cluster::copy_gbps: each layer's input copied into its micro-batch slot, bias fills of the
+  // column-parallel GEMMs and bias adds apart from the residual, bias-gradient column sums, the
+  // stage boundary's staging copies (activation and gradient, in and out), the embedding's
+  // position add and scatter-add, the loss's passes over the logits (docs/PLANNER.md).
+  bool runtime_copies = false;
 
   int gpus() const { return tp * pp * dp; }
 };

@@ -247,7 +247,7 @@ int main(int argc, char** argv) {
   mf.add(app);
   int tp = 1, pp = 1, dp = 0, vpp = 1, iters = 5, warmup = 2;
   int64_t mbs = 4, gbs = 32;
-  double bucket_mb = 0.5, calib_s = 0.4;
+  double bucket_mb = 0.5, calib_s = 0.4, max_error = 0;
   std::string schedule = "1f1b", overlap = "auto", json_path, label;
   bool predict = false;
   app.add_option("--tp", tp)->capture_default_str();
@@ -263,6 +263,10 @@ int main(int argc, char** argv) {
   app.add_option("--overlap", overlap, "on, off, both, or auto (both when dp > 1)")->capture_default_str();
   app.add_flag("--predict", predict, "calibrate cpu-local from measurements and print the planner's prediction");
   app.add_option("--calibration-seconds", calib_s, "time per compute calibration")->capture_default_str();
+  app.add_option("--max-error", max_error,
+                 "with --predict: exit 3 when |measured / predicted - 1| exceeds this on a clean run (CPU share of "
+                 "the compute intervals >= 0.9, one rank per core); 0: no check")
+      ->check(CLI::Range(0.0, 1.0));
   app.add_option("--json", json_path, "write the results as JSON (rank 0)");
   app.add_option("--label", label, "name of this run in the JSON");
   CLI11_PARSE(app, argc, argv);
@@ -513,6 +517,18 @@ int main(int argc, char** argv) {
                                       {"optimizer", e.time.optimizer}};
           out[s.name]["predicted_compute_tp"] = pc;
           out[s.name]["measured_compute_cpu_scaled"] = mc;
+          if (max_error > 0) {
+            // Wall time means something only when the ranks had their cores: other processes on the
+            // machine (or more ranks than cores) stretch it by what the model cannot know.
+            const double cpu_share = bench::median(s.cpu_share), err = measured / e.seconds_per_iteration - 1;
+            const bool clean = cpu_share >= 0.9 && !oversub;
+            const bool ok = !clean || std::abs(err) <= max_error;
+            fmt::print("prediction check {:>10}: {} (measured/predicted - 1 = {:+.1f}%, limit {:.0f}%, CPU share {:.2f}{})\n",
+                       s.name, !clean ? "not checked" : ok ? "ok" : "FAILED", 100 * err, 100 * max_error, cpu_share,
+                       !clean ? ": not a clean run (needs >= 0.9 and one rank per core)" : "");
+            out[s.name]["prediction_check"] = !clean ? "not checked" : ok ? "ok" : "failed";
+            if (!ok) rc = 3;
+          }
         }
       }
     }

@@ -90,9 +90,11 @@ int main(int argc, char** argv) {
           ->check(CLI::IsMember({"bf16", "fp16", "fp32"}))
           ->capture_default_str();
   app.add_option("--software", software,
-                 "runtime behaviour: triax (overlapped fp32 grad reduce, fused attention) or megatron-sc21 "
-                 "(the 2021 paper's Megatron-LM: fp16, unfused attention with dropout, no overlap)")
-      ->check(CLI::IsMember({"triax", "megatron-sc21"}))
+                 "runtime behaviour: triax (overlapped fp32 grad reduce, fused attention), megatron-sc21 "
+                 "(the 2021 paper's Megatron-LM: fp16, unfused attention with dropout, no overlap), megatron-2022 "
+                 "(+ backward TP overlap) or megatron-core-2024 (bf16, fused causal attention, distributed "
+                 "optimizer, TP / PP / DP communication overlapped)")
+      ->check(CLI::IsMember({"triax", "megatron-sc21", "megatron-2022", "megatron-core-2024"}))
       ->capture_default_str();
   app.add_option("--attention", attention, "attention kernel (overrides --software)")->check(CLI::IsMember({"fused", "unfused"}));
   app.add_flag("--dropout", dropout, "dropout on (stores masks)");
@@ -144,15 +146,15 @@ int main(int argc, char** argv) {
     const CollectiveModel net(cluster, cal);
 
     if (!validate_runs_csv.empty()) {
-      std::vector<PublishedRun> rows;
+      std::vector<PublishedRun> rows, elsewhere;
       for (auto& r : load_published_runs(validate_runs_csv))
-        if (r.cluster == cluster.name) rows.push_back(std::move(r));
+        (r.cluster == cluster.name ? rows : elsewhere).push_back(std::move(r));
       if (rows.empty()) {
         std::fprintf(stderr, "triax-plan: error: %s has no rows measured on cluster '%s'\n", validate_runs_csv.c_str(),
                      cluster.name.c_str());
         return 1;
       }
-      const ValidationReport rep = validate_runs(cluster, rows);
+      const ValidationReport rep = validate_runs(cluster, rows, elsewhere);
       fmt::print("{}\n", json ? validation_json(rep) : format_validation(rep));
       return 0;
     }
@@ -192,9 +194,10 @@ int main(int argc, char** argv) {
     }
     validate(m);
 
-    Layout base = software == "megatron-sc21" ? sc21_software() : Layout{};
+    Layout base = software_layout(software);
     base.recompute = Recompute::none;
-    if (software != "megatron-sc21" || precision_opt->count()) base.precision = parse_precision(precision);
+    if ((software != "megatron-sc21" && software != "megatron-2022") || precision_opt->count())
+      base.precision = parse_precision(precision);
     if (!attention.empty()) base.attention = parse_attention(attention);
     if (dropout) base.dropout = true;
     if (runtime_copies) base.runtime_copies = true;
@@ -250,7 +253,7 @@ int main(int argc, char** argv) {
       l.schedule = !schedule.empty() ? parse_schedule(schedule) : (l.vpp > 1 ? Schedule::interleaved : Schedule::one_f_one_b);
       l.recompute = recompute.empty() ? Recompute::none : parse_recompute(recompute);
       l.sequence_parallel = sp;
-      l.zero1 = zero1;
+      l.zero1 = zero_opt->count() ? zero1 : base.zero1;
       TuneOptions opt;
       opt.gpu_hour_price = gpu_hour_price;
       opt.rules = rules;
@@ -275,7 +278,7 @@ int main(int argc, char** argv) {
                                      : (l.vpp > 1 ? Schedule::interleaved : Schedule::one_f_one_b);
       l.recompute = recompute.empty() ? Recompute::none : parse_recompute(recompute);
       l.sequence_parallel = sp;
-      l.zero1 = zero1;
+      l.zero1 = zero_opt->count() ? zero1 : base.zero1;
       const Estimate e = estimate(m, net, l, rules);
       fmt::print("{}\n", json ? estimate_json(e) : format_estimate(e));
       return 0;

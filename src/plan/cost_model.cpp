@@ -63,11 +63,18 @@ LayerTimes layer_times(const ModelShape& m, const Layout& l, const Device& dev, 
   LayerTimes r;
 
   // Linear layers (column-parallel QKV and fc1, row-parallel projection and fc2).
-  const double qkv = dev.gemm(M, 3 * h / t, h, 1, e), fc1 = dev.gemm(M, f / t, h, 1, e);
-  const double lin = qkv + dev.gemm(M, h, h / t, 1, e) + fc1 + dev.gemm(M, h, f / t, 1, e);
+  // With the TP collectives pipelined into the GEMMs (tp_comm_overlap), the forward and
+  // input-gradient GEMMs run as t chunks of M / t rows, one per step of the ring exchange: smaller
+  // GEMMs pay more wave quantization and t launches. Weight gradients stay whole.
+  const double chunks = l.tp_comm_overlap && t > 1 ? t : 1;
+  auto chunked = [&](double n, double k) { return chunks * dev.gemm(M / chunks, n, k, 1, e); };
+  const double qkv = chunked(3 * h / t, h), fc1 = chunked(f / t, h);
+  const double proj = chunked(h, h / t), fc2 = chunked(h, f / t);
+  const double lin = qkv + proj + fc1 + fc2;
   r.fwd += lin;
   r.bwd_input += lin;   // dgrad: same FLOPs and operand sizes as the forward GEMM
-  r.bwd_weight += lin;  // wgrad: likewise
+  r.bwd_weight += dev.gemm(M, 3 * h / t, h, 1, e) + dev.gemm(M, h, h / t, 1, e) + dev.gemm(M, f / t, h, 1, e) +
+                  dev.gemm(M, h, f / t, 1, e);  // wgrad: likewise, never chunked
 
   // Attention core.
   double attn_fwd = 0, attn_bwd = 0;
@@ -83,7 +90,12 @@ LayerTimes layer_times(const ModelShape& m, const Layout& l, const Device& dev, 
   } else {
     // One fused kernel: 4 b s^2 h / t FLOPs forward; backward recomputes the scores and runs four
     // more matmuls (2.5x the forward FLOPs). Bytes: Q, K, V, O (and their gradients).
-    const double flops = 4 * b * s * s * h / t;
+    // With causal_skip the kernel visits only the score tiles on or below the diagonal: (n + 1) / (2n)
+    // of them for n = s / 128 query (and key) blocks (FlashAttention-2's causal path); the FLOPs
+    // counted for MFU stay the full square.
+    const double n_blocks = std::max(1.0, std::ceil(s / 128));
+    const double visited = l.causal_skip ? (n_blocks + 1) / (2 * n_blocks) : 1;
+    const double flops = 4 * b * s * s * h / t * visited;
     const GemmShape tile{s, s, dh, b * at};  // the score tiles, K = head dim
     attn_fwd = dev.attention(flops, 4 * e * M * h / t, tile);
     attn_bwd = dev.attention(2.5 * flops, 8 * e * M * h / t, tile);
@@ -122,7 +134,17 @@ LayerTimes layer_times(const ModelShape& m, const Layout& l, const Device& dev, 
     }
     r.tp_fwd = per_pass;
     r.tp_bwd = per_pass;
-    if (l.tp_overlap_backward) {
+    if (l.tp_comm_overlap) {
+      // Each collective pipelined with its GEMM: the all-gathers (or all-reduce halves) with QKV and
+      // fc1, the reduce-scatters with the projection and fc2; backward the mirror images.
+      const double in_coll = l.sequence_parallel ? net.seconds(CollectiveOp::all_gather, g, bytes)
+                                                 : net.seconds(CollectiveOp::all_reduce, g, bytes) / 2;
+      const double out_coll = l.sequence_parallel ? net.seconds(CollectiveOp::reduce_scatter, g, bytes)
+                                                  : net.seconds(CollectiveOp::all_reduce, g, bytes) / 2;
+      per_pass = std::max(0.0, in_coll - qkv) + std::max(0.0, out_coll - proj) + std::max(0.0, in_coll - fc1) +
+                 std::max(0.0, out_coll - fc2);
+      r.tp_fwd = r.tp_bwd = per_pass;
+    } else if (l.tp_overlap_backward) {
       // The input-gradient collectives of QKV and fc1 hide behind their weight-gradient GEMMs.
       const double hidden_part = l.sequence_parallel ? 2 * net.seconds(CollectiveOp::reduce_scatter, g, bytes)
                                                      : 2 * net.seconds(CollectiveOp::all_reduce, g, bytes);
@@ -283,7 +305,7 @@ Estimate estimate(const ModelShape& m, const CollectiveModel& net, const Layout&
       s.bwd_input += head_bwd_input + head_tp;
       s.bwd_weight += head_bwd_weight;
     }
-    if (p > 1) {
+    if (p > 1 && !l.pp_overlap) {
       s.pp = 2 * v * p2p;
       s.fwd += v * p2p;
       s.bwd_input += v * p2p;
@@ -353,7 +375,8 @@ Estimate estimate(const ModelShape& m, const CollectiveModel& net, const Layout&
       double reduce;
       if (l.zero1) {
         reduce = net.seconds(CollectiveOp::reduce_scatter, dg, params[i] * gbytes);
-        gather = std::max(gather, net.seconds(CollectiveOp::all_gather, dg, params[i] * wbytes));
+        const double g = net.seconds(CollectiveOp::all_gather, dg, params[i] * wbytes);
+        gather = std::max(gather, l.dp_param_gather_overlap ? std::max(0.0, g - st[i].fwd) : g);
       } else {
         const CollectiveCost cc = net.cost(CollectiveOp::all_reduce, dg, params[i] * gbytes);
         reduce = cc.seconds;

@@ -72,8 +72,8 @@ namespace {
 
 // The two constants fitted to published runs (docs/PLANNER.md "Validation"): the sustained fraction
 // of peak that full waves of large tiles reach, and the per-tile K overhead.
-constexpr double kSeleneGemmEfficiency = 0.80;
-constexpr double kSeleneGemmKOverhead = 262;
+constexpr double kSeleneGemmEfficiency = 0.81;
+constexpr double kSeleneGemmKOverhead = 291;
 
 Cluster selene_a100() {
   Cluster c;
@@ -93,7 +93,7 @@ Cluster selene_a100() {
   // Achieved fractions, set once for the cluster, never per row (docs/PLANNER.md "Validation").
   // gemm_efficiency (sustained rate of full waves of large tiles) and gemm_k_overhead are the two
   // constants fitted to the 18 published runs of data/validation/published_runs.csv (least squares
-  // in log time; leave-one-out 1.8% mean / 3.9% worst). PyTorch's fused softmax / LayerNorm /
+  // in log time; leave-one-out 1.7% mean / 3.8% worst). PyTorch's fused softmax / LayerNorm /
   // dropout kernels stream at ~80% of HBM bandwidth (BabelStream-style copies reach ~88%).
   c.gemm_efficiency = kSeleneGemmEfficiency;
   c.kernel_overhead_us = 2;
@@ -142,13 +142,13 @@ Cluster dgx_h100() {
   c.peak_tflops_bf16 = 989;  // H100 SXM datasheet, dense
   c.peak_tflops_fp32 = 67;
   // Fitted to the 9 H100 rows of data/validation/published_runs.csv (Megatron-LM README, 2024-07),
-  // the same two constants as selene-a100's; leave-one-out 7.4% mean / 17.5% worst (docs/PLANNER.md).
-  c.gemm_efficiency = 0.663;
+  // the same two constants as selene-a100's; leave-one-out 7.5% mean / 21.8% worst (docs/PLANNER.md).
+  c.gemm_efficiency = 0.667;
   c.kernel_overhead_us = 2;
   c.sm_count = 132;  // H100 SXM5 datasheet
   c.gemm_tile_m = 256;
   c.gemm_tile_n = 128;
-  c.gemm_k_overhead = 422;
+  c.gemm_k_overhead = 447;
   c.memory_gib = 80;
   c.memory_gbps = 3350;  // HBM3
   c.memory_efficiency = 0.80;

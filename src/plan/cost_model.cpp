@@ -72,9 +72,13 @@ LayerTimes layer_times(const ModelShape& m, const Layout& l, const Device& dev, 
   const double proj = chunked(h, h / t), fc2 = chunked(h, f / t);
   const double lin = qkv + proj + fc1 + fc2;
   r.fwd += lin;
-  r.bwd_input += lin;   // dgrad: same FLOPs and operand sizes as the forward GEMM
-  r.bwd_weight += dev.gemm(M, 3 * h / t, h, 1, e) + dev.gemm(M, h, h / t, 1, e) + dev.gemm(M, f / t, h, 1, e) +
-                  dev.gemm(M, h, f / t, 1, e);  // wgrad: likewise, never chunked
+  // Backward, same FLOPs in other shapes: the input gradient dX (M x K) = dY (M x N) W (N x K) has
+  // inner dimension N, the weight gradient dW (N x K) = dY^T (N x M) X (M x K) inner dimension M (the
+  // tokens), so their tiles, waves and K overhead differ from the forward's. Weight gradients are
+  // never chunked.
+  r.bwd_input += chunked(h, 3 * h / t) + chunked(h / t, h) + chunked(h, f / t) + chunked(f / t, h);
+  const double qkv_wgrad = dev.gemm(3 * h / t, h, M, 1, e), fc1_wgrad = dev.gemm(f / t, h, M, 1, e);
+  r.bwd_weight += qkv_wgrad + dev.gemm(h, h / t, M, 1, e) + fc1_wgrad + dev.gemm(h, f / t, M, 1, e);
 
   // Attention core.
   double attn_fwd = 0, attn_bwd = 0;
@@ -148,7 +152,7 @@ LayerTimes layer_times(const ModelShape& m, const Layout& l, const Device& dev, 
       // The input-gradient collectives of QKV and fc1 hide behind their weight-gradient GEMMs.
       const double hidden_part = l.sequence_parallel ? 2 * net.seconds(CollectiveOp::reduce_scatter, g, bytes)
                                                      : 2 * net.seconds(CollectiveOp::all_reduce, g, bytes);
-      r.tp_bwd = per_pass - hidden_part + std::max(0.0, hidden_part - (qkv + fc1));
+      r.tp_bwd = per_pass - hidden_part + std::max(0.0, hidden_part - (qkv_wgrad + fc1_wgrad));
     }
     if (l.recompute == Recompute::full) r.tp_recompute = per_pass;
   }
@@ -225,8 +229,10 @@ Estimate estimate(const ModelShape& m, const CollectiveModel& net, const Layout&
   double emb_fwd = dev.stream(3 * e * M * h), emb_bwd = dev.stream(3 * e * M * h), emb_tp = 0;
   const double head_gemm = dev.gemm(M, V / t, h, 1, e);
   double head_fwd = dev.stream(2 * e * rows * h) + head_gemm + dev.stream((e + 16) * M * V / t);
-  double head_bwd_input = dev.stream(4 * e * rows * h) + head_gemm + dev.stream((e + 8) * M * V / t);
-  double head_bwd_weight = head_gemm;
+  // Head backward: the logit gradient times the table (inner V / t), and the table's gradient
+  // (V / t x h, inner M).
+  double head_bwd_input = dev.stream(4 * e * rows * h) + dev.gemm(M, h, V / t, 1, e) + dev.stream((e + 8) * M * V / t);
+  double head_bwd_weight = dev.gemm(V / t, h, M, 1, e);
   double head_tp = 0;
   // The triax runtime's copies outside the layers: the embedding writes the looked-up rows and adds
   // the positions in a second pass (5 e M h, against the 3 e M h above), its backward scatter-adds

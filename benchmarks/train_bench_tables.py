@@ -139,8 +139,8 @@ def planner_table(out):
     tr = runs(out, "train_")
     lines = ["| layout | ranks | predicted (ms) | measured (ms) | measured / predicted | predicted compute+TP (ms) | "
              "measured compute CPU (ms) | ratio | runs | CPU share | sgemm GFLOP/s (CPU) | element-wise GB/s | "
-             "all-reduce busbw (fit) |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "attention GFLOP/s (CPU) | copies GB/s | all-reduce busbw (fit) |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for name, rs in sorted(tr.items(), key=lambda kv: (kv[1][0]["ranks"], kv[0])):
         if "predicted" not in rs[0]["overlap"]:
             continue
@@ -158,6 +158,8 @@ def planner_table(out):
             f"| {r0['label']}{tag} | {r0['ranks']} | {pred:.0f} | {meas:.0f} | {meas / pred:.2f} | {pc:.0f} | {mc:.0f} | "
             f"{mc / pc:.2f} | {kept} | {med([x['cpu_share'] for x in o]):.2f} | "
             f"{med([c['gemm_gflops_cpu'] for c in cal]):.0f} | {med([c['elementwise_gbps_cpu'] for c in cal]):.1f} | "
+            f"{fmt_or(med([c.get('attention_gflops_cpu') for c in cal]), '{:.0f}', '-')} | "
+            f"{fmt_or(med([c.get('copy_gbps_cpu') for c in cal]), '{:.0f}', '-')} | "
             f"{fmt_or(med([c.get('allreduce_busbw_gbps') for c in cal]), '{:.2f} GB/s', '-')} |")
     return lines
 

@@ -63,20 +63,15 @@ LayerTimes layer_times(const ModelShape& m, const Layout& l, const Device& dev, 
   LayerTimes r;
 
   // Linear layers (column-parallel QKV and fc1, row-parallel projection and fc2).
-  // With the TP collectives pipelined into the GEMMs (tp_comm_overlap), the forward and
-  // input-gradient GEMMs run as t chunks of M / t rows, one per step of the ring exchange: smaller
-  // GEMMs pay more wave quantization and t launches. Weight gradients stay whole.
-  const double chunks = l.tp_comm_overlap && t > 1 ? t : 1;
-  auto chunked = [&](double n, double k) { return chunks * dev.gemm(M / chunks, n, k, 1, e); };
-  const double qkv = chunked(3 * h / t, h), fc1 = chunked(f / t, h);
-  const double proj = chunked(h, h / t), fc2 = chunked(h, f / t);
+  const double qkv = dev.gemm(M, 3 * h / t, h, 1, e), fc1 = dev.gemm(M, f / t, h, 1, e);
+  const double proj = dev.gemm(M, h, h / t, 1, e), fc2 = dev.gemm(M, h, f / t, 1, e);
   const double lin = qkv + proj + fc1 + fc2;
   r.fwd += lin;
   // Backward, same FLOPs in other shapes: the input gradient dX (M x K) = dY (M x N) W (N x K) has
   // inner dimension N, the weight gradient dW (N x K) = dY^T (N x M) X (M x K) inner dimension M (the
-  // tokens), so their tiles, waves and K overhead differ from the forward's. Weight gradients are
-  // never chunked.
-  r.bwd_input += chunked(h, 3 * h / t) + chunked(h / t, h) + chunked(h, f / t) + chunked(f / t, h);
+  // tokens), so their tiles, waves and K overhead differ from the forward's.
+  r.bwd_input += dev.gemm(M, h, 3 * h / t, 1, e) + dev.gemm(M, h / t, h, 1, e) + dev.gemm(M, h, f / t, 1, e) +
+                 dev.gemm(M, f / t, h, 1, e);
   const double qkv_wgrad = dev.gemm(3 * h / t, h, M, 1, e), fc1_wgrad = dev.gemm(f / t, h, M, 1, e);
   r.bwd_weight += qkv_wgrad + dev.gemm(h, h / t, M, 1, e) + fc1_wgrad + dev.gemm(h, f / t, M, 1, e);
 

@@ -48,7 +48,7 @@ struct Layout {
   // with SP) runs while the layer's weight-gradient GEMM computes (Megatron-LM
   // --async-tensor-model-parallel-allreduce, 2021-09 and later); exposed only past that GEMM.
   bool tp_overlap_backward = false;
-  // Every TP collective split into chunks and pipelined with the GEMM it feeds or follows (all-gather
+  // Every TP collective pipelined with the GEMM it feeds or follows (all-gather
   // before QKV and fc1, reduce-scatter after the projection and fc2, and their backward mirrors;
   // Megatron-Core --tp-comm-overlap with Transformer Engine userbuffers): exposed only past the GEMM.
   bool tp_comm_overlap = false;

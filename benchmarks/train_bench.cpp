@@ -402,25 +402,26 @@ int main(int argc, char** argv) {
       const Rate ew = measure_elementwise(*world, static_cast<int>(mbs) * T, g.n_embd, g.ffn_size(), calib_s / 2);
       const Rate att = measure_attention(*world, static_cast<int>(mbs), T, g.n_embd / tp, g.n_head / tp, calib_s / 2);
       const Rate cp = measure_copies(*world, static_cast<int>(mbs) * T, g.n_embd, calib_s / 4);
-      // A core's rate (CPU-time based), shared by the ranks that share cores: the planner sees a
-      // machine of W "devices" each with cores / W of a core when ranks outnumber cores.
-      const double cores = std::max(1u, std::thread::hardware_concurrency());
-      const double share = std::min(1.0, cores / t0.grid().local_size());
+      // A full core's rates (CPU-time based); with more ranks than cores the planner time-slices the
+      // ranks over the cores itself (Cluster::cores_per_node, TimeBreakdown::core_sharing).
+      const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+      const double share = std::min(1.0, double(cores) / t0.grid().local_size());
       const CommSamples cs = measure_comm(*world);
       plan::Cluster cl = plan::cluster_preset("cpu-local");
       cl.name = "cpu-local (calibrated in this run)";
-      cl.gpus_per_node = W;  // one "device" per rank; shared cores show up in the measured rates
+      cl.gpus_per_node = W;  // one "device" per rank
       cl.nodes = 1;
-      cl.peak_tflops_fp32 = cl.peak_tflops_bf16 = gemm.cpu * share / 1e12;
+      cl.cores_per_node = static_cast<int>(cores);
+      cl.peak_tflops_fp32 = cl.peak_tflops_bf16 = gemm.cpu / 1e12;
       cl.gemm_efficiency = 1.0;
       // Element-wise kernels are the planner's memory-bound work; on this CPU their own measured rate
       // (not the triad's) is what they reach. The optimizer is costed at the same rate (pessimistic).
-      cl.memory_gbps = ew.cpu * share / 1e9;
+      cl.memory_gbps = ew.cpu / 1e9;
       cl.memory_efficiency = 1.0;
       // Attention at its own kernel's rate (a fraction of the sgemm rate); the runtime's copies,
       // bias fills and column sums at theirs (both measured above, in CPU time).
       cl.attention_efficiency = std::min(1.0, att.cpu / gemm.cpu);
-      cl.copy_gbps = cp.cpu * share / 1e9;
+      cl.copy_gbps = cp.cpu / 1e9;
       plan::Calibration cal;
       std::string fit_note;
       if (W > 1) {
@@ -501,22 +502,23 @@ int main(int argc, char** argv) {
         const plan::Estimate e = plan::estimate(ms, net, l);
         const double measured = bench::median(s.step_ms) / 1e3;
         if (world->rank() == 0) {
-          // Compute on its own: the planner's compute + TP time of the busiest rank against the CPU
-          // time of the compute intervals (unaffected by other processes taking the core).
-          const double pc = e.time.compute + e.time.tp_comm, mc = bench::median(s.compute_cpu_ms) / 1e3 / share;
+          // Compute on its own: the planner's compute + TP time of the busiest rank (at a full core)
+          // against the CPU time of its compute intervals (unaffected by other processes taking the core).
+          const double pc = e.time.compute + e.time.tp_comm, mc = bench::median(s.compute_cpu_ms) / 1e3;
           fmt::print("planner {:>10}: predicted {:.1f} ms (compute {:.1f}, bubble {:.1f}, tp {:.1f}, pp {:.1f}, dp {:.1f}, "
-                     "optimizer {:.1f}) | measured {:.1f} ms | measured/predicted {:.2f} | compute+tp: predicted {:.1f} "
-                     "ms, measured CPU time {:.1f} ms{} ({:.2f})\n",
+                     "optimizer {:.1f}, ranks sharing cores {:.1f}) | measured {:.1f} ms | measured/predicted {:.2f} | "
+                     "compute+tp: predicted {:.1f} ms, measured CPU time {:.1f} ms ({:.2f})\n",
                      s.name, e.seconds_per_iteration * 1e3, e.time.compute * 1e3, e.time.bubble * 1e3,
                      e.time.tp_comm * 1e3, e.time.pp_comm * 1e3, e.time.dp_comm * 1e3, e.time.optimizer * 1e3,
-                     measured * 1e3, measured / e.seconds_per_iteration, pc * 1e3, mc * 1e3,
-                     share < 1 ? fmt::format(" / core share") : "", mc / pc);
+                     e.time.core_sharing * 1e3, measured * 1e3, measured / e.seconds_per_iteration, pc * 1e3, mc * 1e3,
+                     mc / pc);
           out[s.name]["predicted"] = {{"seconds", e.seconds_per_iteration}, {"compute", e.time.compute},
                                       {"bubble", e.time.bubble}, {"tp_comm", e.time.tp_comm},
                                       {"pp_comm", e.time.pp_comm}, {"dp_comm", e.time.dp_comm},
+                                      {"core_sharing", e.time.core_sharing},
                                       {"optimizer", e.time.optimizer}};
           out[s.name]["predicted_compute_tp"] = pc;
-          out[s.name]["measured_compute_cpu_scaled"] = mc;
+          out[s.name]["measured_compute_cpu"] = mc;  // at a full core: CPU time, not scaled by the core share
           if (max_error > 0) {
             // Wall time means something only when the ranks had their cores: other processes on the
             // machine (or more ranks than cores) stretch it by what the model cannot know.

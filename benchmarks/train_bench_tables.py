@@ -150,7 +150,7 @@ def planner_table(out):
         pred = med([x["predicted"]["seconds"] * 1e3 for x in o])
         meas = med([x["step_ms"] for x in o])
         pc = med([x["predicted_compute_tp"] * 1e3 for x in o])
-        mc = med([x["measured_compute_cpu_scaled"] * 1e3 for x in o])
+        mc = med([x.get("measured_compute_cpu", x.get("measured_compute_cpu_scaled")) * 1e3 for x in o])
         cal = [r["calibration"] for r in rs]
         tag = " (oversubscribed)" if r0["oversubscribed"] else ""
         busbw = r0.get("allreduce_busbw")

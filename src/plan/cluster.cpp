@@ -31,6 +31,7 @@ void validate(const Cluster& c) {
   if (c.name.empty()) TRIAX_THROW(ConfigError, "cluster: name must not be empty");
   positive("gpus_per_node", c.gpus_per_node);
   positive("nodes", c.nodes);
+  non_negative("cores_per_node", c.cores_per_node);
   positive("peak_tflops_bf16", c.peak_tflops_bf16);
   positive("peak_tflops_fp32", c.peak_tflops_fp32);
   fraction("gemm_efficiency", c.gemm_efficiency);
@@ -175,6 +176,7 @@ Cluster cpu_local() {
       "shared-memory MPI (vader); measured numbers in docs/PLANNER.md";
   c.gpus_per_node = 2;
   c.nodes = 1;
+  c.cores_per_node = 2;  // a caller placing more ranks on the node (train_bench) time-slices them
   // Measured single-thread OpenBLAS sgemm: 97 GFLOP/s at its best (DESIGN.md), 85-97 on GPT-2
   // shapes (1024 x {768,2304,3072} x {768,3072}), so the peak is the best measured rate and the
   // efficiency the shape average, 0.9. No bf16 units: the same rate.
@@ -325,6 +327,7 @@ Cluster load_cluster_toml(const std::filesystem::path& path) {
   const auto& node = r.section("node");
   c.gpus_per_node = r.integer(node, "node", "devices");
   c.nodes = r.integer(node, "node", "count");
+  c.cores_per_node = r.optional_integer(node, "node", "cores", 0);
   r.check_unknown(node, "node");
 
   const auto& comp = r.section("compute");

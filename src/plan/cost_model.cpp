@@ -410,6 +410,18 @@ Estimate estimate(const ModelShape& m, const CollectiveModel& net, const Layout&
   }
   est.time.optimizer = opt;
 
+  // More ranks than cores on a node: the ranks time-slice. A rank that waits (bubble, a slower
+  // peer) yields its core to the others, so the iteration takes the longer of the dependency-bound
+  // time above (each rank at a full core) and the node's busy time (every rank's kernels, TP and
+  // PP time and optimizer step) spread over its cores.
+  const int on_node = std::min(l.gpus(), c.gpus_per_node);
+  if (c.cores_per_node > 0 && on_node > c.cores_per_node) {
+    double busy = 0;  // one pipeline's ranks, one (tp, dp) copy each
+    for (int i = 0; i < p; ++i) busy += mb * st[i].total() + opt;
+    const double node_busy = busy * double(t) * d * on_node / l.gpus();
+    est.time.core_sharing = std::max(0.0, node_busy / c.cores_per_node - est.time.total());
+  }
+
   // Memory per pipeline rank; report the rank that needs most.
   const double stored = layer_activation_bytes(m, l);
   Layout no_rc = l;

@@ -134,3 +134,37 @@ TEST_CASE("the runtime's copies are their bytes at the copy rate") {
     CHECK(r.time.compute - a.time.compute == Approx(a.micro_batches * bytes / 10e9).epsilon(1e-6));
   }
 }
+
+TEST_CASE("ranks beyond the cores time-slice: the node's busy time over its cores bounds the step") {
+  Cluster c = round_cluster();
+  c.nodes = 1;
+  c.memory_gbps = 1e9;
+  const ModelShape m = small_model();
+  Layout l;
+  l.dp = 4;
+  l.micro_batch = 4;
+  const Estimate own = estimate(m, CollectiveModel(c), l);
+  CHECK(own.time.core_sharing == 0);
+  // 4 data-parallel ranks on 2 cores: nobody waits, so the step is the 4 ranks' busy time over 2
+  // cores: twice the compute and optimizer time of one rank at a full core.
+  c.cores_per_node = 2;
+  const Estimate shared = estimate(m, CollectiveModel(c), l);
+  const double busy = own.time.compute + own.time.tp_comm + own.time.pp_comm + own.time.optimizer;
+  CHECK(shared.seconds_per_iteration == Approx(std::max(own.seconds_per_iteration, 4 * busy / 2)).epsilon(1e-9));
+  CHECK(shared.time.core_sharing > 0);
+  // A pipeline's bubble is idle time the other ranks on the core use: pp 2 x tp 2 on 2 cores costs
+  // less than twice its full-core step, and at least the busy time over the cores.
+  Layout pipe;
+  pipe.tp = 2;
+  pipe.pp = 2;
+  pipe.micro_batch = 4;
+  c.cores_per_node = 0;
+  const Estimate full = estimate(m, CollectiveModel(c), pipe);
+  c.cores_per_node = 2;
+  const Estimate sliced = estimate(m, CollectiveModel(c), pipe);
+  CHECK(full.time.bubble > 0);
+  CHECK(sliced.seconds_per_iteration < 2 * full.seconds_per_iteration);
+  CHECK(sliced.seconds_per_iteration > full.seconds_per_iteration);
+  c.cores_per_node = -1;
+  CHECK_THROWS_WITH(validate(c), Catch::Contains("cores_per_node"));
+}

@@ -13,6 +13,9 @@ struct Cluster {
   std::string name;
   std::string description;
   int gpus_per_node = 0;  // accelerators (or CPU ranks) per node
+  // CPU clusters: physical cores the node's ranks share (0: every device is its own). With more
+  // ranks on a node than cores, the ranks time-slice (cost_model.h, TimeBreakdown::core_sharing).
+  int cores_per_node = 0;
   int nodes = 0;
 
   // Compute. Rates in TFLOP/s per device, dense.

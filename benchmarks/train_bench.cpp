@@ -265,7 +265,7 @@ int main(int argc, char** argv) {
   app.add_option("--calibration-seconds", calib_s, "time per compute calibration")->capture_default_str();
   app.add_option("--max-error", max_error,
                  "with --predict: exit 3 when |measured / predicted - 1| exceeds this on a clean run (CPU share of "
-                 "the compute intervals >= 0.9, one rank per core); 0: no check")
+                 "the compute intervals >= 0.97, one rank per core); 0: no check")
       ->check(CLI::Range(0.0, 1.0));
   app.add_option("--json", json_path, "write the results as JSON (rank 0)");
   app.add_option("--label", label, "name of this run in the JSON");
@@ -523,11 +523,13 @@ int main(int argc, char** argv) {
             // Wall time means something only when the ranks had their cores: other processes on the
             // machine (or more ranks than cores) stretch it by what the model cannot know.
             const double cpu_share = bench::median(s.cpu_share), err = measured / e.seconds_per_iteration - 1;
-            const bool clean = cpu_share >= 0.9 && !oversub;
+            // 0.97, not the tables' 0.9: a run at 0.92 (another process on a core for 8% of the
+            // step) measured +18%, its ranks waiting for the slowed one (skew 55 ms).
+            const bool clean = cpu_share >= 0.97 && !oversub;
             const bool ok = !clean || std::abs(err) <= max_error;
             fmt::print("prediction check {:>10}: {} (measured/predicted - 1 = {:+.1f}%, limit {:.0f}%, CPU share {:.2f}{})\n",
                        s.name, !clean ? "not checked" : ok ? "ok" : "FAILED", 100 * err, 100 * max_error, cpu_share,
-                       !clean ? ": not a clean run (needs >= 0.9 and one rank per core)" : "");
+                       !clean ? ": not a clean run (needs >= 0.97 and one rank per core)" : "");
             out[s.name]["prediction_check"] = !clean ? "not checked" : ok ? "ok" : "failed";
             if (!ok) rc = 3;
           }

@@ -27,7 +27,9 @@
 #include <fstream>
 
 #include "bench_common.h"
+#include "triax/backend/backend.h"
 #include "triax/dist/bootstrap.h"
+#include "triax/ops/attention.h"
 #include "triax/ops/gelu.h"
 #include "triax/ops/layernorm.h"
 #include "triax/ops/residual.h"
@@ -153,6 +155,49 @@ Rate measure_elementwise(Communicator& world, int M, int h, int f, double second
   return {median_over_ranks(world, bytes / cpu), median_over_ranks(world, bytes / wall)};
 }
 
+// The trainer's attention kernel (forward + backward) on one micro-batch of this rank's heads, as a
+// rate on the planner's counted FLOPs (4 b s^2 h / t forward, 2.5x backward; docs/PLANNER.md):
+// the blocked causal kernel with its exp does not run at the GEMM rate.
+Rate measure_attention(Communicator& world, int B, int T, int C, int NH, double seconds) {
+  const size_t n = static_cast<size_t>(B) * T;
+  std::vector<float> qkv(n * 3 * C), out(n * C), dout(n * C), dqkv(n * 3 * C), lse(static_cast<size_t>(B) * NH * T);
+  for (size_t i = 0; i < qkv.size(); ++i) qkv[i] = 0.01f * static_cast<float>(i % 101) - 0.5f;
+  for (size_t i = 0; i < dout.size(); ++i) dout[i] = 0.02f * static_cast<float>(i % 89) - 0.9f;
+  auto pass = [&] {
+    ops::attention_forward(out.data(), lse.data(), qkv.data(), B, T, C, NH);
+    ops::attention_backward(dqkv.data(), dout.data(), qkv.data(), lse.data(), B, T, C, NH);
+    return 3.5 * 4.0 * B * static_cast<double>(T) * T * C;
+  };
+  pass();
+  world.barrier().wait();
+  double flops = 0;
+  const double t0 = now_s(), c0 = thread_cpu_s();
+  while (now_s() - t0 < seconds) flops += pass();
+  const double wall = now_s() - t0, cpu = thread_cpu_s() - c0;
+  return {median_over_ranks(world, flops / cpu), median_over_ranks(world, flops / wall)};
+}
+
+// The runtime's plain data movement through the backend the trainer uses (copy of a layer's
+// activation, bias add, bias-gradient column sum on M x h), in the planner's byte accounting
+// (copy and add 2 e M h, column sum e M h): the rate of Layout::runtime_copies.
+Rate measure_copies(Communicator& world, int M, int h, double seconds) {
+  auto be = make_cpu_backend();
+  const Tensor x = be->zeros({M, h}, DType::f32), y = be->zeros({M, h}, DType::f32), b = be->zeros({h}, DType::f32);
+  auto pass = [&] {
+    be->copy(y, x);
+    be->add_bias(y, b, M, h);
+    be->bias_grad(b, y, M, h);
+    return 5.0 * 4 * M * static_cast<double>(h);
+  };
+  pass();
+  world.barrier().wait();
+  double bytes = 0;
+  const double t0 = now_s(), c0 = thread_cpu_s();
+  while (now_s() - t0 < seconds) bytes += pass();
+  const double wall = now_s() - t0, cpu = thread_cpu_s() - c0;
+  return {median_over_ranks(world, bytes / cpu), median_over_ranks(world, bytes / wall)};
+}
+
 // Median time of `reps` calls of fn after one warm-up, all ranks in step (barrier each time).
 template <class Fn>
 double timed(Communicator& world, int reps, Fn&& fn) {
@@ -202,7 +247,7 @@ int main(int argc, char** argv) {
   mf.add(app);
   int tp = 1, pp = 1, dp = 0, vpp = 1, iters = 5, warmup = 2;
   int64_t mbs = 4, gbs = 32;
-  double bucket_mb = 0.5, calib_s = 0.4;
+  double bucket_mb = 0.5, calib_s = 0.4, max_error = 0;
   std::string schedule = "1f1b", overlap = "auto", json_path, label;
   bool predict = false;
   app.add_option("--tp", tp)->capture_default_str();
@@ -218,6 +263,10 @@ int main(int argc, char** argv) {
   app.add_option("--overlap", overlap, "on, off, both, or auto (both when dp > 1)")->capture_default_str();
   app.add_flag("--predict", predict, "calibrate cpu-local from measurements and print the planner's prediction");
   app.add_option("--calibration-seconds", calib_s, "time per compute calibration")->capture_default_str();
+  app.add_option("--max-error", max_error,
+                 "with --predict: exit 3 when |measured / predicted - 1| exceeds this on a clean run (CPU share of "
+                 "the compute intervals >= 0.97, one rank per core); 0: no check")
+      ->check(CLI::Range(0.0, 1.0));
   app.add_option("--json", json_path, "write the results as JSON (rank 0)");
   app.add_option("--label", label, "name of this run in the JSON");
   CLI11_PARSE(app, argc, argv);
@@ -245,7 +294,7 @@ int main(int argc, char** argv) {
       mf.apply(c);
       c.tp = tp;
       c.pp = pp;
-      c.dp = dp;
+      c.dp = D;  // TrainConfig requires dp >= 1: the default is world / (tp pp)
       c.vpp = vpp;
       c.schedule = parse_schedule_kind(schedule);
       c.micro_batch = mbs;
@@ -351,21 +400,28 @@ int main(int argc, char** argv) {
       const Rate gemm = measure_gemm(*world, static_cast<int>(mbs) * T, g.n_embd, g.ffn_size(), calib_s);
       const Rate triad = measure_triad(*world, calib_s / 2);
       const Rate ew = measure_elementwise(*world, static_cast<int>(mbs) * T, g.n_embd, g.ffn_size(), calib_s / 2);
-      // A core's rate (CPU-time based), shared by the ranks that share cores: the planner sees a
-      // machine of W "devices" each with cores / W of a core when ranks outnumber cores.
-      const double cores = std::max(1u, std::thread::hardware_concurrency());
-      const double share = std::min(1.0, cores / t0.grid().local_size());
+      const Rate att = measure_attention(*world, static_cast<int>(mbs), T, g.n_embd / tp, g.n_head / tp, calib_s / 2);
+      const Rate cp = measure_copies(*world, static_cast<int>(mbs) * T, g.n_embd, calib_s / 4);
+      // A full core's rates (CPU-time based); with more ranks than cores the planner time-slices the
+      // ranks over the cores itself (Cluster::cores_per_node, TimeBreakdown::core_sharing).
+      const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+      const double share = std::min(1.0, double(cores) / t0.grid().local_size());
       const CommSamples cs = measure_comm(*world);
       plan::Cluster cl = plan::cluster_preset("cpu-local");
       cl.name = "cpu-local (calibrated in this run)";
-      cl.gpus_per_node = W;  // one "device" per rank; shared cores show up in the measured rates
+      cl.gpus_per_node = W;  // one "device" per rank
       cl.nodes = 1;
-      cl.peak_tflops_fp32 = cl.peak_tflops_bf16 = gemm.cpu * share / 1e12;
+      cl.cores_per_node = static_cast<int>(cores);
+      cl.peak_tflops_fp32 = cl.peak_tflops_bf16 = gemm.cpu / 1e12;
       cl.gemm_efficiency = 1.0;
       // Element-wise kernels are the planner's memory-bound work; on this CPU their own measured rate
       // (not the triad's) is what they reach. The optimizer is costed at the same rate (pessimistic).
-      cl.memory_gbps = ew.cpu * share / 1e9;
+      cl.memory_gbps = ew.cpu / 1e9;
       cl.memory_efficiency = 1.0;
+      // Attention at its own kernel's rate (a fraction of the sgemm rate); the runtime's copies,
+      // bias fills and column sums at theirs (both measured above, in CPU time).
+      cl.attention_efficiency = std::min(1.0, att.cpu / gemm.cpu);
+      cl.copy_gbps = cp.cpu / 1e9;
       plan::Calibration cal;
       std::string fit_note;
       if (W > 1) {
@@ -396,9 +452,10 @@ int main(int argc, char** argv) {
       if (world->rank() == 0) {
         fmt::print("measured (all ranks at once): sgemm {:.1f} GFLOP/s per CPU second ({:.1f} per wall second now) on the "
                    "linear shapes of one micro-batch; triad {:.2f} GB/s per CPU second ({:.2f} wall); element-wise "
-                   "ops {:.2f} GB/s per CPU second ({:.2f} wall); per-rank share of a core {:.2f}",
+                   "ops {:.2f} GB/s per CPU second ({:.2f} wall); attention {:.1f} GFLOP/s per CPU second ({:.2f} of sgemm); "
+                   "copies {:.2f} GB/s per CPU second; per-rank share of a core {:.2f}",
                    gemm.cpu / 1e9, gemm.wall / 1e9, triad.cpu / 1e9, triad.wall / 1e9, ew.cpu / 1e9, ew.wall / 1e9,
-                   share);
+                   att.cpu / 1e9, cl.attention_efficiency, cp.cpu / 1e9, share);
         for (size_t i = 0; i < cs.all_reduce.size(); ++i)
           fmt::print("{} all-reduce {} KiB {:.0f} us, p2p {:.0f} us", i ? ";" : " |", cs.all_reduce[i].bytes / 1024,
                      cs.all_reduce[i].time_us, cs.p2p[i].time_us);
@@ -411,7 +468,8 @@ int main(int argc, char** argv) {
         out["calibration"] = {{"gemm_gflops_cpu", gemm.cpu / 1e9}, {"gemm_gflops_wall", gemm.wall / 1e9},
                               {"triad_gbps_cpu", triad.cpu / 1e9}, {"triad_gbps_wall", triad.wall / 1e9},
                               {"elementwise_gbps_cpu", ew.cpu / 1e9}, {"elementwise_gbps_wall", ew.wall / 1e9},
-                              {"core_share", share}};
+                              {"attention_gflops_cpu", att.cpu / 1e9}, {"attention_efficiency", cl.attention_efficiency},
+                              {"copy_gbps_cpu", cp.cpu / 1e9}, {"core_share", share}};
         nlohmann::json jar = nlohmann::json::array(), jp = nlohmann::json::array();
         for (size_t i = 0; i < cs.all_reduce.size(); ++i) {
           jar.push_back({cs.all_reduce[i].bytes, cs.all_reduce[i].time_us});
@@ -440,25 +498,41 @@ int main(int argc, char** argv) {
         l.precision = plan::Precision::fp32;
         l.attention = plan::AttentionKernel::fused;  // the CPU attention never stores the scores
         l.dp_overlap = s.overlap;
+        l.runtime_copies = true;  // the triax runtime's copies and staging, at the measured copy rate
         const plan::Estimate e = plan::estimate(ms, net, l);
         const double measured = bench::median(s.step_ms) / 1e3;
         if (world->rank() == 0) {
-          // Compute on its own: the planner's compute + TP time of the busiest rank against the CPU
-          // time of the compute intervals (unaffected by other processes taking the core).
-          const double pc = e.time.compute + e.time.tp_comm, mc = bench::median(s.compute_cpu_ms) / 1e3 / share;
+          // Compute on its own: the planner's compute + TP time of the busiest rank (at a full core)
+          // against the CPU time of its compute intervals (unaffected by other processes taking the core).
+          const double pc = e.time.compute + e.time.tp_comm, mc = bench::median(s.compute_cpu_ms) / 1e3;
           fmt::print("planner {:>10}: predicted {:.1f} ms (compute {:.1f}, bubble {:.1f}, tp {:.1f}, pp {:.1f}, dp {:.1f}, "
-                     "optimizer {:.1f}) | measured {:.1f} ms | measured/predicted {:.2f} | compute+tp: predicted {:.1f} "
-                     "ms, measured CPU time {:.1f} ms{} ({:.2f})\n",
+                     "optimizer {:.1f}, ranks sharing cores {:.1f}) | measured {:.1f} ms | measured/predicted {:.2f} | "
+                     "compute+tp: predicted {:.1f} ms, measured CPU time {:.1f} ms ({:.2f})\n",
                      s.name, e.seconds_per_iteration * 1e3, e.time.compute * 1e3, e.time.bubble * 1e3,
                      e.time.tp_comm * 1e3, e.time.pp_comm * 1e3, e.time.dp_comm * 1e3, e.time.optimizer * 1e3,
-                     measured * 1e3, measured / e.seconds_per_iteration, pc * 1e3, mc * 1e3,
-                     share < 1 ? fmt::format(" / core share") : "", mc / pc);
+                     e.time.core_sharing * 1e3, measured * 1e3, measured / e.seconds_per_iteration, pc * 1e3, mc * 1e3,
+                     mc / pc);
           out[s.name]["predicted"] = {{"seconds", e.seconds_per_iteration}, {"compute", e.time.compute},
                                       {"bubble", e.time.bubble}, {"tp_comm", e.time.tp_comm},
                                       {"pp_comm", e.time.pp_comm}, {"dp_comm", e.time.dp_comm},
+                                      {"core_sharing", e.time.core_sharing},
                                       {"optimizer", e.time.optimizer}};
           out[s.name]["predicted_compute_tp"] = pc;
-          out[s.name]["measured_compute_cpu_scaled"] = mc;
+          out[s.name]["measured_compute_cpu"] = mc;  // at a full core: CPU time, not scaled by the core share
+          if (max_error > 0) {
+            // Wall time means something only when the ranks had their cores: other processes on the
+            // machine (or more ranks than cores) stretch it by what the model cannot know.
+            const double cpu_share = bench::median(s.cpu_share), err = measured / e.seconds_per_iteration - 1;
+            // 0.97, not the tables' 0.9: a run at 0.92 (another process on a core for 8% of the
+            // step) measured +18%, its ranks waiting for the slowed one (skew 55 ms).
+            const bool clean = cpu_share >= 0.97 && !oversub;
+            const bool ok = !clean || std::abs(err) <= max_error;
+            fmt::print("prediction check {:>10}: {} (measured/predicted - 1 = {:+.1f}%, limit {:.0f}%, CPU share {:.2f}{})\n",
+                       s.name, !clean ? "not checked" : ok ? "ok" : "FAILED", 100 * err, 100 * max_error, cpu_share,
+                       !clean ? ": not a clean run (needs >= 0.97 and one rank per core)" : "");
+            out[s.name]["prediction_check"] = !clean ? "not checked" : ok ? "ok" : "failed";
+            if (!ok) rc = 3;
+          }
         }
       }
     }

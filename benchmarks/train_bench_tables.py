@@ -139,8 +139,8 @@ def planner_table(out):
     tr = runs(out, "train_")
     lines = ["| layout | ranks | predicted (ms) | measured (ms) | measured / predicted | predicted compute+TP (ms) | "
              "measured compute CPU (ms) | ratio | runs | CPU share | sgemm GFLOP/s (CPU) | element-wise GB/s | "
-             "all-reduce busbw (fit) |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "attention GFLOP/s (CPU) | copies GB/s | all-reduce busbw (fit) |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for name, rs in sorted(tr.items(), key=lambda kv: (kv[1][0]["ranks"], kv[0])):
         if "predicted" not in rs[0]["overlap"]:
             continue
@@ -150,7 +150,7 @@ def planner_table(out):
         pred = med([x["predicted"]["seconds"] * 1e3 for x in o])
         meas = med([x["step_ms"] for x in o])
         pc = med([x["predicted_compute_tp"] * 1e3 for x in o])
-        mc = med([x["measured_compute_cpu_scaled"] * 1e3 for x in o])
+        mc = med([x.get("measured_compute_cpu", x.get("measured_compute_cpu_scaled")) * 1e3 for x in o])
         cal = [r["calibration"] for r in rs]
         tag = " (oversubscribed)" if r0["oversubscribed"] else ""
         busbw = r0.get("allreduce_busbw")
@@ -158,6 +158,8 @@ def planner_table(out):
             f"| {r0['label']}{tag} | {r0['ranks']} | {pred:.0f} | {meas:.0f} | {meas / pred:.2f} | {pc:.0f} | {mc:.0f} | "
             f"{mc / pc:.2f} | {kept} | {med([x['cpu_share'] for x in o]):.2f} | "
             f"{med([c['gemm_gflops_cpu'] for c in cal]):.0f} | {med([c['elementwise_gbps_cpu'] for c in cal]):.1f} | "
+            f"{fmt_or(med([c.get('attention_gflops_cpu') for c in cal]), '{:.0f}', '-')} | "
+            f"{fmt_or(med([c.get('copy_gbps_cpu') for c in cal]), '{:.0f}', '-')} | "
             f"{fmt_or(med([c.get('allreduce_busbw_gbps') for c in cal]), '{:.2f} GB/s', '-')} |")
     return lines
 

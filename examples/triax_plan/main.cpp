@@ -62,7 +62,7 @@ int main(int argc, char** argv) {
   ModelShape shape;
   int gpus = 0, tp = 0, pp = 0, dp = 0, vpp = 0, mbs = 0, top_k = 5;
   std::string schedule, recompute, precision = "bf16", attention;
-  bool sp = false, zero1 = false, json = false, dropout = false, cross_node_tp = false;
+  bool sp = false, zero1 = false, json = false, dropout = false, cross_node_tp = false, runtime_copies = false;
   bool no_dp_overlap = false, grad_half = false, no_scatter_gather = false, list = false;
 
   app.add_option("--model", model_name, "model preset (see --list)");
@@ -90,12 +90,16 @@ int main(int argc, char** argv) {
           ->check(CLI::IsMember({"bf16", "fp16", "fp32"}))
           ->capture_default_str();
   app.add_option("--software", software,
-                 "runtime behaviour: triax (overlapped fp32 grad reduce, fused attention) or megatron-sc21 "
-                 "(the 2021 paper's Megatron-LM: fp16, unfused attention with dropout, no overlap)")
-      ->check(CLI::IsMember({"triax", "megatron-sc21"}))
+                 "runtime behaviour: triax (overlapped fp32 grad reduce, fused attention), megatron-sc21 "
+                 "(the 2021 paper's Megatron-LM: fp16, unfused attention with dropout, no overlap), megatron-2022 "
+                 "(+ backward TP overlap) or megatron-core-2024 (bf16, fused causal attention, distributed "
+                 "optimizer, TP / PP / DP communication overlapped)")
+      ->check(CLI::IsMember({"triax", "megatron-sc21", "megatron-2022", "megatron-core-2024"}))
       ->capture_default_str();
   app.add_option("--attention", attention, "attention kernel (overrides --software)")->check(CLI::IsMember({"fused", "unfused"}));
   app.add_flag("--dropout", dropout, "dropout on (stores masks)");
+  app.add_flag("--runtime-copies", runtime_copies,
+               "price the triax runtime's copies, bias fills and staging (at the cluster's copy_gbps)");
   app.add_flag("--no-dp-overlap", no_dp_overlap, "DP gradient reduction after backward, not overlapped");
   app.add_flag("--grad-reduce-half", grad_half, "accumulate and reduce gradients in bf16/fp16 instead of fp32");
   app.add_flag("--no-pp-scatter-gather", no_scatter_gather, "send whole activations between nodes");
@@ -142,15 +146,15 @@ int main(int argc, char** argv) {
     const CollectiveModel net(cluster, cal);
 
     if (!validate_runs_csv.empty()) {
-      std::vector<PublishedRun> rows;
+      std::vector<PublishedRun> rows, elsewhere;
       for (auto& r : load_published_runs(validate_runs_csv))
-        if (r.cluster == cluster.name) rows.push_back(std::move(r));
+        (r.cluster == cluster.name ? rows : elsewhere).push_back(std::move(r));
       if (rows.empty()) {
         std::fprintf(stderr, "triax-plan: error: %s has no rows measured on cluster '%s'\n", validate_runs_csv.c_str(),
                      cluster.name.c_str());
         return 1;
       }
-      const ValidationReport rep = validate_runs(cluster, rows);
+      const ValidationReport rep = validate_runs(cluster, rows, elsewhere);
       fmt::print("{}\n", json ? validation_json(rep) : format_validation(rep));
       return 0;
     }
@@ -190,11 +194,13 @@ int main(int argc, char** argv) {
     }
     validate(m);
 
-    Layout base = software == "megatron-sc21" ? sc21_software() : Layout{};
+    Layout base = software_layout(software);
     base.recompute = Recompute::none;
-    if (software != "megatron-sc21" || precision_opt->count()) base.precision = parse_precision(precision);
+    if ((software != "megatron-sc21" && software != "megatron-2022") || precision_opt->count())
+      base.precision = parse_precision(precision);
     if (!attention.empty()) base.attention = parse_attention(attention);
     if (dropout) base.dropout = true;
+    if (runtime_copies) base.runtime_copies = true;
     if (no_dp_overlap) base.dp_overlap = false;
     if (grad_half) base.grad_reduce_fp32 = false;
     if (no_scatter_gather) base.pp_scatter_gather = false;
@@ -247,7 +253,7 @@ int main(int argc, char** argv) {
       l.schedule = !schedule.empty() ? parse_schedule(schedule) : (l.vpp > 1 ? Schedule::interleaved : Schedule::one_f_one_b);
       l.recompute = recompute.empty() ? Recompute::none : parse_recompute(recompute);
       l.sequence_parallel = sp;
-      l.zero1 = zero1;
+      l.zero1 = zero_opt->count() ? zero1 : base.zero1;
       TuneOptions opt;
       opt.gpu_hour_price = gpu_hour_price;
       opt.rules = rules;
@@ -272,7 +278,7 @@ int main(int argc, char** argv) {
                                      : (l.vpp > 1 ? Schedule::interleaved : Schedule::one_f_one_b);
       l.recompute = recompute.empty() ? Recompute::none : parse_recompute(recompute);
       l.sequence_parallel = sp;
-      l.zero1 = zero1;
+      l.zero1 = zero_opt->count() ? zero1 : base.zero1;
       const Estimate e = estimate(m, net, l, rules);
       fmt::print("{}\n", json ? estimate_json(e) : format_estimate(e));
       return 0;

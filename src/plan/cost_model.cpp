@@ -23,13 +23,20 @@ constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 // launch gap.
 struct Device {
   GemmModel gemm_model;
-  double byte_rate;   // bytes/s
-  double overhead_s;  // per kernel
+  double byte_rate;       // bytes/s
+  double overhead_s;      // per kernel
+  double attention_rate;  // FLOP/s of the fused attention kernel; 0: the GEMM model on its tiles
+  double copy_rate;       // bytes/s of plain copies, bias fills and column sums
   // A kernel whose FLOPs run as GEMMs of shape `g` (fused attention: QK^T-sized tiles).
   double kernel(double flops, double bytes, const GemmShape& g) const {
     return std::max(flops / (gemm_model.rate() * gemm_model.efficiency(g)), bytes / byte_rate) + overhead_s;
   }
   double stream(double bytes) const { return bytes / byte_rate + overhead_s; }
+  double copy(double bytes) const { return bytes / copy_rate + overhead_s; }
+  double attention(double flops, double bytes, const GemmShape& g) const {
+    if (attention_rate > 0) return std::max(flops / attention_rate, bytes / byte_rate) + overhead_s;
+    return kernel(flops, bytes, g);
+  }
   // C(m x n) = A(m x k) B(k x n), `batch` times, elements of e bytes.
   double gemm(double m, double n, double k, double batch, double e) const {
     return std::max(gemm_model.seconds({m, n, k, batch}), e * batch * (m * k + k * n + m * n) / byte_rate) +
@@ -57,10 +64,16 @@ LayerTimes layer_times(const ModelShape& m, const Layout& l, const Device& dev, 
 
   // Linear layers (column-parallel QKV and fc1, row-parallel projection and fc2).
   const double qkv = dev.gemm(M, 3 * h / t, h, 1, e), fc1 = dev.gemm(M, f / t, h, 1, e);
-  const double lin = qkv + dev.gemm(M, h, h / t, 1, e) + fc1 + dev.gemm(M, h, f / t, 1, e);
+  const double proj = dev.gemm(M, h, h / t, 1, e), fc2 = dev.gemm(M, h, f / t, 1, e);
+  const double lin = qkv + proj + fc1 + fc2;
   r.fwd += lin;
-  r.bwd_input += lin;   // dgrad: same FLOPs and operand sizes as the forward GEMM
-  r.bwd_weight += lin;  // wgrad: likewise
+  // Backward, same FLOPs in other shapes: the input gradient dX (M x K) = dY (M x N) W (N x K) has
+  // inner dimension N, the weight gradient dW (N x K) = dY^T (N x M) X (M x K) inner dimension M (the
+  // tokens), so their tiles, waves and K overhead differ from the forward's.
+  r.bwd_input += dev.gemm(M, h, 3 * h / t, 1, e) + dev.gemm(M, h / t, h, 1, e) + dev.gemm(M, h, f / t, 1, e) +
+                 dev.gemm(M, f / t, h, 1, e);
+  const double qkv_wgrad = dev.gemm(3 * h / t, h, M, 1, e), fc1_wgrad = dev.gemm(f / t, h, M, 1, e);
+  r.bwd_weight += qkv_wgrad + dev.gemm(h, h / t, M, 1, e) + fc1_wgrad + dev.gemm(h, f / t, M, 1, e);
 
   // Attention core.
   double attn_fwd = 0, attn_bwd = 0;
@@ -76,10 +89,15 @@ LayerTimes layer_times(const ModelShape& m, const Layout& l, const Device& dev, 
   } else {
     // One fused kernel: 4 b s^2 h / t FLOPs forward; backward recomputes the scores and runs four
     // more matmuls (2.5x the forward FLOPs). Bytes: Q, K, V, O (and their gradients).
-    const double flops = 4 * b * s * s * h / t;
+    // With causal_skip the kernel visits only the score tiles on or below the diagonal: (n + 1) / (2n)
+    // of them for n = s / 128 query (and key) blocks (FlashAttention-2's causal path); the FLOPs
+    // counted for MFU stay the full square.
+    const double n_blocks = std::max(1.0, std::ceil(s / 128));
+    const double visited = l.causal_skip ? (n_blocks + 1) / (2 * n_blocks) : 1;
+    const double flops = 4 * b * s * s * h / t * visited;
     const GemmShape tile{s, s, dh, b * at};  // the score tiles, K = head dim
-    attn_fwd = dev.kernel(flops, 4 * e * M * h / t, tile);
-    attn_bwd = dev.kernel(2.5 * flops, 8 * e * M * h / t, tile);
+    attn_fwd = dev.attention(flops, 4 * e * M * h / t, tile);
+    attn_bwd = dev.attention(2.5 * flops, 8 * e * M * h / t, tile);
   }
   r.fwd += attn_fwd;
   r.bwd_input += attn_bwd;
@@ -89,6 +107,15 @@ LayerTimes layer_times(const ModelShape& m, const Layout& l, const Device& dev, 
                         dev.stream(2 * e * M * f / t);
   r.fwd += ew_fwd;
   r.bwd_input += 2 * ew_fwd;  // backward reads saved input and output gradient, writes input gradient
+
+  if (l.runtime_copies) {
+    // The triax runtime: the layer's input copied into its slot, the QKV and fc1 outputs pre-filled
+    // with their biases (the GEMM adds onto them), the projection and fc2 biases added apart from
+    // the residual; backward, the QKV and fc1 bias-gradient column sums and the zeroed dK, dV.
+    const double col = e * M * (3 * h + f) / t;
+    r.fwd += dev.copy(2 * e * rows * h) + dev.copy(col) + 2 * dev.copy(2 * e * rows * h);
+    r.bwd_input += dev.copy(col) + dev.copy(2 * e * M * h / t);
+  }
 
   if (l.recompute == Recompute::full) r.recompute = r.fwd;
   if (l.recompute == Recompute::selective && l.attention == AttentionKernel::unfused) r.recompute = attn_fwd;
@@ -106,11 +133,21 @@ LayerTimes layer_times(const ModelShape& m, const Layout& l, const Device& dev, 
     }
     r.tp_fwd = per_pass;
     r.tp_bwd = per_pass;
-    if (l.tp_overlap_backward) {
+    if (l.tp_comm_overlap) {
+      // Each collective pipelined with its GEMM: the all-gathers (or all-reduce halves) with QKV and
+      // fc1, the reduce-scatters with the projection and fc2; backward the mirror images.
+      const double in_coll = l.sequence_parallel ? net.seconds(CollectiveOp::all_gather, g, bytes)
+                                                 : net.seconds(CollectiveOp::all_reduce, g, bytes) / 2;
+      const double out_coll = l.sequence_parallel ? net.seconds(CollectiveOp::reduce_scatter, g, bytes)
+                                                  : net.seconds(CollectiveOp::all_reduce, g, bytes) / 2;
+      per_pass = std::max(0.0, in_coll - qkv) + std::max(0.0, out_coll - proj) + std::max(0.0, in_coll - fc1) +
+                 std::max(0.0, out_coll - fc2);
+      r.tp_fwd = r.tp_bwd = per_pass;
+    } else if (l.tp_overlap_backward) {
       // The input-gradient collectives of QKV and fc1 hide behind their weight-gradient GEMMs.
       const double hidden_part = l.sequence_parallel ? 2 * net.seconds(CollectiveOp::reduce_scatter, g, bytes)
                                                      : 2 * net.seconds(CollectiveOp::all_reduce, g, bytes);
-      r.tp_bwd = per_pass - hidden_part + std::max(0.0, hidden_part - (qkv + fc1));
+      r.tp_bwd = per_pass - hidden_part + std::max(0.0, hidden_part - (qkv_wgrad + fc1_wgrad));
     }
     if (l.recompute == Recompute::full) r.tp_recompute = per_pass;
   }
@@ -170,8 +207,9 @@ Estimate estimate(const ModelShape& m, const CollectiveModel& net, const Layout&
 
   const bool fp32 = l.precision == Precision::fp32;
   const double peak = (fp32 ? c.peak_tflops_fp32 : c.peak_tflops_bf16) * 1e12;
-  const Device dev{GemmModel::for_cluster(c, peak), c.memory_gbps * 1e9 * c.memory_efficiency,
-                   c.kernel_overhead_us * 1e-6};
+  const double byte_rate = c.memory_gbps * 1e9 * c.memory_efficiency;
+  const Device dev{GemmModel::for_cluster(c, peak), byte_rate, c.kernel_overhead_us * 1e-6,
+                   peak * c.attention_efficiency, c.copy_gbps > 0 ? c.copy_gbps * 1e9 : byte_rate};
   const int p = l.pp, v = l.vpp, t = l.tp, d = l.dp;
   const long mb = micro_batches(m, l);
   const double e = activation_bytes(l), M = double(l.micro_batch) * m.seq;
@@ -186,9 +224,23 @@ Estimate estimate(const ModelShape& m, const CollectiveModel& net, const Layout&
   double emb_fwd = dev.stream(3 * e * M * h), emb_bwd = dev.stream(3 * e * M * h), emb_tp = 0;
   const double head_gemm = dev.gemm(M, V / t, h, 1, e);
   double head_fwd = dev.stream(2 * e * rows * h) + head_gemm + dev.stream((e + 16) * M * V / t);
-  double head_bwd_input = dev.stream(4 * e * rows * h) + head_gemm + dev.stream((e + 8) * M * V / t);
-  double head_bwd_weight = head_gemm;
+  // Head backward: the logit gradient times the table (inner V / t), and the table's gradient
+  // (V / t x h, inner M).
+  double head_bwd_input = dev.stream(4 * e * rows * h) + dev.gemm(M, h, V / t, 1, e) + dev.stream((e + 8) * M * V / t);
+  double head_bwd_weight = dev.gemm(V / t, h, M, 1, e);
   double head_tp = 0;
+  // The triax runtime's copies outside the layers: the embedding writes the looked-up rows and adds
+  // the positions in a second pass (5 e M h, against the 3 e M h above), its backward scatter-adds
+  // and sums the position rows (6 e M h); a stage boundary copies its activation into (out of) the
+  // stage's working buffer and the gradient back (2 e rows h each way per pass); the head hands its
+  // input gradient to the backward through one more copy.
+  double stage_in = 0, stage_out = 0, head_copy = 0;
+  if (l.runtime_copies) {
+    emb_fwd += dev.copy(2 * e * M * h);
+    emb_bwd += dev.copy(3 * e * M * h);
+    stage_in = stage_out = 2 * dev.copy(2 * e * rows * h);
+    head_copy = dev.copy(2 * e * rows * h);
+  }
   if (t > 1) {
     const double bytes = e * M * h;
     if (l.sequence_parallel) {
@@ -233,6 +285,14 @@ Estimate estimate(const ModelShape& m, const CollectiveModel& net, const Layout&
     s.bwd_weight = L * lt.bwd_weight;
     s.compute = L * (lt.fwd + lt.bwd_input + lt.bwd_weight + lt.recompute);
     s.tp = L * (lt.tp_fwd + lt.tp_bwd + lt.tp_recompute);
+    if (l.runtime_copies) {
+      // Every chunk boundary of this rank: one copy forward and one backward (half of each term).
+      const double boundaries = (v - (i == 0 ? 1 : 0)) * stage_in + (v - (i == p - 1 ? 1 : 0)) * stage_out;
+      const double head_part = i == p - 1 ? head_copy : 0;
+      s.compute += boundaries + head_part;
+      s.fwd += boundaries / 2;
+      s.bwd_input += boundaries / 2 + head_part;
+    }
     if (i == 0) {
       s.compute += emb_fwd + emb_bwd;
       s.tp += emb_tp;
@@ -246,7 +306,7 @@ Estimate estimate(const ModelShape& m, const CollectiveModel& net, const Layout&
       s.bwd_input += head_bwd_input + head_tp;
       s.bwd_weight += head_bwd_weight;
     }
-    if (p > 1) {
+    if (p > 1 && !l.pp_overlap) {
       s.pp = 2 * v * p2p;
       s.fwd += v * p2p;
       s.bwd_input += v * p2p;
@@ -316,7 +376,8 @@ Estimate estimate(const ModelShape& m, const CollectiveModel& net, const Layout&
       double reduce;
       if (l.zero1) {
         reduce = net.seconds(CollectiveOp::reduce_scatter, dg, params[i] * gbytes);
-        gather = std::max(gather, net.seconds(CollectiveOp::all_gather, dg, params[i] * wbytes));
+        const double g = net.seconds(CollectiveOp::all_gather, dg, params[i] * wbytes);
+        gather = std::max(gather, l.dp_param_gather_overlap ? std::max(0.0, g - st[i].fwd) : g);
       } else {
         const CollectiveCost cc = net.cost(CollectiveOp::all_reduce, dg, params[i] * gbytes);
         reduce = cc.seconds;
@@ -348,6 +409,18 @@ Estimate estimate(const ModelShape& m, const CollectiveModel& net, const Layout&
     opt = std::max(opt, dev.stream(owned * opt_bytes) + 4 * dev.overhead_s);
   }
   est.time.optimizer = opt;
+
+  // More ranks than cores on a node: the ranks time-slice. A rank that waits (bubble, a slower
+  // peer) yields its core to the others, so the iteration takes the longer of the dependency-bound
+  // time above (each rank at a full core) and the node's busy time (every rank's kernels, TP and
+  // PP time and optimizer step) spread over its cores.
+  const int on_node = std::min(l.gpus(), c.gpus_per_node);
+  if (c.cores_per_node > 0 && on_node > c.cores_per_node) {
+    double busy = 0;  // one pipeline's ranks, one (tp, dp) copy each
+    for (int i = 0; i < p; ++i) busy += mb * st[i].total() + opt;
+    const double node_busy = busy * double(t) * d * on_node / l.gpus();
+    est.time.core_sharing = std::max(0.0, node_busy / c.cores_per_node - est.time.total());
+  }
 
   // Memory per pipeline rank; report the rank that needs most.
   const double stored = layer_activation_bytes(m, l);

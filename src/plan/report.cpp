@@ -39,6 +39,7 @@ nlohmann::json to_json(const Estimate& e) {
                  {"grad_reduce_fp32", l.grad_reduce_fp32},
                  {"pp_scatter_gather", l.pp_scatter_gather},
                  {"tp_overlap_backward", l.tp_overlap_backward},
+                 {"runtime_copies", l.runtime_copies},
                  {"summary", describe(l)}};
   j["seconds_per_iteration"] = e.seconds_per_iteration;
   j["tflops_per_gpu"] = e.tflops_per_gpu;
@@ -46,6 +47,7 @@ nlohmann::json to_json(const Estimate& e) {
   j["tokens_per_second"] = e.tokens_per_second;
   j["time"] = {{"compute", t.compute},     {"bubble", t.bubble},   {"tp_comm", t.tp_comm},
                {"pp_comm", t.pp_comm},     {"dp_comm", t.dp_comm}, {"optimizer", t.optimizer},
+               {"core_sharing", t.core_sharing},
                {"dp_algorithm", e.dp_algorithm}};
   j["memory_gib"] = mem.total() / kGiB;
   j["fits"] = mem.fits();
@@ -89,6 +91,7 @@ std::string format_estimate(const Estimate& e) {
   row("pp comm (exposed)", t.pp_comm);
   row("dp comm (exposed)", t.dp_comm);
   row("optimizer", t.optimizer);
+  if (t.core_sharing > 0) row("ranks sharing cores", t.core_sharing);
   out += fmt::format("throughput  {:.1f} TFLOP/s per GPU (executed, recompute included), MFU {:.1f}%, {:.0f} tokens/s\n",
                      e.tflops_per_gpu, 100 * e.mfu, e.tokens_per_second);
   out += fmt::format("memory per GPU (pipeline rank {})  {:.2f} GiB of {:.2f} GiB: {}\n", mem.stage,

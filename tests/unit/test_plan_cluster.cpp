@@ -26,6 +26,9 @@ void require_same(const Cluster& a, const Cluster& b) {
   CHECK(a.gemm_tile_m == b.gemm_tile_m);
   CHECK(a.gemm_tile_n == b.gemm_tile_n);
   CHECK(a.gemm_k_overhead == b.gemm_k_overhead);
+  CHECK(a.attention_efficiency == b.attention_efficiency);
+  CHECK(a.copy_gbps == b.copy_gbps);
+  CHECK(a.cores_per_node == b.cores_per_node);
   CHECK(a.memory_gib == b.memory_gib);
   CHECK(a.memory_gbps == b.memory_gbps);
   CHECK(a.memory_efficiency == b.memory_efficiency);

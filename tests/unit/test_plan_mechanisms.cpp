@@ -80,5 +80,91 @@ TEST_CASE("a layer's GEMMs pay for partial waves on a structured GPU") {
   CHECK(gm.efficiency({256, 384, 512, 1}) == Approx(0.75));
   const ModelShape m = small_model();
   const Estimate a = estimate(m, CollectiveModel(flat), tp4(1)), b = estimate(m, CollectiveModel(waves), tp4(1));
-  CHECK(b.time.compute > a.time.compute * 1.05);
+  // QKV forward loses 25%; the other shapes (backward ones transposed: dgrad 256 x 512 over K = 384,
+  // wgrad 384 x 512 over the tokens) lose less: the layer as a whole about 5%.
+  CHECK(b.time.compute > a.time.compute * 1.04);
+}
+
+TEST_CASE("fused attention runs at its own measured fraction of peak when the cluster gives one") {
+  Cluster c = round_cluster();
+  c.memory_gbps = 1e9;  // GB/s: nothing memory bound
+  const ModelShape m = small_model();  // 8 layers, h 512, s 256, batch 64
+  Layout l;
+  l.micro_batch = 4;
+  const Estimate base = estimate(m, CollectiveModel(c), l);
+  c.attention_efficiency = 0.25;
+  const Estimate slow = estimate(m, CollectiveModel(c), l);
+  // 4 b s^2 h forward and 2.5x that backward per layer and micro-batch, now at 25 instead of 100 TFLOP/s.
+  const double flops = 3.5 * 4 * 4 * 256.0 * 256 * 512;
+  CHECK(slow.time.compute - base.time.compute ==
+        Approx(base.micro_batches * 8 * flops * (1 / 25e12 - 1 / 100e12)).epsilon(1e-9));
+  c.attention_efficiency = 1.5;
+  CHECK_THROWS_WITH(validate(c), Catch::Contains("attention_efficiency"));
+}
+
+TEST_CASE("the runtime's copies are their bytes at the copy rate") {
+  Cluster c = round_cluster();
+  c.memory_gbps = 1e9;   // everything else negligible
+  c.copy_gbps = 10;      // 10 GB/s
+  const ModelShape m = small_model();
+  const double h = 512, f = 2048, e = 4, b = 4, M = b * 256;
+  Layout l;
+  l.precision = Precision::fp32;
+  l.micro_batch = 4;
+  Layout on = l;
+  on.runtime_copies = true;
+  const CollectiveModel net(c);
+  // Per layer: input copy 2eMh, bias fills eM(3h+f), two bias adds 4eMh forward; bias-gradient
+  // sums eM(3h+f) and the zeroed dK, dV 2eMh backward.
+  const double layer = 8 * e * M * h + 2 * e * M * (3 * h + f);
+  {
+    const Estimate a = estimate(m, net, l), r = estimate(m, net, on);
+    // One rank: the embedding's extra passes (2 + 3) e M h and the head's gradient hand-over 2 e M h.
+    const double bytes = 8 * layer + 7 * e * M * h;
+    CHECK(r.time.compute - a.time.compute == Approx(a.micro_batches * bytes / 10e9).epsilon(1e-6));
+  }
+  {
+    l.pp = on.pp = 2;
+    ModelShape big_head = m;
+    big_head.vocab = 32768;  // the head's stage stays the slowest either way
+    const Estimate a = estimate(big_head, net, l), r = estimate(big_head, net, on);
+    // The last stage (the head's, the slowest): 4 layers, its input boundary (one copy of
+    // 2 e M h forward, one backward) and the head's hand-over.
+    const double bytes = 4 * layer + 2 * 2 * e * M * h + 2 * e * M * h;
+    CHECK(r.time.compute - a.time.compute == Approx(a.micro_batches * bytes / 10e9).epsilon(1e-6));
+  }
+}
+
+TEST_CASE("ranks beyond the cores time-slice: the node's busy time over its cores bounds the step") {
+  Cluster c = round_cluster();
+  c.nodes = 1;
+  c.memory_gbps = 1e9;
+  const ModelShape m = small_model();
+  Layout l;
+  l.dp = 4;
+  l.micro_batch = 4;
+  const Estimate own = estimate(m, CollectiveModel(c), l);
+  CHECK(own.time.core_sharing == 0);
+  // 4 data-parallel ranks on 2 cores: nobody waits, so the step is the 4 ranks' busy time over 2
+  // cores: twice the compute and optimizer time of one rank at a full core.
+  c.cores_per_node = 2;
+  const Estimate shared = estimate(m, CollectiveModel(c), l);
+  const double busy = own.time.compute + own.time.tp_comm + own.time.pp_comm + own.time.optimizer;
+  CHECK(shared.seconds_per_iteration == Approx(std::max(own.seconds_per_iteration, 4 * busy / 2)).epsilon(1e-9));
+  CHECK(shared.time.core_sharing > 0);
+  // A pipeline's bubble is idle time the other ranks on the core use: pp 2 x tp 2 on 2 cores costs
+  // less than twice its full-core step, and at least the busy time over the cores.
+  Layout pipe;
+  pipe.tp = 2;
+  pipe.pp = 2;
+  pipe.micro_batch = 4;
+  c.cores_per_node = 0;
+  const Estimate full = estimate(m, CollectiveModel(c), pipe);
+  c.cores_per_node = 2;
+  const Estimate sliced = estimate(m, CollectiveModel(c), pipe);
+  CHECK(full.time.bubble > 0);
+  CHECK(sliced.seconds_per_iteration < 2 * full.seconds_per_iteration);
+  CHECK(sliced.seconds_per_iteration > full.seconds_per_iteration);
+  c.cores_per_node = -1;
+  CHECK_THROWS_WITH(validate(c), Catch::Contains("cores_per_node"));
 }

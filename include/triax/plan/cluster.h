@@ -13,6 +13,9 @@ struct Cluster {
   std::string name;
   std::string description;
   int gpus_per_node = 0;  // accelerators (or CPU ranks) per node
+  // CPU clusters: physical cores the node's ranks share (0: every device is its own). With more
+  // ranks on a node than cores, the ranks time-slice (cost_model.h, TimeBreakdown::core_sharing).
+  int cores_per_node = 0;
   int nodes = 0;
 
   // Compute. Rates in TFLOP/s per device, dense.
@@ -25,12 +28,19 @@ struct Cluster {
   int gemm_tile_m = 0;          // output tile of one SM (rows x columns; both orientations tried)
   int gemm_tile_n = 0;
   double gemm_k_overhead = 0;   // per-tile prologue/epilogue, in elements of K
+  // Fused attention's sustained fraction of peak on its counted FLOPs (4 b s^2 h / t forward,
+  // 2.5x that backward), measured on the attention kernel itself; 0: the GEMM model prices it on
+  // its score tiles (GPU clusters).
+  double attention_efficiency = 0;
 
   // Device memory.
   double memory_gib = 0;          // capacity per device
   double memory_gbps = 0;         // bandwidth per device, GB/s (1e9 bytes/s)
   double memory_efficiency = 0;   // fraction of memory_gbps streaming kernels reach
   double reserved_gib = 0;        // context, library workspaces, allocator slack
+  // Rate of plain copies, bias fills and bias-gradient column sums (Layout::runtime_copies), GB/s
+  // in the same byte accounting; 0: memory_gbps x memory_efficiency.
+  double copy_gbps = 0;
 
   // Inside a node (NVLink/NVSwitch, or shared memory for CPU ranks).
   double intra_gbps = 0;          // per device, per direction, GB/s

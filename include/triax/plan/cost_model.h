@@ -28,7 +28,10 @@ struct TimeBreakdown {
   double pp_comm = 0;    // pipeline point-to-point sends on the critical path
   double dp_comm = 0;    // data-parallel gradient reduction left exposed after overlap
   double optimizer = 0;  // AdamW update, grad-norm and zeroing (memory bound)
-  double total() const { return compute + bubble + tp_comm + pp_comm + dp_comm + optimizer; }
+  // Ranks time-slicing shared cores (Cluster::cores_per_node): what the node's busy time over its
+  // cores exceeds the dependency-bound iteration by. The terms above are at a full core each.
+  double core_sharing = 0;
+  double total() const { return compute + bubble + tp_comm + pp_comm + dp_comm + optimizer + core_sharing; }
 };
 
 // Bytes per device on the pipeline rank that needs the most.

@@ -48,8 +48,27 @@ struct Layout {
   // with SP) runs while the layer's weight-gradient GEMM computes (Megatron-LM
   // --async-tensor-model-parallel-allreduce, 2021-09 and later); exposed only past that GEMM.
   bool tp_overlap_backward = false;
+  // Every TP collective pipelined with the GEMM it feeds or follows (all-gather
+  // before QKV and fc1, reduce-scatter after the projection and fc2, and their backward mirrors;
+  // Megatron-Core --tp-comm-overlap with Transformer Engine userbuffers): exposed only past the GEMM.
+  bool tp_comm_overlap = false;
+  // Pipeline sends and receives run beside the compute (Megatron-Core's overlapped p2p of the
+  // interleaved schedule): off the critical path.
+  bool pp_overlap = false;
+  // ZeRO-1's parameter all-gather hidden behind the next iteration's first forward
+  // (Megatron-Core --overlap-param-gather): exposed only past that forward.
+  bool dp_param_gather_overlap = false;
   bool dropout = false;           // dropout masks stored and applied (hidden and attention)
   AttentionKernel attention = AttentionKernel::fused;
+  // A fused causal kernel that skips the score tiles above the diagonal (FlashAttention-2, cuDNN /
+  // Transformer Engine fused attention) does about half the counted work at long sequences.
+  bool causal_skip = false;
+  // The triax runtime's own data movement beyond the fused kernels above, priced from its bytes at
+  // Cluster::copy_gbps: each layer's input copied into its micro-batch slot, bias fills of the
+  // column-parallel GEMMs and bias adds apart from the residual, bias-gradient column sums, the
+  // stage boundary's staging copies (activation and gradient, in and out), the embedding's
+  // position add and scatter-add, the loss's passes over the logits (docs/PLANNER.md).
+  bool runtime_copies = false;
 
   int gpus() const { return tp * pp * dp; }
 };

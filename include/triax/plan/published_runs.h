@@ -12,7 +12,9 @@
 
 namespace triax::plan {
 
-enum class RunMetric { tflops_eq3, seconds };
+// tflops_eq3: TFLOP/s per GPU with Narayanan et al.'s Eq. 3 (recompute included); tflops_model:
+// model FLOPs per GPU and second (Megatron-LM's num_floating_point_operations); seconds per iteration.
+enum class RunMetric { tflops_eq3, tflops_model, seconds };
 
 struct PublishedRun {
   std::string id, source, where, cluster, software;
@@ -77,11 +79,15 @@ struct ValidationReport {
   FitParameters fit;  // on every row
   std::vector<ValidationRow> rows;
   ErrorSummary in_sample, leave_one_out, held_out_source;
+  bool transferred_from_elsewhere = false;  // a held-out source was fitted on other clusters' rows
 };
 
 // Fits, predicts and cross-validates every row of one cluster. ConfigError when rows name
 // different clusters or a source has no rows outside it to fit on.
-ValidationReport validate_runs(const Cluster& base, const std::vector<PublishedRun>& rows);
+// `elsewhere`: rows measured on other clusters (each priced on its preset); a source that is the only
+// one on `base` is held out by fitting on those and carrying the parameters over.
+ValidationReport validate_runs(const Cluster& base, const std::vector<PublishedRun>& rows,
+                               const std::vector<PublishedRun>& elsewhere = {});
 
 std::string format_validation(const ValidationReport& r);
 std::string validation_json(const ValidationReport& r, int indent = 2);

@@ -70,7 +70,6 @@ StepReport Optimizer::step(double lr) {
   if (!(std::isfinite(lr) && lr >= 0.0)) TRIAX_THROW(ConfigError, "learning rate {} must be finite and >= 0", lr);
   StepReport rep;
   rep.sync = grads_.finish();
-  if (before_norm_) before_norm_();
   const auto t0 = std::chrono::steady_clock::now();
   rep.grad_norm = global_grad_norm(store_, grid_, cfg_.zero1 ? &grads_ : nullptr);
   if (!std::isfinite(rep.grad_norm)) {

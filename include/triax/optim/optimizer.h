@@ -3,7 +3,6 @@
 // clip, fused AdamW (over the whole store, or this rank's ZeRO-1 shard), ZeRO-1 all-gather.
 #pragma once
 #include <cstdint>
-#include <functional>
 #include <span>
 #include <vector>
 
@@ -50,9 +49,6 @@ class Optimizer {
   // unreduced ones (ZeRO-1); zero them before the next step's first micro-batch.
   StepReport step(double lr);
 
-  // Runs after the gradient sync finished and before the norm (fault injection, checks).
-  void set_before_norm_hook(std::function<void()> hook) { before_norm_ = std::move(hook); }
-
   int64_t applied_steps() const { return applied_; }
   int64_t skipped_steps() const { return skipped_; }
   // For checkpoint restore.
@@ -82,7 +78,6 @@ class Optimizer {
   std::vector<UpdateRange> ranges_;
   Tensor m_, v_, staging_;  // fp32 on the store's backend
   int64_t applied_ = 0, skipped_ = 0;
-  std::function<void()> before_norm_;
 };
 
 }  // namespace triax

@@ -28,6 +28,7 @@
 #include <gloo/transport/device.h>
 #include <gloo/transport/tcp/device.h>
 #include <gloo/transport/unbound_buffer.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -681,6 +682,17 @@ std::unique_ptr<Communicator> GlooCommunicator::split(int color, int key, std::s
 }  // namespace
 
 std::unique_ptr<Communicator> make_gloo_communicator(Bootstrap& boot, std::string name, CommOptions opts) {
+  // Gloo's TCP pairs write with plain writev: a write to a peer that died raises SIGPIPE, which
+  // by default kills this rank silently (exit by signal 13, no message, no dump) before the error
+  // could name the dead peer. Ignored, the write fails with EPIPE and Gloo reports it. Only the
+  // default disposition is changed: a handler the program installed is left alone.
+  struct sigaction old {};
+  if (sigaction(SIGPIPE, nullptr, &old) == 0 && old.sa_handler == SIG_DFL) {
+    struct sigaction ign {};
+    ign.sa_handler = SIG_IGN;
+    sigemptyset(&ign.sa_mask);
+    sigaction(SIGPIPE, &ign, nullptr);
+  }
   const auto hosts = boot.all_gather(host_name());
   const auto attr = device_attr(hosts);
   const auto connect_timeout = opts.timeout.count() > 0 ? opts.timeout : default_comm_timeout();

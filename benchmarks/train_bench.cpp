@@ -72,6 +72,19 @@ double median_over_ranks(Communicator& world, double v) {
   return bench::median(all);
 }
 
+// Runs pass() (which returns the work it did: FLOPs or bytes) once to warm up, then after a
+// barrier repeatedly for `seconds`: the work per CPU second and per wall second, medians over ranks.
+template <class Pass>
+Rate timed_rate(Communicator& world, double seconds, Pass&& pass) {
+  pass();
+  world.barrier().wait();
+  double work = 0;
+  const double t0 = now_s(), c0 = thread_cpu_s();
+  while (now_s() - t0 < seconds) work += pass();
+  const double wall = now_s() - t0, cpu = thread_cpu_s() - c0;
+  return {median_over_ranks(world, work / cpu), median_over_ranks(world, work / wall)};
+}
+
 // Achieved sgemm FLOP/s on the linear layers of one micro-batch (forward NT, input gradient NN,
 // weight gradient TN for QKV, projection, fc1, fc2), all ranks at once.
 Rate measure_gemm(Communicator& world, int rows, int C, int F, double seconds) {
@@ -96,13 +109,7 @@ Rate measure_gemm(Communicator& world, int rows, int C, int F, double seconds) {
     }
     return flops;
   };
-  pass();
-  world.barrier().wait();
-  double flops = 0;
-  const double t0 = now_s(), c0 = thread_cpu_s();
-  while (now_s() - t0 < seconds) flops += pass();
-  const double wall = now_s() - t0, cpu = thread_cpu_s() - c0;
-  return {median_over_ranks(world, flops / cpu), median_over_ranks(world, flops / wall)};
+  return timed_rate(world, seconds, pass);
 }
 
 // Streaming triad a = b + s c over arrays far larger than the caches, all ranks at once (bytes/s).
@@ -146,13 +153,7 @@ Rate measure_elementwise(Communicator& world, int M, int h, int f, double second
     const double e = 4;
     return 3 * (2 * 2 * e * M * h + 2 * 3 * e * M * h + 2 * e * M * static_cast<double>(f));
   };
-  pass();
-  world.barrier().wait();
-  double bytes = 0;
-  const double t0 = now_s(), c0 = thread_cpu_s();
-  while (now_s() - t0 < seconds) bytes += pass();
-  const double wall = now_s() - t0, cpu = thread_cpu_s() - c0;
-  return {median_over_ranks(world, bytes / cpu), median_over_ranks(world, bytes / wall)};
+  return timed_rate(world, seconds, pass);
 }
 
 // The trainer's attention kernel (forward + backward) on one micro-batch of this rank's heads, as a
@@ -168,13 +169,7 @@ Rate measure_attention(Communicator& world, int B, int T, int C, int NH, double 
     ops::attention_backward(dqkv.data(), dout.data(), qkv.data(), lse.data(), B, T, C, NH);
     return 3.5 * 4.0 * B * static_cast<double>(T) * T * C;
   };
-  pass();
-  world.barrier().wait();
-  double flops = 0;
-  const double t0 = now_s(), c0 = thread_cpu_s();
-  while (now_s() - t0 < seconds) flops += pass();
-  const double wall = now_s() - t0, cpu = thread_cpu_s() - c0;
-  return {median_over_ranks(world, flops / cpu), median_over_ranks(world, flops / wall)};
+  return timed_rate(world, seconds, pass);
 }
 
 // The runtime's plain data movement through the backend the trainer uses (copy of a layer's
@@ -189,13 +184,7 @@ Rate measure_copies(Communicator& world, int M, int h, double seconds) {
     be->bias_grad(b, y, M, h);
     return 5.0 * 4 * M * static_cast<double>(h);
   };
-  pass();
-  world.barrier().wait();
-  double bytes = 0;
-  const double t0 = now_s(), c0 = thread_cpu_s();
-  while (now_s() - t0 < seconds) bytes += pass();
-  const double wall = now_s() - t0, cpu = thread_cpu_s() - c0;
-  return {median_over_ranks(world, bytes / cpu), median_over_ranks(world, bytes / wall)};
+  return timed_rate(world, seconds, pass);
 }
 
 // Median time of `reps` calls of fn after one warm-up, all ranks in step (barrier each time).

@@ -11,16 +11,31 @@ alternates them in rounds (A B, then B A, ...), each round K steps per side afte
 measures OpenBLAS sgemm on the step's GEMM shapes (one big call each) in every round too; since
 this machine's speed drifts, only the per-round ratios mean anything.
 
+With --ranks 2 each side is a 2-process job, one thread per process (one core each on this
+2-core machine):
+  triax-dp2 / triax-pp2   the worker under mpirun -np 2 with --dp 2 or --pp 2: the library's
+           Trainer (1F1B over 2 pp micro-batches for pp, one micro-batch of B/2 per rank for dp,
+           DP gradient buckets overlapped with backward), the same tokens as an llm.c shard
+  torch-ddp2   two workers (torch.distributed, gloo on 127.0.0.1, DistributedDataParallel), rank r
+           taking the r-th half of each global batch, the global loss averaged over both.
+PyTorch has no pipeline parallelism of its own here, so triax-pp2 is timed against the same
+PyTorch DDP run (the issue's "against PyTorch DDP"). The global batch B is the shape's.
+
   torch_compare.py [--triax PATH] [--triax-b PATH] [--shapes tiny,small,gpt2-124m] [--rounds 5] [--steps 3]
                    [--warmup 2] [--settings tuned,default] [--threads 2] [--json FILE]
-  torch_compare.py --smoke [--triax PATH]   # CI: tiny shape, both sides' losses and norms agree
+  torch_compare.py --ranks 2 [--layouts dp2,pp2] [--mpirun PATH] ...   # 2-rank sides, 1 thread per rank
+  torch_compare.py --smoke [--ranks 2] [--triax PATH]   # CI: tiny shape, both sides' losses and norms agree
 
-Exit 77 when PyTorch (Debian: python3-torch) is missing, 1 on a failed check.
+Every run checks that the sides computed the same thing: each step's (global) loss within 1e-4 and
+grad norm within 1e-3 (relative) of PyTorch's. Exit 77 when PyTorch (Debian: python3-torch) is
+missing, 1 on a failed check.
 """
 import argparse
 import json
 import math
 import os
+import shutil
+import socket
 import statistics
 import struct
 import subprocess
@@ -36,7 +51,11 @@ SHAPES = {
     "small": (6, 6, 384, 4096, 256, 8, 256),
     "gpt2-124m": (12, 12, 768, 50257, 64, 4, 1024),
     "smoke": (2, 2, 64, 100, 32, 2, 32),  # vocab 100 padded to 128: the padded rows are exercised
+    "smoke2": (2, 2, 64, 100, 32, 4, 32),  # the 2-rank smoke: B/2 per DP rank, 2 pp micro-batches of 1
 }
+# 2-rank layouts of the triax side: worker flags. pp: the trainer's default of 2 pp micro-batches.
+LAYOUTS = {"dp2": ["--dp", "2"], "pp2": ["--pp", "2"]}
+TOL_LOSS, TOL_NORM = 1e-4, 1e-3
 LR, BETA1, BETA2, EPS, WD, CLIP = 6e-4, 0.9, 0.95, 1e-8, 0.1, 1.0
 
 # The tuned setting: idle OpenMP threads sleep instead of spinning (both sides run in one pool
@@ -86,6 +105,7 @@ def torch_worker(args):
     P = params
 
     def forward(idx, tgt):
+        B = idx.shape[0]  # a DDP rank's share of the global batch
         x = F.embedding(idx, P["transformer.wte.weight"]) + P["transformer.wpe.weight"][:T]
         for layer in range(L):
             p = f"transformer.h.{layer}."
@@ -113,6 +133,30 @@ def torch_worker(args):
     tokens = torch.from_numpy(np.fromfile(args.data, dtype="<i4").astype(np.int64))
     nseq = (tokens.numel() - 1) // T
     step = 0
+    rank, world = args.ddp_rank, args.ddp_world
+    rows_per_rank, first_row = B, 0
+    model = None
+    if world > 1:
+        # DistributedDataParallel over gloo on loopback: rank r takes the r-th B/world sequences of
+        # each global batch (as triax's DP rank r does); DDP averages the gradients in buckets
+        # during backward, so the update is that of the global batch's mean loss.
+        import torch.distributed as dist
+        if B % world:
+            raise SystemExit(f"torch_compare: batch {B} is not divisible by {world} ranks")
+        os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
+        dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{args.ddp_port}", rank=rank, world_size=world)
+        rows_per_rank, first_row = B // world, rank * (B // world)
+
+        class Gpt(torch.nn.Module):  # the functional forward over P, as a Module for DDP
+            def __init__(self):
+                super().__init__()
+                for n, p in P.items():
+                    self.register_parameter(n.replace(".", "__"), p)
+
+            def forward(self, idx, tgt):
+                return forward(idx, tgt)
+
+        model = torch.nn.parallel.DistributedDataParallel(Gpt())
     for line in sys.stdin:
         cmd = line.split()
         if not cmd:
@@ -121,20 +165,25 @@ def torch_worker(args):
             break
         if cmd[0] == "hello":
             reply = {"side": "torch", "version": torch.__version__, "threads": torch.get_num_threads(),
-                     "numel": sum(p.numel() for p in P.values())}
+                     "numel": sum(p.numel() for p in P.values()), "rank": rank, "ranks": world,
+                     "rows_per_rank": rows_per_rank}
         elif cmd[0] == "steps":
             losses, norms, secs = [], [], []
             for _ in range(int(cmd[1])):
-                rows = [((step * B + b) % nseq) * T for b in range(B)]
+                rows = [((step * B + first_row + b) % nseq) * T for b in range(rows_per_rank)]
                 idx = torch.stack([tokens[r:r + T] for r in rows])
                 tgt = torch.stack([tokens[r + 1:r + T + 1] for r in rows])
                 t0 = time.perf_counter()
                 opt.zero_grad(set_to_none=True)
-                loss = forward(idx, tgt)
+                loss = model(idx, tgt) if model is not None else forward(idx, tgt)
                 loss.backward()
                 norm = torch.nn.utils.clip_grad_norm_(P.values(), CLIP)
                 opt.step()
                 secs.append(time.perf_counter() - t0)
+                if model is not None:  # the global batch's loss, outside the timing
+                    loss = loss.detach().clone()
+                    torch.distributed.all_reduce(loss)
+                    loss /= world
                 losses.append(loss.item())
                 norms.append(norm.item())
                 step += 1
@@ -143,33 +192,68 @@ def torch_worker(args):
             reply = {"error": f"unknown command {line.strip()!r}"}
         sys.stdout.write(json.dumps(reply) + "\n")
         sys.stdout.flush()
+    if world > 1:
+        torch.distributed.destroy_process_group()
 
 
 # ---------------------------------------------------------------- the driver
 class Worker:
     def __init__(self, name, argv, env):
         self.name = name
+        self.argv = argv
         self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, text=True)
         self.proc_env = env
 
-    def ask(self, cmd):
+    def send(self, cmd):
         self.proc.stdin.write(cmd + "\n")
         self.proc.stdin.flush()
-        line = self.proc.stdout.readline()
-        if not line:
-            raise SystemExit(f"torch_compare: the {self.name} worker exited (rc {self.proc.wait()}) on '{cmd}'")
+
+    def receive(self, cmd):
+        while True:
+            line = self.proc.stdout.readline()
+            if not line:
+                raise SystemExit(f"torch_compare: the {self.name} worker exited (rc {self.proc.wait()}) on '{cmd}'")
+            if line.startswith("{"):
+                break
+            sys.stderr.write(f"[{self.name}] {line}")  # a launcher's message (mpirun), not an answer
         out = json.loads(line)
         if "error" in out:
             raise SystemExit(f"torch_compare: {self.name} worker: {out['error']}")
         return out
 
+    def ask(self, cmd):
+        self.send(cmd)
+        return self.receive(cmd)
+
     def close(self):
         try:
-            self.proc.stdin.write("quit\n")
-            self.proc.stdin.flush()
+            self.send("quit")
         except BrokenPipeError:
             pass
         self.proc.wait(timeout=60)
+
+
+class DdpGroup:
+    """The PyTorch side of a multi-rank run: one worker per rank, every command sent to all of them.
+    A step's time is the slowest rank's; the losses are the global ones (averaged in the worker)."""
+
+    def __init__(self, name, workers):
+        self.name = name
+        self.workers = workers
+
+    def ask(self, cmd):
+        for w in self.workers:
+            w.send(cmd)
+        outs = [w.receive(cmd) for w in self.workers]
+        if cmd.startswith("steps"):
+            out = dict(outs[0])
+            out["seconds"] = [max(x) for x in zip(*(o["seconds"] for o in outs))]
+            return out
+        return outs[0]
+
+    def close(self):
+        for w in self.workers:
+            w.close()
 
 
 def have_torch():
@@ -180,46 +264,156 @@ def have_torch():
         return False
 
 
-def start_pair(triax, shape, threads, setting, tmp, seed=1234, data_steps=64):
-    """Starts both workers (data_steps batches of random tokens, then wrapping)."""
-    import numpy as np
-    L, H, C, V, T, B, max_seq = SHAPES[shape]
-    data = os.path.join(tmp, f"{shape}.tokens")
-    if not os.path.exists(data):
-        rng = np.random.default_rng(seed)
-        rng.integers(0, V, size=data_steps * B * T + 1, dtype=np.int32).astype("<i4").tofile(data)
+def free_port():
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def worker_env(threads, setting, ranks):
+    """The environment of every worker of one setting: threads per process, the setting's OpenMP
+    variables, and for mpirun the loopback shared-memory transport."""
     env = dict(os.environ)
     env.update({"OMP_NUM_THREADS": str(threads), "OPENBLAS_NUM_THREADS": str(threads)})
     for k in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "OMP_PROC_BIND"):
         env.pop(k, None)
     env.update(SETTINGS[setting])
-    common = ["--layers", L, "--heads", H, "--channels", C, "--vocab", V, "--seq", T, "--batch", B]
-    common = [str(x) for x in common]
-    tx = Worker("triax", [triax] + common + ["--max-seq", str(max_seq), "--threads", str(threads), "--seed", str(seed),
-                                             "--lr", str(LR), "--clip", str(CLIP), "--beta1", str(BETA1),
-                                             "--beta2", str(BETA2), "--eps", str(EPS), "--weight-decay", str(WD),
-                                             "--data", data], env)
-    hello = tx.ask("hello")
+    if ranks > 1:
+        env.setdefault("OMPI_MCA_pml", "ob1")
+        env.setdefault("OMPI_MCA_btl", "self,vader")
+        env.setdefault("OMPI_MCA_btl_vader_single_copy_mechanism", "none")
+        env.setdefault("TRIAX_LOG_LEVEL", "warn")  # no "epoch ended" lines from short token files
+        if os.geteuid() == 0:
+            env.setdefault("OMPI_ALLOW_RUN_AS_ROOT", "1")
+            env.setdefault("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+    return env
+
+
+def write_data(tmp, shape, seed, data_steps):
+    """data_steps global batches of random tokens: an int32 file (one-process triax, PyTorch) and the
+    same tokens as an llm.c shard (the Trainer's input: header of 256 int32, then uint16 tokens)."""
+    import numpy as np
+    L, H, C, V, T, B, _ = SHAPES[shape]
+    data, shard = os.path.join(tmp, f"{shape}.{data_steps}.tokens"), os.path.join(tmp, f"{shape}.{data_steps}.bin")
+    if not os.path.exists(data):
+        rng = np.random.default_rng(seed)
+        tokens = rng.integers(0, V, size=data_steps * B * T + 1, dtype=np.int32)
+        tokens.astype("<i4").tofile(data)
+        header = np.zeros(256, dtype="<i4")
+        header[:3] = (20240520, 1, tokens.size)
+        with open(shard, "wb") as f:
+            f.write(header.tobytes())
+            f.write(tokens.astype("<u2").tobytes())
+    return data, shard
+
+
+def triax_argv(args, shape, threads, seed):
+    L, H, C, V, T, B, max_seq = SHAPES[shape]
+    return [str(x) for x in ["--layers", L, "--heads", H, "--channels", C, "--vocab", V, "--seq", T, "--batch", B,
+                             "--max-seq", max_seq, "--threads", threads, "--seed", seed, "--lr", LR, "--clip", CLIP,
+                             "--beta1", BETA1, "--beta2", BETA2, "--eps", EPS, "--weight-decay", WD]]
+
+
+def start_triax(args, shape, threads, env, seed, data, shard, layout=None):
+    """The one-process worker, or (layout dp2 / pp2) the worker under mpirun -np 2."""
+    argv = triax_argv(args, shape, threads, seed)
+    if layout is None:
+        return Worker("triax", [args.triax] + argv + ["--data", data], env)
+    # No binding: the PyTorch processes are not bound either, and the machine is shared.
+    mpirun = [args.mpirun, "-np", "2", "--bind-to", "none"]
+    return Worker(f"triax-{layout}", mpirun + [args.triax] + argv + LAYOUTS[layout] + ["--shard", shard], env)
+
+
+def start_torch(shape, threads, env, init, data, ranks):
+    argv = [sys.executable, os.path.abspath(__file__), "--worker", "--shape", shape, "--threads", str(threads),
+            "--init", init, "--data", data]
+    if ranks == 1:
+        return Worker("torch", argv, env)
+    port = str(free_port())
+    return DdpGroup(f"torch-ddp{ranks}", [Worker(f"torch-ddp{ranks} rank {r}", argv + [
+        "--ddp-rank", str(r), "--ddp-world", str(ranks), "--ddp-port", port], env) for r in range(ranks)])
+
+
+def start_sides(args, shape, threads, setting, tmp, seed=1234, data_steps=64, layouts=None):
+    """The triax workers (one process, or one per layout) and the PyTorch worker (one process, or DDP
+    over as many ranks as the layouts use), all from triax's initial weights: [(name, worker)],
+    the PyTorch worker, triax's hello per name, PyTorch's hello."""
+    ranks = 2 if layouts else 1
+    env = worker_env(threads, setting, ranks)
+    data, shard = write_data(tmp, shape, seed, data_steps)
     init = os.path.join(tmp, f"{shape}.init.safetensors")
-    tx.ask(f"export {init}")
-    th = Worker("torch", [sys.executable, os.path.abspath(__file__), "--worker", "--shape", shape, "--threads",
-                          str(threads), "--init", init, "--data", data], env)
+    sides, hellos = [], {}
+    if layouts:
+        # The initial weights depend on (seed, name) only, not on the layout: the one-process worker exports them.
+        ex = start_triax(args, shape, 1, env, seed, data, shard)
+        ex.ask(f"export {init}")
+        ex.close()
+    for layout in layouts or [None]:
+        w = start_triax(args, shape, threads, env, seed, data, shard, layout)
+        hellos[w.name] = w.ask("hello")
+        sides.append((w.name, w))
+        if layout is None:
+            w.ask(f"export {init}")
+        elif hellos[w.name]["ranks"] != ranks:
+            raise SystemExit(f"torch_compare: {w.name} runs on {hellos[w.name]['ranks']} ranks, expected {ranks}")
+    th = start_torch(shape, threads, env, init, data, ranks)
     th_hello = th.ask("hello")
-    if th_hello["numel"] != hello["numel"]:
-        raise SystemExit(f"torch_compare: PyTorch has {th_hello['numel']} parameters, triax {hello['numel']}")
-    return tx, th, hello, th_hello
+    for name, h in hellos.items():
+        if th_hello["numel"] != h["numel"]:
+            raise SystemExit(f"torch_compare: PyTorch has {th_hello['numel']} parameters, {name} {h['numel']}")
+    return sides, th, hellos, th_hello
 
 
-def compare_losses(a, b, what, tol):
+def start_pair(triax, shape, threads, setting, tmp, seed=1234, data_steps=64):
+    """One-process triax and PyTorch workers."""
+    args = argparse.Namespace(triax=triax)
+    sides, th, hellos, th_hello = start_sides(args, shape, threads, setting, tmp, seed, data_steps)
+    return sides[0][1], th, hellos["triax"], th_hello
+
+
+def compare_losses(a, b, what, tol, name="triax"):
     bad = []
     for i, (x, y) in enumerate(zip(a, b)):
         if not (math.isfinite(x) and math.isfinite(y)) or abs(x - y) > tol * max(1.0, abs(y)):
-            bad.append(f"step {i}: {what} triax {x:.7f} vs PyTorch {y:.7f} (|diff| {abs(x - y):.2e} > {tol:g})")
+            bad.append(f"step {i}: {what} {name} {x:.7f} vs PyTorch {y:.7f} (|diff| {abs(x - y):.2e} > {tol:g})")
     return bad
+
+
+def compare_runs(name, mine, torch_run):
+    """Every step's loss and grad norm of one triax side against PyTorch's; (max diffs, failures)."""
+    bad = compare_losses(mine["losses"], torch_run["losses"], "loss", TOL_LOSS, name)
+    bad += compare_losses(mine["grad_norms"], torch_run["grad_norms"], "grad norm", TOL_NORM, name)
+    if len(mine["losses"]) != len(torch_run["losses"]):
+        bad.append(f"{name} ran {len(mine['losses'])} steps, PyTorch {len(torch_run['losses'])}")
+    dl = max((abs(x - y) / max(1.0, abs(y)) for x, y in zip(mine["losses"], torch_run["losses"])), default=0.0)
+    dn = max((abs(x - y) / max(1.0, abs(y)) for x, y in zip(mine["grad_norms"], torch_run["grad_norms"])), default=0.0)
+    return dl, dn, bad
+
+
+def training_checks(run, shape, steps):
+    """The run must really train (the comparison is not of two constant losses), clip (the first norm
+    above the clip, so both sides' clipping is exercised) and start from ln(vocab)."""
+    bad = []
+    if not run["losses"][-1] < run["losses"][0]:
+        bad.append(f"the loss did not fall over {steps} steps ({run['losses'][0]:.5f} -> {run['losses'][-1]:.5f})")
+    if not run["grad_norms"][0] > CLIP:
+        bad.append(f"the first grad norm {run['grad_norms'][0]:.4f} does not exceed the clip {CLIP}: clipping untested")
+    if abs(run["losses"][0] - math.log(SHAPES[shape][3])) > 0.5:
+        bad.append(f"initial loss {run['losses'][0]:.4f} is not near ln(vocab) = {math.log(SHAPES[shape][3]):.4f}")
+    return bad
+
+
+def finish(bad, what):
+    for m in bad:
+        print("FAILED: " + m)
+    print(f"{what}: " + ("FAILED" if bad else "passed"))
+    return 1 if bad else 0
 
 
 def smoke(args):
     """Both sides from the same weights and batches: the same losses and grad norms, step by step."""
+    if args.ranks > 1:
+        return smoke_ranks(args)
     with tempfile.TemporaryDirectory() as tmp:
         # One batch repeated: the loss must fall, so both sides are seen to train, not only to agree.
         tx, th, _, th_hello = start_pair(args.triax, "smoke", 1, "tuned", tmp, data_steps=1)
@@ -239,121 +433,211 @@ def smoke(args):
     for i in range(steps):
         print(f"  step {i}: loss triax {a['losses'][i]:.7f} torch {b['losses'][i]:.7f} | "
               f"grad norm triax {a['grad_norms'][i]:.6f} torch {b['grad_norms'][i]:.6f}")
-    bad = compare_losses(a["losses"], b["losses"], "loss", 1e-4)
+    bad = compare_losses(a["losses"], b["losses"], "loss", TOL_LOSS)
     if (base["losses"], base["grad_norms"]) != (a["losses"], a["grad_norms"]):
         bad.append(f"TRIAX_CPU_ISA=baseline changed the bits: losses {base['losses']} vs {a['losses']}, "
                    f"norms {base['grad_norms']} vs {a['grad_norms']}")
     else:
         print("  triax with TRIAX_CPU_ISA=baseline: every loss and norm bit-identical")
-    bad += compare_losses(a["grad_norms"], b["grad_norms"], "grad norm", 1e-3)
-    # The run must really train (the comparison is not of two constant losses) and clip (the
-    # norm > 1.0 on the first step, so both sides' clipping is exercised).
-    if not a["losses"][-1] < a["losses"][0]:
-        bad.append(f"the loss did not fall over {steps} steps ({a['losses'][0]:.5f} -> {a['losses'][-1]:.5f})")
-    if not a["grad_norms"][0] > CLIP:
-        bad.append(f"the first grad norm {a['grad_norms'][0]:.4f} does not exceed the clip {CLIP}: clipping untested")
-    if abs(a["losses"][0] - math.log(SHAPES["smoke"][3])) > 0.5:
-        bad.append(f"initial loss {a['losses'][0]:.4f} is not near ln(vocab) = {math.log(SHAPES['smoke'][3]):.4f}")
-    for m in bad:
-        print("FAILED: " + m)
-    print("torch_compare smoke: " + ("FAILED" if bad else "passed"))
-    return 1 if bad else 0
+    bad += compare_losses(a["grad_norms"], b["grad_norms"], "grad norm", TOL_NORM)
+    bad += training_checks(a, "smoke", steps)
+    return finish(bad, "torch_compare smoke")
+
+
+def smoke_ranks(args):
+    """triax dp 2 and pp 2 (mpirun -np 2) against PyTorch DDP on 2 gloo processes, one batch repeated."""
+    steps, shape = 5, "smoke2"
+    with tempfile.TemporaryDirectory() as tmp:
+        sides, th, hellos, th_hello = start_sides(args, shape, 1, "tuned", tmp, data_steps=1, layouts=args.layouts)
+        runs = {name: w.ask(f"steps {steps}") for name, w in sides}
+        ref = th.ask(f"steps {steps}")
+        for _, w in sides:
+            w.close()
+        th.close()
+    print(f"torch_compare smoke, 2 ranks: PyTorch {th_hello['version']} DDP (gloo, {th_hello['ranks']} processes, "
+          f"{th_hello['rows_per_rank']} sequences each) against triax {', '.join(args.layouts)}; shape {SHAPES[shape]}, "
+          f"{steps} steps, 1 thread per rank")
+    for name, h in hellos.items():
+        print(f"  {name}: {h['layout']}, {h['micro_batches']} micro-batch(es) of {h['micro_batch']}, {h['schedule']}")
+    bad = []
+    if th_hello["ranks"] != 2:
+        bad.append(f"PyTorch ran on {th_hello['ranks']} processes, expected 2")
+    for i in range(steps):
+        print(f"  step {i}: loss " + " ".join(f"{n} {r['losses'][i]:.7f}" for n, r in runs.items()) +
+              f" torch {ref['losses'][i]:.7f} | grad norm " +
+              " ".join(f"{n} {r['grad_norms'][i]:.6f}" for n, r in runs.items()) + f" torch {ref['grad_norms'][i]:.6f}")
+    for name, run in runs.items():
+        bad += compare_runs(name, run, ref)[2]
+        bad += [f"{name}: {m}" for m in training_checks(run, shape, steps)]
+    return finish(bad, "torch_compare smoke (2 ranks)")
+
+
+class Ceilings:
+    """The sgemm ceiling of each side, measured in every round (best of before and after its steps).
+    One process: triax's step shapes for both sides. 2 ranks: every rank at once, one thread each, on
+    the shapes of the side's own rows per GEMM (a triax layout's micro-batch; PyTorch's B/2), summed."""
+
+    def __init__(self, args, sides, hellos, shape, ranks):
+        self.args, self.sides, self.ranks = args, sides, ranks
+        self.torch_rows = SHAPES[shape][5] // ranks
+        self.rows = {name: hellos[name].get("micro_batch", self.torch_rows) for name, _ in sides}
+
+    def measure(self):
+        reps, first = self.args.sgemm_reps, self.sides[0][1]
+        by_rows = {}
+        for name, w in self.sides:
+            by_rows.setdefault(self.rows[name], w)
+        by_rows.setdefault(self.torch_rows, first)
+        got = {rows: w.ask(f"sgemm {reps} {rows}")["gflops_per_s"] for rows, w in by_rows.items()}
+        out = {name: got[self.rows[name]] for name, _ in self.sides}
+        out["torch"] = got[self.torch_rows]
+        return out
 
 
 def bench(args):
-    results = []
-    print(f"torch_compare: one process per side, {args.threads} threads, fp32, AdamW (betas {BETA1},{BETA2}, eps {EPS}, "
-          f"wd {WD}, lr {LR}), clip {CLIP}; rounds alternate the sides; load average {load_average()}")
+    results, failed = [], []
+    ranks = args.ranks
+    if ranks == 1:
+        print(f"torch_compare: one process per side, {args.threads} threads, fp32, AdamW (betas {BETA1},{BETA2}, "
+              f"eps {EPS}, wd {WD}, lr {LR}), clip {CLIP}; rounds alternate the sides; load average {load_average()}")
+    else:
+        print(f"torch_compare: {ranks} processes per side, {args.threads} thread(s) per process (OMP_NUM_THREADS="
+              f"OPENBLAS_NUM_THREADS={args.threads}); triax under {args.mpirun} -np {ranks} --bind-to none "
+              f"({', '.join(args.layouts)}); PyTorch DistributedDataParallel, gloo on 127.0.0.1, {ranks} processes "
+              f"(B/{ranks} sequences each); triax-pp2 is timed against the same PyTorch DDP run (no PyTorch pipeline); "
+              f"fp32, AdamW (betas {BETA1},{BETA2}, eps {EPS}, wd {WD}, lr {LR}), clip {CLIP}; rounds alternate the "
+              f"sides; load average {load_average()}")
     with tempfile.TemporaryDirectory() as tmp:
         for setting in args.settings:
             for shape in args.shapes:
-                L, H, C, V, T, B, _ = SHAPES[shape]
-                tx, th, hello, th_hello = start_pair(args.triax, shape, args.threads, setting, tmp)
-                flops = hello["flops"]["total"]
-                tokens = B * T
-                print(f"\n== {shape}: L{L} H{H} C{C} V{V} (padded {hello['padded_vocab']}) T{T} B{B}, "
-                      f"{hello['numel'] / 1e6:.2f}M params, {flops / 1e9:.2f} GFLOP/step; setting {setting} "
-                      f"({SETTINGS[setting] or 'nothing set'}); PyTorch {th_hello['version']} ==")
-                print(f"   OpenBLAS: {hello['openblas']}; triax loops: {hello['isa']}")
-                sides = [("triax", tx), ("torch", th)]
-                if args.triax_b:
-                    tb = Worker("triax-b", [args.triax_b] + tx.proc.args[1:], tx.proc_env)
-                    tb.ask("hello")
-                    sides.append(("triax-b", tb))
-                for _, w in sides:
-                    w.ask(f"steps {args.warmup}")
-                tx.ask("sgemm 1")
-                extra = f" | {'b/triax':>7}" if args.triax_b else ""
-                print(f"{'round':>5} | {'side':>7} | {'ms/step':>8} | {'tokens/s':>8} | {'GFLOP/s':>7} | "
-                      f"{'% sgemm':>7} | {'sgemm GF/s':>10} | {'torch/triax':>11}{extra} | load")
-                rounds = []
-                for r in range(args.rounds):
-                    # Every round a different side goes first (A B, B A; with three sides a rotation).
-                    order = sides[r % len(sides):] + sides[:r % len(sides)]
-                    if len(sides) == 2 and r % 2:
-                        order = sides[::-1]
-                    ms = {}
-                    ceiling = tx.ask(f"sgemm {args.sgemm_reps}")["gflops_per_s"]
-                    for name, w in order:
-                        out = w.ask(f"steps {args.steps}")
-                        ms[name] = 1e3 * statistics.median(out["seconds"])
-                    ceiling = max(ceiling, tx.ask(f"sgemm {args.sgemm_reps}")["gflops_per_s"])
-                    ratio = ms["torch"] / ms["triax"]
-                    la = load_average()
-                    for name, _ in sides:
-                        gf = flops / (ms[name] / 1e3) / 1e9
-                        last = name == sides[-1][0]
-                        bcol = f"{ms[name] / ms['triax']:.3f}" if name == "triax-b" else ""
-                        b = f" | {bcol:>7}" if args.triax_b else ""
-                        print(f"{r:>5} | {name:>7} | {ms[name]:>8.1f} | {tokens / ms[name] * 1e3:>8.0f} | {gf:>7.1f} | "
-                              f"{100 * gf / ceiling:>6.1f}% | {ceiling:>10.1f} | "
-                              f"{(f'{ratio:.3f}' if name == 'torch' else ''):>11}{b} | {la if last else ''}")
-                    rounds.append({"triax_ms": ms["triax"], "torch_ms": ms["torch"], "ratio": ratio,
-                                   "sgemm_gflops": ceiling, "load": la})
-                    if args.triax_b:
-                        rounds[-1].update({"triax_b_ms": ms["triax-b"], "b_ratio": ms["triax-b"] / ms["triax"]})
-                if args.triax_b:
-                    tb.close()
-                    bmed = statistics.median(x["b_ratio"] for x in rounds)
-                    print(f"   median triax-b/triax step ratio {bmed:.3f} (rounds {min(x['b_ratio'] for x in rounds):.3f}-"
-                          f"{max(x['b_ratio'] for x in rounds):.3f}; triax-b = {args.triax_b})")
-                tx.close(), th.close()
-                med = statistics.median(x["ratio"] for x in rounds)
-                frac = statistics.median(flops / (x["triax_ms"] / 1e3) / 1e9 / x["sgemm_gflops"] for x in rounds)
-                print(f"   median torch/triax step ratio {med:.3f} (rounds {min(x['ratio'] for x in rounds):.3f}-"
-                      f"{max(x['ratio'] for x in rounds):.3f}); triax at {100 * frac:.1f}% of the sgemm ceiling "
-                      f"(median of rounds); target >= 1.5: {'met' if med >= 1.5 else 'MISSED'}")
-                results.append({"shape": shape, "setting": setting, "dims": SHAPES[shape], "gflop": flops / 1e9,
-                                "rounds": rounds, "median_ratio": med, "median_ceiling_fraction": frac})
+                res = bench_shape(args, shape, setting, tmp)
+                results.extend(res)
+                failed += [r for r in res if r["check_failures"]]
     print(f"\nload average at the end: {load_average()}")
-    print(f"{'shape':>10} | {'setting':>7} | median torch/triax | triax % sgemm")
+    print(f"{'shape':>10} | {'setting':>7} | {'side':>9} | median torch/side | side % sgemm | torch % sgemm")
     for x in results:
-        print(f"{x['shape']:>10} | {x['setting']:>7} | {x['median_ratio']:>18.3f} | {100 * x['median_ceiling_fraction']:>12.1f}%")
+        print(f"{x['shape']:>10} | {x['setting']:>7} | {x['side']:>9} | {x['median_ratio']:>17.3f} | "
+              f"{100 * x['median_ceiling_fraction']:>11.1f}% | {100 * x['torch_ceiling_fraction']:>12.1f}%")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=1)
-    return 0
+    for r in failed:
+        print(f"FAILED: {r['shape']} {r['side']}: " + "; ".join(r["check_failures"][:3]))
+    return 1 if failed else 0
+
+
+def bench_shape(args, shape, setting, tmp):
+    L, H, C, V, T, B, _ = SHAPES[shape]
+    layouts = args.layouts if args.ranks > 1 else None
+    sides, th, hellos, th_hello = start_sides(args, shape, args.threads, setting, tmp, layouts=layouts)
+    hello = hellos[sides[0][0]]
+    if args.triax_b:
+        tx = sides[0][1]
+        tb = Worker("triax-b", [args.triax_b] + tx.argv[1:], tx.proc_env)
+        hellos["triax-b"] = tb.ask("hello")
+        sides.append(("triax-b", tb))
+    flops = hello["flops"]["total"]
+    tokens = B * T
+    print(f"\n== {shape}: L{L} H{H} C{C} V{V} (padded {hello['padded_vocab']}) T{T} B{B}, "
+          f"{hello['numel'] / 1e6:.2f}M params, {flops / 1e9:.2f} GFLOP/step; setting {setting} "
+          f"({SETTINGS[setting] or 'nothing set'}); PyTorch {th_hello['version']} ==")
+    print(f"   OpenBLAS: {hello['openblas']}; triax loops: {hello['isa']}")
+    for name, h in hellos.items():
+        if "layout" in h:
+            print(f"   {name}: {h['layout']}, {h['micro_batches']} micro-batch(es) of {h['micro_batch']} per rank, "
+                  f"{h['schedule']}, DP buckets {h['bucket_mb']:g} MiB overlapped: {h['overlap_grad_reduce']}, "
+                  f"{h['threads_per_rank']} thread(s) per rank")
+    everyone = sides + [("torch", th)]
+    ceilings = Ceilings(args, sides, hellos, shape, args.ranks)
+    runs = {name: {"losses": [], "grad_norms": []} for name, _ in everyone}
+
+    def steps(name, w, k):
+        out = w.ask(f"steps {k}")
+        runs[name]["losses"] += out["losses"]
+        runs[name]["grad_norms"] += out["grad_norms"]
+        return out
+
+    for name, w in everyone:
+        steps(name, w, args.warmup)
+    ceilings.measure()  # warm-up
+    print(f"{'round':>5} | {'side':>9} | {'ms/step':>8} | {'tokens/s':>8} | {'GFLOP/s':>7} | {'% sgemm':>7} | "
+          f"{'sgemm GF/s':>10} | {'torch/side':>10} | load")
+    rounds = []
+    for r in range(args.rounds):
+        # Every round a different side goes first (A B, B A; with three sides a rotation).
+        order = everyone[r % len(everyone):] + everyone[:r % len(everyone)]
+        if len(everyone) == 2 and r % 2:
+            order = everyone[::-1]
+        ceil = ceilings.measure()
+        ms = {}
+        for name, w in order:
+            ms[name] = 1e3 * statistics.median(steps(name, w, args.steps)["seconds"])
+        after = ceilings.measure()
+        ceil = {k: max(v, after[k]) for k, v in ceil.items()}
+        la = load_average()
+        for name, _ in everyone:
+            gf = flops / (ms[name] / 1e3) / 1e9
+            ratio = f"{ms['torch'] / ms[name]:.3f}" if name != "torch" else ""
+            print(f"{r:>5} | {name:>9} | {ms[name]:>8.1f} | {tokens / ms[name] * 1e3:>8.0f} | {gf:>7.1f} | "
+                  f"{100 * gf / ceil[name]:>6.1f}% | {ceil[name]:>10.1f} | {ratio:>10} | "
+                  f"{la if name == 'torch' else ''}")
+        rounds.append({"ms": ms, "sgemm_gflops": ceil, "load": la})
+    for _, w in everyone:
+        w.close()
+    if args.triax_b:
+        b = [x["ms"]["triax-b"] / x["ms"]["triax"] for x in rounds]
+        print(f"   median triax-b/triax step ratio {statistics.median(b):.3f} (rounds {min(b):.3f}-{max(b):.3f}; "
+              f"triax-b = {args.triax_b})")
+    out = []
+    frac = lambda name, x: flops / (x["ms"][name] / 1e3) / 1e9 / x["sgemm_gflops"][name]  # noqa: E731
+    torch_frac = statistics.median(frac("torch", x) for x in rounds)
+    for name, _ in sides:
+        ratios = [x["ms"]["torch"] / x["ms"][name] for x in rounds]
+        med = statistics.median(ratios)
+        fr = statistics.median(frac(name, x) for x in rounds)
+        dl, dn, bad = compare_runs(name, runs[name], runs["torch"])
+        print(f"   {name}: median torch/{name} step ratio {med:.3f} (rounds {min(ratios):.3f}-{max(ratios):.3f}); "
+              f"{name} at {100 * fr:.1f}% of its sgemm ceiling, PyTorch at {100 * torch_frac:.1f}% (medians of rounds); "
+              f"target >= 1.5: {'met' if med >= 1.5 else 'MISSED'}")
+        print(f"   {name}: same computation as PyTorch over all {len(runs[name]['losses'])} steps: "
+              f"max |loss diff| {dl:.1e} (limit {TOL_LOSS:g}), max rel. grad norm diff {dn:.1e} (limit {TOL_NORM:g})"
+              f"{'' if not bad else ': FAILED: ' + bad[0]}")
+        out.append({"shape": shape, "setting": setting, "side": name, "ranks": args.ranks, "dims": SHAPES[shape],
+                    "gflop": flops / 1e9, "layout": hellos[name].get("layout", "one process"),
+                    "micro_batch": hellos[name].get("micro_batch", B), "micro_batches": hellos[name].get("micro_batches", 1),
+                    "rounds": [{"side_ms": x["ms"][name], "torch_ms": x["ms"]["torch"],
+                                "ratio": x["ms"]["torch"] / x["ms"][name], "sgemm_gflops": x["sgemm_gflops"][name],
+                                "torch_sgemm_gflops": x["sgemm_gflops"]["torch"], "load": x["load"]} for x in rounds],
+                    "median_ratio": med, "median_ceiling_fraction": fr, "torch_ceiling_fraction": torch_frac,
+                    "max_loss_diff": dl, "max_norm_diff": dn, "check_failures": bad})
+    return out
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     here = os.path.dirname(os.path.abspath(__file__))
     ap.add_argument("--triax", default=os.path.join(here, "..", "build", "benchmarks", "torch_compare_triax"))
-    ap.add_argument("--triax-b", help="a second triax worker (e.g. the build before a change), timed in the same "
-                    "rounds: its step time / triax's is printed per round")
+    ap.add_argument("--triax-b", help="a second one-process triax worker (e.g. the build before a change), timed in "
+                    "the same rounds")
     ap.add_argument("--shapes", default="tiny,small,gpt2-124m")
     ap.add_argument("--settings", default="tuned,default")
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--steps", type=int, default=3, help="timed steps per side per round (median taken)")
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--sgemm-reps", type=int, default=2)
-    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--threads", type=int, help="threads per process (default: 2 with one rank, 1 with 2 ranks)")
+    ap.add_argument("--ranks", type=int, default=1, choices=(1, 2), help="processes per side")
+    ap.add_argument("--layouts", default="dp2,pp2", help="with --ranks 2: the triax layouts (dp2, pp2)")
+    ap.add_argument("--mpirun", default=shutil.which("mpirun") or "mpirun")
     ap.add_argument("--json")
     ap.add_argument("--smoke", action="store_true")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--shape", help=argparse.SUPPRESS)
     ap.add_argument("--init", help=argparse.SUPPRESS)
     ap.add_argument("--data", help=argparse.SUPPRESS)
+    ap.add_argument("--ddp-rank", type=int, default=0, help=argparse.SUPPRESS)
+    ap.add_argument("--ddp-world", type=int, default=1, help=argparse.SUPPRESS)
+    ap.add_argument("--ddp-port", type=int, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.worker:
         args.shape_tuple = SHAPES[args.shape]
@@ -368,6 +652,18 @@ def main():
     if not os.path.exists(args.triax):
         print(f"torch_compare: {args.triax} not found (build the torch_compare_triax target)")
         return 2
+    args.layouts = args.layouts.split(",")
+    for s in args.layouts:
+        if s not in LAYOUTS:
+            raise SystemExit(f"torch_compare: unknown layout {s!r} ({', '.join(LAYOUTS)})")
+    if args.ranks > 1:
+        if not shutil.which(args.mpirun):
+            print(f"torch_compare: SKIPPED: --ranks {args.ranks} needs mpirun ({args.mpirun} not found)")
+            return SKIP
+        if args.triax_b:
+            raise SystemExit("torch_compare: --triax-b is for one-process runs")
+    if args.threads is None:
+        args.threads = 2 if args.ranks == 1 else 1
     if args.smoke:
         return smoke(args)
     args.shapes = args.shapes.split(",")

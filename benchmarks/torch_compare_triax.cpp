@@ -1,19 +1,27 @@
 // torch_compare_triax: the triax side of benchmarks/torch_compare.py, a long-lived worker that the
-// driver alternates with a PyTorch worker of the same model. One full training step is the
-// library's single-rank path: GptChunk forward + backward (embedding, L layers, final LayerNorm,
-// tied LM head, cross-entropy) and Optimizer::step (global norm, clip, fused AdamW).
+// driver alternates with a PyTorch worker of the same model. One full training step is either
+//   one process (default): GptChunk forward + backward (embedding, L layers, final LayerNorm, tied
+//     LM head, cross-entropy) and Optimizer::step (global norm, clip, fused AdamW), or
+//   --dp N / --pp N under mpirun: the library's Trainer (pipeline schedule, DP gradient buckets
+//     overlapped with backward, clip by the global norm, AdamW) on an llm.c shard (--shard) of the
+//     same tokens in file order; rank 0 reads the commands and answers, the other ranks wait for
+//     them without spinning (so they take no core from the PyTorch side between rounds).
 //
 // Commands, one per line on stdin; each answer is one JSON line on stdout:
 //   hello                 the model: parameters (name, shape, weight decay), padded vocabulary, FLOPs
 //   export PATH           the current parameters as safetensors (triax's names; metadata "decay":
-//                         the names with weight decay, comma-separated)
-//   steps K               K training steps on the next K batches: losses, grad norms, seconds each
-//   sgemm R               the sgemm ceiling: each distinct GEMM shape of the step (linears and LM
+//                         the names with weight decay, comma-separated); one process only
+//   steps K               K training steps on the next K batches: global losses, grad norms,
+//                         seconds each (with ranks: the slowest rank's step time)
+//   sgemm R [ROWS]        the sgemm ceiling: each distinct GEMM shape of the step (linears and LM
 //                         head, forward NT, input gradient NN, weight gradient TN) as one
-//                         cblas_sgemm call, best of R, weighted by how often the step issues it
+//                         cblas_sgemm call, best of R, weighted by how often the step issues it;
+//                         ROWS sequences per GEMM (default: a micro-batch). With ranks: every
+//                         rank at once, each on its own threads; the sum of the ranks' rates
 //   quit
 // Batches: step s (0-based, counted over the worker's life) takes sequences s*B .. s*B+B-1 of the
-// --data file (int32 tokens, sequence i = tokens [i*T, i*T+T], targets shifted by one), wrapping.
+// --data file (int32 tokens, sequence i = tokens [i*T, i*T+T], targets shifted by one), wrapping;
+// with ranks, DP rank d takes the d-th B/dp of them (the Trainer's split by global sample index).
 #include <CLI/CLI.hpp>
 #include <cblas.h>
 #include <fmt/format.h>
@@ -21,12 +29,15 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
+#include <memory>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "triax/core/cpu_isa.h"
@@ -34,6 +45,13 @@
 #include "triax/io/safetensors.h"
 #include "triax/model/gpt.h"
 #include "triax/optim/optimizer.h"
+#include "triax/train/trainer.h"
+
+#if defined(TRIAX_HAVE_MPI)
+#include <mpi.h>
+
+#include "triax/dist/bootstrap.h"
+#endif
 
 using namespace triax;
 
@@ -129,120 +147,317 @@ std::vector<int32_t> read_tokens(const std::string& path, int vocab, size_t min_
   return t;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  CLI::App app{"triax worker of benchmarks/torch_compare.py (commands on stdin, JSON lines on stdout)"};
+// What one training step runs on: one process, or the Trainer over an mpirun world.
+struct Model {
   GptConfig cfg;
   int B = 8, T = 256, threads = 2;
   uint64_t seed = 1234;
   double lr = 6e-4, clip = 1.0;
   AdamWConfig adamw;
-  std::string data;
+};
+
+struct StepOut {
+  double loss = 0, grad_norm = 0, seconds = 0;
+};
+
+class Engine {
+ public:
+  virtual ~Engine() = default;
+  virtual nlohmann::json hello() = 0;
+  virtual nlohmann::json export_params(const std::string& path) = 0;
+  virtual StepOut step() = 0;
+  virtual nlohmann::json sgemm(int reps, int rows) = 0;
+  virtual int micro_batch() const = 0;
+  // The next command line: rank 0 reads stdin, the others receive it ("quit" at the end).
+  virtual std::string next_command() {
+    std::string line;
+    return std::getline(std::cin, line) ? line : std::string("quit");
+  }
+  virtual bool answers() const { return true; }
+};
+
+nlohmann::json common_hello(const Model& m) {
+  return {{"side", "triax"},
+          {"padded_vocab", m.cfg.padded_vocab()},
+          {"flops", step_flops(m.cfg, m.B, m.T)},
+          {"openblas", openblas_get_config()},
+          {"isa", cpu_isa_name(cpu_isa())},
+          {"threads", m.threads}};
+}
+
+// The single-rank path: GptChunk forward + backward and Optimizer::step on a Self communicator.
+class SingleEngine final : public Engine {
+ public:
+  SingleEngine(const Model& m, const std::string& data)
+      : m_(m), tokens_(read_tokens(data, m.cfg.vocab, size_t(m.B) * m.T + 1)), nseq_((tokens_.size() - 1) / m.T),
+        grid_(std::make_unique<ProcessGrid>(std::shared_ptr<Communicator>(make_self_communicator()), GridShape{})),
+        chunk_(m.cfg, ChunkSpec{0, m.cfg.n_layer, true, true}, grid_->tp(), store_, Recompute::none),
+        x_(size_t(m.B) * m.T), y_(size_t(m.B) * m.T) {
+    store_.finalize();
+    chunk_.init_params(m.seed);
+    OptimizerConfig ocfg;
+    ocfg.adamw = m.adamw;
+    ocfg.max_grad_norm = m.clip;
+    opt_ = std::make_unique<Optimizer>(store_, *grid_, ocfg);
+  }
+  nlohmann::json hello() override {
+    nlohmann::json params = nlohmann::json::array();
+    for (const auto& p : store_.infos())
+      params.push_back({{"name", p.spec.name}, {"shape", p.local_shape}, {"weight_decay", p.spec.weight_decay}});
+    nlohmann::json j = common_hello(m_);
+    j["params"] = params;
+    j["numel"] = store_.numel();
+    return j;
+  }
+  nlohmann::json export_params(const std::string& path) override {
+    io::SafetensorsWriter w;
+    std::string decay;
+    for (size_t i = 0; i < store_.size(); ++i) {
+      const auto& p = store_.info(i);
+      w.add(p.spec.name, io::Shape(p.local_shape), store_.param_to_host(i));
+      if (p.spec.weight_decay) decay += (decay.empty() ? "" : ",") + p.spec.name;
+    }
+    w.add_metadata("decay", decay);
+    w.write(path);
+    return {{"exported", path}};
+  }
+  StepOut step() override {
+    const int B = m_.B, T = m_.T;
+    for (int b = 0; b < B; ++b) {
+      const size_t s = (size_t(step_) * B + b) % nseq_;
+      std::copy_n(tokens_.begin() + s * T, T, x_.begin() + size_t(b) * T);
+      std::copy_n(tokens_.begin() + s * T + 1, T, y_.begin() + size_t(b) * T);
+    }
+    const double t0 = wall_now();
+    store_.zero_grads();
+    const double loss = chunk_.forward(0, B, T, x_, y_, Tensor(), Tensor(), true);
+    chunk_.backward(0, Tensor(), Tensor());
+    const StepReport rep = opt_->step(m_.lr);
+    ++step_;
+    return {loss, rep.grad_norm, wall_now() - t0};
+  }
+  nlohmann::json sgemm(int reps, int rows) override { return sgemm_ceiling(step_gemms(m_.cfg, rows, m_.T), reps); }
+  int micro_batch() const override { return m_.B; }
+
+ private:
+  Model m_;
+  std::vector<int32_t> tokens_;
+  size_t nseq_;
+  std::unique_ptr<ProcessGrid> grid_;
+  ParamStore store_;
+  GptChunk chunk_;
+  std::unique_ptr<Optimizer> opt_;
+  std::vector<int32_t> x_, y_;
+  int64_t step_ = 0;
+};
+
+#if defined(TRIAX_HAVE_MPI)
+// The multi-rank path: the library's Trainer (schedule, executor, DP buckets, optimizer) on the
+// mpirun world, from the same initial weights (init by (seed, name) on the full shape, whatever
+// the layout) and the same samples (global sample index, file order, constant learning rate).
+class TrainerEngine final : public Engine {
+ public:
+  struct Layout {
+    int dp = 1, pp = 1;
+    int64_t micro_batches = 0;  // 0: 1 with pp 1, else 2 pp (the trainer's default: fill the pipeline)
+    std::string schedule = "1f1b";
+  };
+  TrainerEngine(const Model& m, const Layout& l, const std::string& shard)
+      : m_(m), boot_(Bootstrap::create()), world_(boot_->world()) {
+    if (boot_->kind() != LaunchKind::mpi)
+      TRIAX_THROW(ConfigError, "--dp {} --pp {} needs mpirun (launched as '{}')", l.dp, l.pp,
+                  launch_kind_name(boot_->kind()));
+    TrainConfig c;
+    c.layers = m.cfg.n_layer;
+    c.heads = m.cfg.n_head;
+    c.hidden = m.cfg.n_embd;
+    c.ffn = m.cfg.ffn_size();
+    c.vocab = m.cfg.vocab;
+    c.max_seq = m.cfg.max_seq;
+    c.seq = m.T;
+    c.dp = l.dp;
+    c.pp = l.pp;
+    c.schedule = parse_schedule_kind(l.schedule);
+    c.global_batch = m.B;
+    c.num_micro_batches = l.micro_batches ? l.micro_batches : (l.pp > 1 ? 2 * l.pp : 1);
+    c.train_iters = int64_t{1} << 40;  // the driver decides how many steps; nothing decays
+    c.seed = m.seed;
+    c.lr = m.lr;
+    c.lr_decay = LrDecay::constant;
+    c.adamw = m.adamw;
+    c.clip_grad = m.clip;
+    c.data = shard;
+    c.data_shuffle = false;
+    c.loss_spike_zscore = 0;  // random tokens: no spikes to warn about
+    trainer_ = std::make_unique<Trainer>(world_, c);
+    layout_ = fmt::format("dp {} pp {}", l.dp, l.pp);
+  }
+  ~TrainerEngine() override {
+    // Every rank leaves together (rank 0 has answered "quit" already).
+    trainer_.reset();
+  }
+  nlohmann::json hello() override {
+    const TrainConfig& c = trainer_->config();
+    nlohmann::json j = common_hello(m_);
+    j["numel"] = trainer_->model_config().num_params();
+    j["ranks"] = world_->size();
+    j["layout"] = layout_;
+    j["micro_batch"] = *c.micro_batch;
+    j["micro_batches"] = *c.num_micro_batches;
+    j["schedule"] = std::string(schedule_kind_name(c.schedule));
+    j["bucket_mb"] = c.bucket_mb;
+    j["overlap_grad_reduce"] = c.overlap_grad_reduce;
+    j["threads_per_rank"] = omp_get_max_threads();
+    return j;
+  }
+  nlohmann::json export_params(const std::string&) override {
+    TRIAX_THROW(ConfigError, "export: only the one-process worker exports (the initial weights do not depend on the layout)");
+  }
+  StepOut step() override {
+    const IterationMetrics mt = trainer_->step();
+    return {mt.loss, mt.grad_norm, mt.elapsed_ms / 1e3};
+  }
+  nlohmann::json sgemm(int reps, int rows) override {
+    // Every rank at once, after a barrier: what each core does on its own threads while the other
+    // rank's core is busy too (the 2-rank run's situation).
+    world_->barrier().wait();
+    const nlohmann::json mine = sgemm_ceiling(step_gemms(m_.cfg, rows, m_.T), reps);
+    std::vector<double> in{mine["gflops_per_s"].get<double>()}, all(static_cast<size_t>(world_->size()));
+    world_->all_gather(std::span<const double>(in), std::span<double>(all)).wait();
+    double sum = 0;
+    for (double v : all) sum += v;
+    return {{"gflops_per_s", sum}, {"per_rank", all}, {"rows", rows}, {"gemm_gflop", mine["gemm_gflop"]}};
+  }
+  int micro_batch() const override { return static_cast<int>(*trainer_->config().micro_batch); }
+  std::string next_command() override {
+    // Rank 0 reads stdin (mpirun forwards it there only) and broadcasts the line; the others
+    // poll for it with sleeps, not in MPI's busy wait: between rounds they must leave the cores
+    // to the PyTorch side.
+    std::array<char, 4096> buf{};
+    if (world_->rank() == 0) {
+      const std::string line = Engine::next_command();
+      if (line.size() >= buf.size()) TRIAX_THROW(ConfigError, "command of {} bytes (at most {})", line.size(), buf.size() - 1);
+      std::copy(line.begin(), line.end(), buf.begin());
+    }
+    MPI_Request req;
+    MPI_Ibcast(buf.data(), static_cast<int>(buf.size()), MPI_CHAR, 0, MPI_COMM_WORLD, &req);
+    for (int done = 0;;) {
+      MPI_Test(&req, &done, MPI_STATUS_IGNORE);
+      if (done) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    return std::string(buf.data());
+  }
+  bool answers() const override { return world_->rank() == 0; }
+
+ private:
+  Model m_;
+  std::unique_ptr<Bootstrap> boot_;
+  std::shared_ptr<Communicator> world_;
+  std::unique_ptr<Trainer> trainer_;
+  std::string layout_;
+};
+#endif
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"triax worker of benchmarks/torch_compare.py (commands on stdin, JSON lines on stdout)"};
+  Model m;
+  GptConfig& cfg = m.cfg;
+  std::string data, shard;
+  int dp = 1, pp = 1;
+  int64_t micro_batches = 0;
+  std::string schedule = "1f1b";
   app.add_option("--layers", cfg.n_layer)->required();
   app.add_option("--heads", cfg.n_head)->required();
   app.add_option("--channels", cfg.n_embd)->required();
   app.add_option("--vocab", cfg.vocab)->required();
   app.add_option("--max-seq", cfg.max_seq, "position-embedding rows (default: --seq)");
-  app.add_option("--seq", T)->required()->check(CLI::PositiveNumber);
-  app.add_option("--batch", B)->required()->check(CLI::PositiveNumber);
-  app.add_option("--threads", threads)->check(CLI::PositiveNumber);
-  app.add_option("--seed", seed);
-  app.add_option("--lr", lr);
-  app.add_option("--clip", clip);
-  app.add_option("--beta1", adamw.beta1);
-  app.add_option("--beta2", adamw.beta2);
-  app.add_option("--eps", adamw.eps);
-  app.add_option("--weight-decay", adamw.weight_decay);
-  app.add_option("--data", data, "int32 token file")->required();
+  app.add_option("--seq", m.T)->required()->check(CLI::PositiveNumber);
+  app.add_option("--batch", m.B, "global batch (sequences per step)")->required()->check(CLI::PositiveNumber);
+  app.add_option("--threads", m.threads, "threads per rank")->check(CLI::PositiveNumber);
+  app.add_option("--seed", m.seed);
+  app.add_option("--lr", m.lr);
+  app.add_option("--clip", m.clip);
+  app.add_option("--beta1", m.adamw.beta1);
+  app.add_option("--beta2", m.adamw.beta2);
+  app.add_option("--eps", m.adamw.eps);
+  app.add_option("--weight-decay", m.adamw.weight_decay);
+  app.add_option("--data", data, "int32 token file (one process)");
+  app.add_option("--shard", shard, "the same tokens as an llm.c shard (with --dp/--pp: the Trainer reads it)");
+  app.add_option("--dp", dp, "data-parallel ranks (under mpirun)")->check(CLI::PositiveNumber);
+  app.add_option("--pp", pp, "pipeline stages (under mpirun)")->check(CLI::PositiveNumber);
+  app.add_option("--micro-batches", micro_batches, "micro-batches per step (default: 1 with pp 1, else 2 pp)");
+  app.add_option("--schedule", schedule, "pipeline schedule (1f1b, gpipe, zb-h1)");
   bool max_seq_given = false;
   app.callback([&] { max_seq_given = app.count("--max-seq") > 0; });
   CLI11_PARSE(app, argc, argv);
-  if (!max_seq_given) cfg.max_seq = T;
+  if (!max_seq_given) cfg.max_seq = m.T;
+  std::unique_ptr<Engine> engine;
   try {
     cfg.validate();
-    if (T > cfg.max_seq) throw ConfigError(fmt::format("--seq {} exceeds --max-seq {}", T, cfg.max_seq));
-    omp_set_num_threads(threads);
-    openblas_set_num_threads(threads);
-    const std::vector<int32_t> tokens = read_tokens(data, cfg.vocab, size_t(B) * T + 1);
-    const size_t nseq = (tokens.size() - 1) / T;
-
-    auto grid = std::make_unique<ProcessGrid>(std::shared_ptr<Communicator>(make_self_communicator()), GridShape{});
-    ParamStore store;
-    GptChunk chunk(cfg, ChunkSpec{0, cfg.n_layer, true, true}, grid->tp(), store, Recompute::none);
-    store.finalize();
-    chunk.init_params(seed);
-    OptimizerConfig ocfg;
-    ocfg.adamw = adamw;
-    ocfg.max_grad_norm = clip;
-    Optimizer opt(store, *grid, ocfg);
-    const auto gemms = step_gemms(cfg, B, T);
-
-    std::vector<int32_t> x(size_t(B) * T), y(size_t(B) * T);
-    int64_t step = 0;
-    std::string line;
-    while (std::getline(std::cin, line)) {
+    if (m.T > cfg.max_seq) throw ConfigError(fmt::format("--seq {} exceeds --max-seq {}", m.T, cfg.max_seq));
+    omp_set_num_threads(m.threads);
+    openblas_set_num_threads(m.threads);
+    if (dp * pp > 1) {
+#if defined(TRIAX_HAVE_MPI)
+      if (shard.empty()) throw ConfigError("--dp/--pp need --shard (the tokens as an llm.c shard)");
+      engine = std::make_unique<TrainerEngine>(m, TrainerEngine::Layout{dp, pp, micro_batches, schedule}, shard);
+#else
+      throw ConfigError("--dp/--pp need MPI (this triax was built with TRIAX_WITH_MPI=OFF)");
+#endif
+    } else {
+      if (data.empty()) throw ConfigError("--data is required (int32 token file)");
+      engine = std::make_unique<SingleEngine>(m, data);
+    }
+    const bool answers = engine->answers();
+    auto answer = [&](const nlohmann::json& j) {
+      if (answers) reply(j);
+    };
+    for (;;) {
+      const std::string line = engine->next_command();
       std::istringstream in(line);
       std::string cmd;
       in >> cmd;
       if (cmd == "quit") break;
       if (cmd == "hello") {
-        nlohmann::json params = nlohmann::json::array();
-        for (const auto& p : store.infos())
-          params.push_back({{"name", p.spec.name}, {"shape", p.local_shape}, {"weight_decay", p.spec.weight_decay}});
-        reply({{"side", "triax"},
-               {"params", params},
-               {"numel", store.numel()},
-               {"padded_vocab", cfg.padded_vocab()},
-               {"flops", step_flops(cfg, B, T)},
-               {"openblas", openblas_get_config()},
-               {"isa", cpu_isa_name(cpu_isa())},
-               {"threads", threads}});
+        answer(engine->hello());
       } else if (cmd == "export") {
         std::string path;
         in >> path;
-        io::SafetensorsWriter w;
-        std::string decay;
-        for (size_t i = 0; i < store.size(); ++i) {
-          const auto& p = store.info(i);
-          w.add(p.spec.name, io::Shape(p.local_shape), store.param_to_host(i));
-          if (p.spec.weight_decay) decay += (decay.empty() ? "" : ",") + p.spec.name;
-        }
-        w.add_metadata("decay", decay);
-        w.write(path);
-        reply({{"exported", path}});
+        answer(engine->export_params(path));
       } else if (cmd == "steps") {
         int k = 0;
         in >> k;
         nlohmann::json losses = nlohmann::json::array(), norms = nlohmann::json::array(),
                        secs = nlohmann::json::array();
-        for (int i = 0; i < k; ++i, ++step) {
-          for (int b = 0; b < B; ++b) {
-            const size_t s = (size_t(step) * B + b) % nseq;
-            std::copy_n(tokens.begin() + s * T, T, x.begin() + size_t(b) * T);
-            std::copy_n(tokens.begin() + s * T + 1, T, y.begin() + size_t(b) * T);
-          }
-          const double t0 = wall_now();
-          store.zero_grads();
-          const double loss = chunk.forward(0, B, T, x, y, Tensor(), Tensor(), true);
-          chunk.backward(0, Tensor(), Tensor());
-          const StepReport rep = opt.step(lr);
-          secs.push_back(wall_now() - t0);
-          losses.push_back(loss);
-          norms.push_back(rep.grad_norm);
+        for (int i = 0; i < k; ++i) {
+          const StepOut o = engine->step();
+          secs.push_back(o.seconds);
+          losses.push_back(o.loss);
+          norms.push_back(o.grad_norm);
         }
-        reply({{"losses", losses}, {"grad_norms", norms}, {"seconds", secs}});
+        answer({{"losses", losses}, {"grad_norms", norms}, {"seconds", secs}});
       } else if (cmd == "sgemm") {
-        int reps = 3;
-        in >> reps;
-        reply(sgemm_ceiling(gemms, std::max(1, reps)));
+        int reps = 3, rows = 0;
+        in >> reps >> rows;
+        answer(engine->sgemm(std::max(1, reps), rows > 0 ? rows : engine->micro_batch()));
       } else {
-        reply({{"error", fmt::format("unknown command '{}' (hello, export PATH, steps K, sgemm R, quit)", line)}});
+        answer({{"error", fmt::format("unknown command '{}' (hello, export PATH, steps K, sgemm R [ROWS], quit)", line)}});
       }
     }
   } catch (const std::exception& e) {
     reply({{"error", e.what()}});
     fmt::print(stderr, "torch_compare_triax: {}\n", e.what());
+#if defined(TRIAX_HAVE_MPI)
+    // One rank failing must end the job: the others may wait in a collective forever.
+    if (dp * pp > 1) {
+      int init = 0;
+      MPI_Initialized(&init);
+      if (init) MPI_Abort(MPI_COMM_WORLD, 1);
+    }
+#endif
     return 1;
   }
   return 0;

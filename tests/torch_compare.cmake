@@ -10,3 +10,18 @@ if(TARGET torch_compare_triax AND EXISTS "${TRIAX_HF_PYTHON}")
   set_tests_properties(bench.torch_compare.smoke PROPERTIES TIMEOUT 180 LABELS "bench" SKIP_RETURN_CODE 77
     ENVIRONMENT "OMP_WAIT_POLICY=PASSIVE")
 endif()
+
+# --smoke --ranks 2: triax dp 2 and pp 2 (mpirun -np 2, the Trainer: DP buckets, 1F1B over 4
+# micro-batches) against PyTorch DistributedDataParallel on 2 gloo processes (127.0.0.1), from the
+# same initial weights on the same repeated batch for 5 steps: every step's global loss within 1e-4
+# and grad norm within 1e-3 of PyTorch's, the loss falls, the first norm is clipped. One thread
+# per rank; skipped (77) without torch or mpirun.
+if(TARGET torch_compare_triax AND EXISTS "${TRIAX_HF_PYTHON}" AND TRIAX_WITH_MPI)
+  set(_sess ${CMAKE_BINARY_DIR}/ompi-sessions/bench.torch_compare.dp2_pp2_smoke)
+  file(MAKE_DIRECTORY ${_sess})
+  add_test(NAME bench.torch_compare.dp2_pp2_smoke
+    COMMAND ${TRIAX_HF_PYTHON} ${PROJECT_SOURCE_DIR}/benchmarks/torch_compare.py --smoke --ranks 2 --layouts dp2,pp2
+            --triax $<TARGET_FILE:torch_compare_triax> --mpirun ${MPIEXEC_EXECUTABLE})
+  set_tests_properties(bench.torch_compare.dp2_pp2_smoke PROPERTIES TIMEOUT 240 LABELS "bench" SKIP_RETURN_CODE 77
+    PROCESSORS 2 ENVIRONMENT "${TRIAX_MPIRUN_ENV};OMPI_MCA_orte_tmpdir_base=${_sess};OMP_WAIT_POLICY=PASSIVE")
+endif()

@@ -158,6 +158,9 @@ struct Model {
 
 struct StepOut {
   double loss = 0, grad_norm = 0, seconds = 0;
+  // With ranks, per rank (ms): compute (forward/backward), pipeline receive/send waits, exposed
+  // DP gradient sync, optimizer (norm + AdamW); where the step's time goes.
+  nlohmann::json breakdown;
 };
 
 class Engine {
@@ -261,6 +264,7 @@ class TrainerEngine final : public Engine {
     int dp = 1, pp = 1;
     int64_t micro_batches = 0;  // 0: 1 with pp 1, else 2 pp (the trainer's default: fill the pipeline)
     std::string schedule = "1f1b";
+    std::vector<int> stage_layers;  // empty: even
   };
   TrainerEngine(const Model& m, const Layout& l, const std::string& shard)
       : m_(m), boot_(Bootstrap::create()), world_(boot_->world()) {
@@ -278,6 +282,7 @@ class TrainerEngine final : public Engine {
     c.dp = l.dp;
     c.pp = l.pp;
     c.schedule = parse_schedule_kind(l.schedule);
+    c.pipeline_layers = l.stage_layers;
     c.global_batch = m.B;
     c.num_micro_batches = l.micro_batches ? l.micro_batches : (l.pp > 1 ? 2 * l.pp : 1);
     c.train_iters = int64_t{1} << 40;  // the driver decides how many steps; nothing decays
@@ -288,7 +293,8 @@ class TrainerEngine final : public Engine {
     c.clip_grad = m.clip;
     c.data = shard;
     c.data_shuffle = false;
-    c.loss_spike_zscore = 0;  // random tokens: no spikes to warn about
+    c.loss_spike_zscore = 0;   // random tokens: no spikes to warn about
+    c.straggler_factor = 1e6;  // a shared machine slows ranks at random; the driver reports times
     trainer_ = std::make_unique<Trainer>(world_, c);
     layout_ = fmt::format("dp {} pp {}", l.dp, l.pp);
   }
@@ -305,6 +311,7 @@ class TrainerEngine final : public Engine {
     j["micro_batch"] = *c.micro_batch;
     j["micro_batches"] = *c.num_micro_batches;
     j["schedule"] = std::string(schedule_kind_name(c.schedule));
+    j["stage_layers"] = c.pipeline_layers;
     j["bucket_mb"] = c.bucket_mb;
     j["overlap_grad_reduce"] = c.overlap_grad_reduce;
     j["threads_per_rank"] = omp_get_max_threads();
@@ -315,7 +322,21 @@ class TrainerEngine final : public Engine {
   }
   StepOut step() override {
     const IterationMetrics mt = trainer_->step();
-    return {mt.loss, mt.grad_norm, mt.elapsed_ms / 1e3};
+    // Outside the timed step: every rank's own times, gathered.
+    const StepResult& st = trainer_->last_step();
+    const StepReport& rep = trainer_->last_report();
+    const std::vector<double> mine{st.compute_s * 1e3, st.p2p_wait_s * 1e3, (rep.sync.exposed_s + rep.gather_s) * 1e3,
+                                   rep.update_s * 1e3};
+    std::vector<double> all(mine.size() * static_cast<size_t>(world_->size()));
+    world_->all_gather(std::span<const double>(mine), std::span<double>(all)).wait();
+    nlohmann::json b = nlohmann::json::object();
+    const char* names[] = {"compute_ms", "p2p_wait_ms", "dp_exposed_ms", "optimizer_ms"};
+    for (size_t k = 0; k < mine.size(); ++k) {
+      nlohmann::json per = nlohmann::json::array();
+      for (int r = 0; r < world_->size(); ++r) per.push_back(all[static_cast<size_t>(r) * mine.size() + k]);
+      b[names[k]] = per;
+    }
+    return {mt.loss, mt.grad_norm, mt.elapsed_ms / 1e3, b};
   }
   nlohmann::json sgemm(int reps, int rows) override {
     // Every rank at once, after a barrier: what each core does on its own threads while the other
@@ -369,6 +390,7 @@ int main(int argc, char** argv) {
   int dp = 1, pp = 1;
   int64_t micro_batches = 0;
   std::string schedule = "1f1b";
+  std::vector<int> stage_layers;
   app.add_option("--layers", cfg.n_layer)->required();
   app.add_option("--heads", cfg.n_head)->required();
   app.add_option("--channels", cfg.n_embd)->required();
@@ -390,6 +412,7 @@ int main(int argc, char** argv) {
   app.add_option("--pp", pp, "pipeline stages (under mpirun)")->check(CLI::PositiveNumber);
   app.add_option("--micro-batches", micro_batches, "micro-batches per step (default: 1 with pp 1, else 2 pp)");
   app.add_option("--schedule", schedule, "pipeline schedule (1f1b, gpipe, zb-h1)");
+  app.add_option("--pipeline-layers", stage_layers, "layers per stage, e.g. 9,3 (default: even)")->delimiter(',');
   bool max_seq_given = false;
   app.callback([&] { max_seq_given = app.count("--max-seq") > 0; });
   CLI11_PARSE(app, argc, argv);
@@ -403,7 +426,7 @@ int main(int argc, char** argv) {
     if (dp * pp > 1) {
 #if defined(TRIAX_HAVE_MPI)
       if (shard.empty()) throw ConfigError("--dp/--pp need --shard (the tokens as an llm.c shard)");
-      engine = std::make_unique<TrainerEngine>(m, TrainerEngine::Layout{dp, pp, micro_batches, schedule}, shard);
+      engine = std::make_unique<TrainerEngine>(m, TrainerEngine::Layout{dp, pp, micro_batches, schedule, stage_layers}, shard);
 #else
       throw ConfigError("--dp/--pp need MPI (this triax was built with TRIAX_WITH_MPI=OFF)");
 #endif
@@ -431,14 +454,17 @@ int main(int argc, char** argv) {
         int k = 0;
         in >> k;
         nlohmann::json losses = nlohmann::json::array(), norms = nlohmann::json::array(),
-                       secs = nlohmann::json::array();
+                       secs = nlohmann::json::array(), breakdown = nlohmann::json::array();
         for (int i = 0; i < k; ++i) {
           const StepOut o = engine->step();
           secs.push_back(o.seconds);
           losses.push_back(o.loss);
           norms.push_back(o.grad_norm);
+          if (!o.breakdown.is_null()) breakdown.push_back(o.breakdown);
         }
-        answer({{"losses", losses}, {"grad_norms", norms}, {"seconds", secs}});
+        nlohmann::json j{{"losses", losses}, {"grad_norms", norms}, {"seconds", secs}};
+        if (!breakdown.empty()) j["breakdown"] = breakdown;
+        answer(j);
       } else if (cmd == "sgemm") {
         int reps = 3, rows = 0;
         in >> reps >> rows;

@@ -54,8 +54,9 @@ SHAPES = {
     "smoke2": (2, 2, 64, 100, 32, 4, 32),  # the 2-rank smoke: B/2 per DP rank, 2 pp micro-batches of 1
 }
 # 2-rank layouts of the triax side: worker flags. pp: the trainer's default of 2 pp micro-batches;
-# pp2b: the layers split so that both stages do about the same FLOPs (the last holds the LM head).
-LAYOUTS = {"dp2": ["--dp", "2"], "pp2": ["--pp", "2"], "pp2b": ["--pp", "2"]}
+# pp2b: the layers split so that both stages do about the same FLOPs (the last holds the LM head);
+# dp2z: dp2 with ZeRO-1 (each rank updates half the parameters; PyTorch DDP updates all on each).
+LAYOUTS = {"dp2": ["--dp", "2"], "pp2": ["--pp", "2"], "pp2b": ["--pp", "2"], "dp2z": ["--dp", "2", "--zero1"]}
 
 
 def layout_flags(layout, shape):
@@ -561,6 +562,7 @@ def bench_shape(args, shape, setting, tmp):
     for name, h in hellos.items():
         if "layout" in h:
             split = f", layers per stage {h['stage_layers']}" if h.get("stage_layers") else ""
+            split += ", ZeRO-1" if h.get("zero1") else ""
             print(f"   {name}: {h['layout']}{split}, {h['micro_batches']} micro-batch(es) of {h['micro_batch']} per rank, "
                   f"{h['schedule']}, DP buckets {h['bucket_mb']:g} MiB overlapped: {h['overlap_grad_reduce']}, "
                   f"{h['threads_per_rank']} thread(s) per rank")
@@ -658,8 +660,8 @@ def main():
     ap.add_argument("--sgemm-reps", type=int, default=2)
     ap.add_argument("--threads", type=int, help="threads per process (default: 2 with one rank, 1 with 2 ranks)")
     ap.add_argument("--ranks", type=int, default=1, choices=(1, 2), help="processes per side")
-    ap.add_argument("--layouts", default="dp2,pp2", help="with --ranks 2: the triax layouts (dp2, pp2, pp2b: pp2 with "
-                    "the layers split by FLOPs)")
+    ap.add_argument("--layouts", default="dp2,pp2", help="with --ranks 2: the triax layouts (dp2, pp2; pp2b: pp2 with "
+                    "the layers split by FLOPs; dp2z: dp2 with ZeRO-1)")
     ap.add_argument("--mpirun", default=shutil.which("mpirun") or "mpirun")
     ap.add_argument("--single-copy", help="with --ranks 2: OMPI_MCA_btl_vader_single_copy_mechanism for triax (default: "
                     "Open MPI's, i.e. CMA where permitted; the smoke uses none, like the test suite)")

@@ -265,6 +265,7 @@ class TrainerEngine final : public Engine {
     int64_t micro_batches = 0;  // 0: 1 with pp 1, else 2 pp (the trainer's default: fill the pipeline)
     std::string schedule = "1f1b";
     std::vector<int> stage_layers;  // empty: even
+    bool zero1 = false;             // ZeRO-1: AdamW state and update sharded over dp
   };
   TrainerEngine(const Model& m, const Layout& l, const std::string& shard)
       : m_(m), boot_(Bootstrap::create()), world_(boot_->world()) {
@@ -283,6 +284,7 @@ class TrainerEngine final : public Engine {
     c.pp = l.pp;
     c.schedule = parse_schedule_kind(l.schedule);
     c.pipeline_layers = l.stage_layers;
+    c.zero1 = l.zero1;
     c.global_batch = m.B;
     c.num_micro_batches = l.micro_batches ? l.micro_batches : (l.pp > 1 ? 2 * l.pp : 1);
     c.train_iters = int64_t{1} << 40;  // the driver decides how many steps; nothing decays
@@ -312,6 +314,7 @@ class TrainerEngine final : public Engine {
     j["micro_batches"] = *c.num_micro_batches;
     j["schedule"] = std::string(schedule_kind_name(c.schedule));
     j["stage_layers"] = c.pipeline_layers;
+    j["zero1"] = c.zero1;
     j["bucket_mb"] = c.bucket_mb;
     j["overlap_grad_reduce"] = c.overlap_grad_reduce;
     j["threads_per_rank"] = omp_get_max_threads();
@@ -391,6 +394,7 @@ int main(int argc, char** argv) {
   int64_t micro_batches = 0;
   std::string schedule = "1f1b";
   std::vector<int> stage_layers;
+  bool zero1 = false;
   app.add_option("--layers", cfg.n_layer)->required();
   app.add_option("--heads", cfg.n_head)->required();
   app.add_option("--channels", cfg.n_embd)->required();
@@ -413,6 +417,7 @@ int main(int argc, char** argv) {
   app.add_option("--micro-batches", micro_batches, "micro-batches per step (default: 1 with pp 1, else 2 pp)");
   app.add_option("--schedule", schedule, "pipeline schedule (1f1b, gpipe, zb-h1)");
   app.add_option("--pipeline-layers", stage_layers, "layers per stage, e.g. 9,3 (default: even)")->delimiter(',');
+  app.add_flag("--zero1", zero1, "ZeRO-1 over dp (reduce-scatter, sharded AdamW, all-gather)");
   bool max_seq_given = false;
   app.callback([&] { max_seq_given = app.count("--max-seq") > 0; });
   CLI11_PARSE(app, argc, argv);
@@ -426,7 +431,7 @@ int main(int argc, char** argv) {
     if (dp * pp > 1) {
 #if defined(TRIAX_HAVE_MPI)
       if (shard.empty()) throw ConfigError("--dp/--pp need --shard (the tokens as an llm.c shard)");
-      engine = std::make_unique<TrainerEngine>(m, TrainerEngine::Layout{dp, pp, micro_batches, schedule, stage_layers}, shard);
+      engine = std::make_unique<TrainerEngine>(m, TrainerEngine::Layout{dp, pp, micro_batches, schedule, stage_layers, zero1}, shard);
 #else
       throw ConfigError("--dp/--pp need MPI (this triax was built with TRIAX_WITH_MPI=OFF)");
 #endif

@@ -14,7 +14,7 @@ this machine's speed drifts, only the per-round ratios mean anything.
 With --ranks 2 each side is a 2-process job, one thread per process (one core each on this
 2-core machine):
   triax-dp2 / triax-pp2   the worker under mpirun -np 2 with --dp 2 or --pp 2: the library's
-           Trainer (1F1B over 2 pp micro-batches for pp, one micro-batch of B/2 per rank for dp,
+           Trainer (1F1B over 2*pp micro-batches for pp, one micro-batch of B/2 per rank for dp,
            DP gradient buckets overlapped with backward), the same tokens as an llm.c shard
   torch-ddp2   two workers (torch.distributed, gloo on 127.0.0.1, DistributedDataParallel), rank r
            taking the r-th half of each global batch, the global loss averaged over both.
@@ -23,12 +23,14 @@ PyTorch DDP run (the issue's "against PyTorch DDP"). The global batch B is the s
 
   torch_compare.py [--triax PATH] [--triax-b PATH] [--shapes tiny,small,gpt2-124m] [--rounds 5] [--steps 3]
                    [--warmup 2] [--settings tuned,default] [--threads 2] [--json FILE]
-  torch_compare.py --ranks 2 [--layouts dp2,pp2] [--mpirun PATH] ...   # 2-rank sides, 1 thread per rank
+  torch_compare.py --ranks 2 [--layouts dp2,pp2,pp2b,dp2z] [--mpirun PATH] [--single-copy none|cma] ...
+                   # 2-rank sides, 1 thread per rank (pp2b: layers split by FLOPs; dp2z: ZeRO-1)
   torch_compare.py --smoke [--ranks 2] [--triax PATH]   # CI: tiny shape, both sides' losses and norms agree
 
 Every run checks that the sides computed the same thing: each step's (global) loss within 1e-4 of
-PyTorch's (the smoke runs also each grad norm within 1e-3; timed runs report the norms' gap). Exit 77 when PyTorch (Debian: python3-torch) is
-missing, 1 on a failed check.
+PyTorch's (the smoke runs also each grad norm within 1e-3; timed runs report the norms' gap).
+Exit 77 when PyTorch (Debian: python3-torch) or, with --ranks 2, mpirun is missing, 1 on a failed
+check.
 """
 import argparse
 import json
@@ -53,7 +55,7 @@ SHAPES = {
     "smoke": (2, 2, 64, 100, 32, 2, 32),  # vocab 100 padded to 128: the padded rows are exercised
     "smoke2": (2, 2, 64, 100, 32, 4, 32),  # the 2-rank smoke: B/2 per DP rank, 2 pp micro-batches of 1
 }
-# 2-rank layouts of the triax side: worker flags. pp: the trainer's default of 2 pp micro-batches;
+# 2-rank layouts of the triax side: worker flags. pp: the trainer's default of 2*pp micro-batches;
 # pp2b: the layers split so that both stages do about the same FLOPs (the last holds the LM head);
 # dp2z: dp2 with ZeRO-1 (each rank updates half the parameters; PyTorch DDP updates all on each).
 LAYOUTS = {"dp2": ["--dp", "2"], "pp2": ["--pp", "2"], "pp2b": ["--pp", "2"], "dp2z": ["--dp", "2", "--zero1"]}

@@ -300,10 +300,6 @@ class TrainerEngine final : public Engine {
     trainer_ = std::make_unique<Trainer>(world_, c);
     layout_ = fmt::format("dp {} pp {}", l.dp, l.pp);
   }
-  ~TrainerEngine() override {
-    // Every rank leaves together (rank 0 has answered "quit" already).
-    trainer_.reset();
-  }
   nlohmann::json hello() override {
     const TrainConfig& c = trainer_->config();
     nlohmann::json j = common_hello(m_);

@@ -17,7 +17,8 @@ nlohmann::json to_json(const Estimate& e) {
   const auto& l = e.layout;
   nlohmann::json j;
   j["model"] = {{"name", e.model.name},       {"layers", e.model.layers}, {"hidden", e.model.hidden},
-                {"heads", e.model.heads},     {"ffn", e.model.ffn_hidden()}, {"vocab", e.model.vocab},
+                {"heads", e.model.heads},     {"kv_heads", e.model.kv_head_count()},
+                {"ffn", e.model.ffn_hidden()}, {"vocab", e.model.vocab},
                 {"seq", e.model.seq},         {"global_batch", e.model.global_batch},
                 {"parameters", total_parameters(e.model)}};
   j["cluster"] = e.cluster;

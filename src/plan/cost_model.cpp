@@ -228,10 +228,11 @@ Estimate estimate(const ModelShape& m, const CollectiveModel& net, const Layout&
   const double rows = l.sequence_parallel ? M / t : M;
   double emb_fwd = dev.stream(3 * e * M * h), emb_bwd = dev.stream(3 * e * M * h), emb_tp = 0;
   const double head_gemm = dev.gemm(M, V / t, h, 1, e);
-  double head_fwd = dev.stream(2 * e * rows * h) + head_gemm + dev.stream((e + 16) * M * V / t);
+  const double ce_fwd = l.fused_cross_entropy ? e + 16 : e + 36, ce_bwd = l.fused_cross_entropy ? e + 8 : e + 12;
+  double head_fwd = dev.stream(2 * e * rows * h) + head_gemm + dev.stream(ce_fwd * M * V / t);
   // Head backward: the logit gradient times the table (inner V / t), and the table's gradient
   // (V / t x h, inner M).
-  double head_bwd_input = dev.stream(4 * e * rows * h) + dev.gemm(M, h, V / t, 1, e) + dev.stream((e + 8) * M * V / t);
+  double head_bwd_input = dev.stream(4 * e * rows * h) + dev.gemm(M, h, V / t, 1, e) + dev.stream(ce_bwd * M * V / t);
   double head_bwd_weight = dev.gemm(V / t, h, M, 1, e);
   double head_tp = 0;
   // The triax runtime's copies outside the layers: the embedding writes the looked-up rows and adds

@@ -94,10 +94,11 @@ std::vector<PublishedRun> load_published_runs(const std::filesystem::path& csv) 
       if (opt == "no-dropout") r.no_dropout = true;
       else if (opt == "no-tp-comm-overlap") r.no_tp_comm_overlap = true;
       else if (opt == "no-pp-overlap") r.no_pp_overlap = true;
+      else if (opt == "fused-cross-entropy") r.fused_cross_entropy = true;
       else
         TRIAX_THROW(IoError,
                     "{}:{}: column options: unknown option '{}' (known: no-dropout, no-tp-comm-overlap, "
-                    "no-pp-overlap, ';'-separated)",
+                    "no-pp-overlap, fused-cross-entropy; ';'-separated)",
                     file, lineno, opt);
     }
     const std::string& metric = col("metric");
@@ -140,6 +141,7 @@ Layout software_layout(std::string_view software) {
     l.tp_comm_overlap = true;
     l.pp_overlap = true;
     l.pp_scatter_gather = false;
+    l.fused_cross_entropy = false;  // --cross-entropy-loss-fusion came after r0.8
     return l;
   }
   if (software == "triax") return Layout{};
@@ -162,6 +164,7 @@ RunPrediction predict_run(const PublishedRun& r, const CollectiveModel& net) {
   if (r.no_dropout) base.dropout = false;
   if (r.no_tp_comm_overlap) base.tp_comm_overlap = false;
   if (r.no_pp_overlap) base.pp_overlap = false;
+  if (r.fused_cross_entropy) base.fused_cross_entropy = true;
   RunPrediction p;
   p.run = r;
   p.measured_seconds = measured_seconds(r);

@@ -91,9 +91,13 @@ TEST_CASE("published runs: the H100 rows of four sources, held out one row and o
   const double B = 192, s = 4096, l = 24, h = 2048, V = 131072;
   const double flops = 72 * B * s * l * h * h + 12 * B * s * s * l * h + 6 * B * s * h * V;
   CHECK(measured_seconds(first) == Approx(flops / (48 * 408.8e12)).epsilon(1e-9));
-  // The options column reaches the priced layout: Nemotron-4 has no dropout.
-  for (const auto& r : h100)
-    if (r.source == "dgxc-nemotron4-15b") CHECK(r.no_dropout);
+  // The options column reaches the priced layout: Nemotron-4 has no dropout and a fused loss.
+  for (const auto& r : h100) {
+    if (r.source != "dgxc-nemotron4-15b") continue;
+    CHECK(r.no_dropout);
+    CHECK(r.fused_cross_entropy);
+    CHECK(!predict_run(r, CollectiveModel(cluster_preset("dgx-h100"))).estimate.layout.dropout);
+  }
 
   const ValidationReport rep = validate_runs(cluster_preset("dgx-h100"), h100, a100);
   INFO(format_validation(rep));
@@ -109,12 +113,12 @@ TEST_CASE("published runs: the H100 rows of four sources, held out one row and o
   CHECK(preset.gemm_efficiency == Approx(rep.fit.gemm_efficiency).margin(0.02));
   CHECK(preset.gemm_k_overhead == Approx(rep.fit.gemm_k_overhead).margin(30));
   // docs/PLANNER.md: the H100 rows are NOT within the 3.5% / 8% goal. Limits as measured when the
-  // DGX Cloud rows were added (leave-one-out 4.70% / 11.74%, held out by source 7.47% / 24.20%),
+  // DGX Cloud rows were added (leave-one-out 4.66% / 12.06%, held out by source 6.93% / 17.97%),
   // with a little room: a change that makes the rows worse fails here.
   CHECK(rep.leave_one_out.mean <= 0.05);
   CHECK(rep.leave_one_out.worst <= 0.125);
-  CHECK(rep.held_out_source.mean <= 0.08);
-  CHECK(rep.held_out_source.worst <= 0.25);
+  CHECK(rep.held_out_source.mean <= 0.075);
+  CHECK(rep.held_out_source.worst <= 0.19);
 }
 
 TEST_CASE("published runs: malformed tables name the file, line and problem") {

@@ -28,7 +28,11 @@ mkdir -p "$OUT"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_pml=ob1 OMPI_MCA_btl=self,vader
 export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
 unset OMPI_MCA_btl_vader_single_copy_mechanism  # the A/B below sets it explicitly
-MPIRUN=${MPIRUN:-mpirun --oversubscribe}
+# Ranks pinned round-robin over the cores (rank r on core r mod cores): with more ranks than cores
+# each core then holds ranks of different pipeline stages (tp-dp-pp order), as the planner's
+# core-sharing model assumes; unpinned, pp 2 dp 2 on 2 cores measured 1.25-1.33x the prediction in
+# half the runs (benchmarks/results/planner_cpu.md).
+MPIRUN=${MPIRUN:-mpirun --oversubscribe --map-by core --bind-to core:overload-allowed}
 SB="$BUILD/benchmarks/schedule_bench"
 TB="$BUILD/benchmarks/train_bench"
 for exe in "$SB" "$TB"; do

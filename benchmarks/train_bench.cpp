@@ -19,12 +19,16 @@
 #include <cblas.h>
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
+#include <omp.h>
+#include <sched.h>
 
 #include <chrono>
 #include <ctime>
 #include <thread>
 #include <cstdio>
 #include <fstream>
+#include <map>
+#include <set>
 
 #include "bench_common.h"
 #include "triax/backend/backend.h"
@@ -70,6 +74,55 @@ double median_over_ranks(Communicator& world, double v) {
   std::vector<double> in{v}, all(static_cast<size_t>(world.size()));
   world.all_gather(std::span<const double>(in), std::span<double>(all)).wait();
   return bench::median(all);
+}
+
+// The CPU this process is pinned to (its affinity mask holds exactly one), or -1 when it may run on
+// several (mpirun does not bind oversubscribed ranks unless told to).
+int pinned_cpu() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof set, &set) != 0 || CPU_COUNT(&set) != 1) return -1;
+  for (int c = 0; c < CPU_SETSIZE; ++c)
+    if (CPU_ISSET(c, &set)) return c;
+  return -1;
+}
+
+// Where the ranks run, against what cpu-local assumes when ranks share cores: a waiting pipeline
+// stage yields its core to a rank of another stage. That holds only if every shared core holds
+// ranks of more than one stage; two ranks of one stage on one core wait together (measured
+// 1.25-1.33x the prediction at pp 2 dp 2 on 2 cores, docs/PLANNER.md).
+struct Placement {
+  bool pinned = true;        // every rank bound to one CPU
+  bool stages_mixed = true;  // every CPU holding two or more ranks holds two or more stages
+  std::string text;          // "cpu 0: r0 s0, r2 s1; cpu 1: ..." or "not pinned"
+};
+Placement rank_placement(Communicator& world, int stage) {
+  const double mine[2] = {double(pinned_cpu()), double(stage)};
+  std::vector<double> all(2 * static_cast<size_t>(world.size()));
+  world.all_gather(std::span<const double>(mine, 2), std::span<double>(all)).wait();
+  Placement p;
+  std::map<int, std::vector<std::pair<int, int>>> by_cpu;  // cpu -> (rank, stage)
+  for (int r = 0; r < world.size(); ++r) {
+    const int cpu = int(all[2 * r]), st = int(all[2 * r + 1]);
+    if (cpu < 0) p.pinned = false;
+    by_cpu[cpu].push_back({r, st});
+  }
+  if (!p.pinned) {
+    p.stages_mixed = false;  // unknown: the scheduler decides
+    p.text = "not pinned";
+    return p;
+  }
+  for (const auto& [cpu, ranks] : by_cpu) {
+    std::set<int> stages;
+    std::string list;
+    for (const auto& [r, st] : ranks) {
+      stages.insert(st);
+      list += fmt::format("{}r{} s{}", list.empty() ? "" : ", ", r, st);
+    }
+    if (ranks.size() > 1 && stages.size() < 2) p.stages_mixed = false;
+    p.text += fmt::format("{}cpu {}: {}", p.text.empty() ? "" : "; ", cpu, list);
+  }
+  return p;
 }
 
 // Runs pass() (which returns the work it did: FLOPs or bytes) once to warm up, then after a
@@ -303,10 +356,24 @@ int main(int argc, char** argv) {
     const int T = t0.config().seq.value();
     bool oversub = false;
     const std::string machine = bench::machine_line(t0.grid().local_size(), &oversub);
-    if (world->rank() == 0)
+    // cpu-local prices one single-threaded rank per core: unless the user chose OMP_NUM_THREADS, a
+    // --predict run trains and calibrates on one thread per rank (the trainer would give a lone rank
+    // every core, and the calibration's CPU times would then miss the other threads' work).
+    if (predict && !std::getenv("OMP_NUM_THREADS")) {
+      omp_set_num_threads(1);
+      openblas_set_num_threads(1);
+    }
+    const Placement place = rank_placement(*world, t0.grid().coord().pp);
+    if (world->rank() == 0) {
       fmt::print("# train_bench: {} | {} ranks: tp {} pp {} dp {} vpp {} {} | global batch {} x {} tokens, micro-batch "
                  "{} | bucket {} MiB | {} timed iterations after {} warm-up per mode\n# {}\n",
                  g.describe(), W, tp, pp, D, vpp, schedule, gbs, T, mbs, bucket_mb, iters, warmup, machine);
+      fmt::print("# {} OpenMP thread(s) per rank; placement: {}\n", omp_get_max_threads(), place.text);
+      if (oversub && pp > 1 && !place.stages_mixed)
+        fmt::print("NOTE: {}: the planner assumes each shared core holds ranks of different pipeline stages; "
+                   "pin them round-robin (mpirun --map-by core --bind-to core:overload-allowed)\n",
+                   place.pinned ? "a core holds ranks of one stage only" : "ranks are not pinned");
+    }
 
     for (int it = 0; it < warmup + iters; ++it) {
       for (size_t k = 0; k < trainers.size(); ++k) {
@@ -356,7 +423,9 @@ int main(int argc, char** argv) {
     nlohmann::json out = {{"label", label}, {"ranks", W}, {"tp", tp}, {"pp", pp}, {"dp", D}, {"vpp", vpp},
                           {"schedule", schedule}, {"global_batch", gbs}, {"micro_batch", mbs}, {"seq", T},
                           {"model", g.describe()}, {"oversubscribed", oversub}, {"load_average", bench::load_average()},
-                          {"loss_gap", loss_gap}};
+                          {"loss_gap", loss_gap}, {"threads_per_rank", omp_get_max_threads()},
+                          {"placement", {{"pinned", place.pinned}, {"stages_mixed", place.stages_mixed},
+                                         {"cpus", place.text}}}};
     if (world->rank() == 0) {
       fmt::print("{:>11} {:>9} {:>9} {:>11} {:>9} {:>9} {:>9} {:>10} {:>10} {:>9} {:>9}\n", "mode", "step(ms)",
                  "tokens/s", "compute(ms)", "cpu(ms)", "cpu-share", "p2p(ms)", "dp-exp(ms)", "dp-net(ms)", "skew(ms)",

@@ -49,6 +49,14 @@ if(TARGET triax-plan)
   triax_plan_cli_test(search_text
     ARGS "--model|megatron-18b|--gpus|128|--recompute|selective"
     STDOUT "searched [0-9]+ layouts.*rank +layout.*best layout in detail")
+  # Grouped-query attention from the command line: the text names the key/value heads, and fewer
+  # of them than tp is a layout error.
+  triax_plan_cli_test(kv_heads
+    ARGS "--layers|32|--hidden|6144|--heads|48|--kv-heads|8|--vocab|256000|--seq|4096|--global-batch|256|--cluster|dgx-h100|--tp|4|--pp|1|--dp|16|--mbs|4"
+    STDOUT "48 heads \\(8 key/value\\)")
+  triax_plan_cli_test(kv_heads_tp
+    ARGS "--layers|32|--hidden|6144|--heads|48|--kv-heads|2|--vocab|256000|--seq|4096|--global-batch|256|--cluster|dgx-h100|--tp|4|--pp|1|--dp|16|--mbs|4"
+    RC 1 STDERR "tp 4 does not divide kv_heads 2")
   triax_plan_cli_test(list ARGS "--list" STDOUT "megatron-1t.*selene-a100.*cpu-local")
   triax_plan_cli_test(bad_flag ARGS "--model|gpt2-small|--tensor-parallel|2" RC 2 STDERR "error:.*tensor-parallel")
   triax_plan_cli_test(bad_schedule ARGS "--model|gpt2-small|--gpus|8|--schedule|1F1B" RC 2 STDERR "error:.*1F1B")

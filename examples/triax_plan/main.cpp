@@ -70,6 +70,8 @@ int main(int argc, char** argv) {
   app.add_option("--hidden", shape.hidden, "hidden size")->check(kPositive);
   app.add_option("--heads", shape.heads, "attention heads")->check(kPositive);
   app.add_option("--ffn", shape.ffn, "MLP inner size (default 4 x hidden)")->check(kPositive);
+  app.add_option("--kv-heads", shape.kv_heads, "key/value heads, grouped-query attention (default: --heads)")
+      ->check(kPositive);
   app.add_option("--vocab", shape.vocab, "vocabulary size")->check(kPositive);
   app.add_option("--seq", shape.seq, "sequence length")->check(kPositive);
   app.add_option("--global-batch", shape.global_batch, "sequences per iteration")->check(kPositive);
@@ -183,6 +185,7 @@ int main(int argc, char** argv) {
     if (shape.layers) m.layers = shape.layers;
     if (shape.hidden) m.hidden = shape.hidden;
     if (shape.heads) m.heads = shape.heads;
+    if (shape.kv_heads) m.kv_heads = shape.kv_heads;
     if (shape.ffn) m.ffn = shape.ffn;
     if (shape.vocab) m.vocab = shape.vocab;
     if (shape.seq) m.seq = shape.seq;

@@ -59,20 +59,21 @@ LayerTimes layer_times(const ModelShape& m, const Layout& l, const Device& dev, 
   const double M = b * s;                                // tokens in the micro-batch
   const double rows = l.sequence_parallel ? M / t : M;   // tokens of LayerNorm / dropout / residual ops
   const double dh = h / a, at = a / t;                   // head dim, heads per rank
+  const double q = m.qkv_width();                        // 3h, or less with grouped-query attention
   const double mask = l.dropout ? 1 : 0;
   LayerTimes r;
 
   // Linear layers (column-parallel QKV and fc1, row-parallel projection and fc2).
-  const double qkv = dev.gemm(M, 3 * h / t, h, 1, e), fc1 = dev.gemm(M, f / t, h, 1, e);
+  const double qkv = dev.gemm(M, q / t, h, 1, e), fc1 = dev.gemm(M, f / t, h, 1, e);
   const double proj = dev.gemm(M, h, h / t, 1, e), fc2 = dev.gemm(M, h, f / t, 1, e);
   const double lin = qkv + proj + fc1 + fc2;
   r.fwd += lin;
   // Backward, same FLOPs in other shapes: the input gradient dX (M x K) = dY (M x N) W (N x K) has
   // inner dimension N, the weight gradient dW (N x K) = dY^T (N x M) X (M x K) inner dimension M (the
   // tokens), so their tiles, waves and K overhead differ from the forward's.
-  r.bwd_input += dev.gemm(M, h, 3 * h / t, 1, e) + dev.gemm(M, h / t, h, 1, e) + dev.gemm(M, h, f / t, 1, e) +
+  r.bwd_input += dev.gemm(M, h, q / t, 1, e) + dev.gemm(M, h / t, h, 1, e) + dev.gemm(M, h, f / t, 1, e) +
                  dev.gemm(M, f / t, h, 1, e);
-  const double qkv_wgrad = dev.gemm(3 * h / t, h, M, 1, e), fc1_wgrad = dev.gemm(f / t, h, M, 1, e);
+  const double qkv_wgrad = dev.gemm(q / t, h, M, 1, e), fc1_wgrad = dev.gemm(f / t, h, M, 1, e);
   r.bwd_weight += qkv_wgrad + dev.gemm(h, h / t, M, 1, e) + fc1_wgrad + dev.gemm(h, f / t, M, 1, e);
 
   // Attention core.
@@ -88,7 +89,8 @@ LayerTimes layer_times(const ModelShape& m, const Layout& l, const Device& dev, 
     }
   } else {
     // One fused kernel: 4 b s^2 h / t FLOPs forward; backward recomputes the scores and runs four
-    // more matmuls (2.5x the forward FLOPs). Bytes: Q, K, V, O (and their gradients).
+    // more matmuls (2.5x the forward FLOPs). Bytes: Q, K, V, O (and their gradients); K and V are
+    // kv_heads / heads of Q's size with grouped-query attention.
     // With causal_skip the kernel visits only the score tiles on or below the diagonal: (n + 1) / (2n)
     // of them for n = s / 128 query (and key) blocks (FlashAttention-2's causal path); the FLOPs
     // counted for MFU stay the full square.
@@ -96,8 +98,8 @@ LayerTimes layer_times(const ModelShape& m, const Layout& l, const Device& dev, 
     const double visited = l.causal_skip ? (n_blocks + 1) / (2 * n_blocks) : 1;
     const double flops = 4 * b * s * s * h / t * visited;
     const GemmShape tile{s, s, dh, b * at};  // the score tiles, K = head dim
-    attn_fwd = dev.attention(flops, 4 * e * M * h / t, tile);
-    attn_bwd = dev.attention(2.5 * flops, 8 * e * M * h / t, tile);
+    attn_fwd = dev.attention(flops, e * M * (q + h) / t, tile);
+    attn_bwd = dev.attention(2.5 * flops, 2 * e * M * (q + h) / t, tile);
   }
   r.fwd += attn_fwd;
   r.bwd_input += attn_bwd;
@@ -112,13 +114,16 @@ LayerTimes layer_times(const ModelShape& m, const Layout& l, const Device& dev, 
     // The triax runtime: the layer's input copied into its slot, the QKV and fc1 outputs pre-filled
     // with their biases (the GEMM adds onto them), the projection and fc2 biases added apart from
     // the residual; backward, the QKV and fc1 bias-gradient column sums and the zeroed dK, dV.
-    const double col = e * M * (3 * h + f) / t;
+    const double col = e * M * (q + f) / t;
     r.fwd += dev.copy(2 * e * rows * h) + dev.copy(col) + 2 * dev.copy(2 * e * rows * h);
-    r.bwd_input += dev.copy(col) + dev.copy(2 * e * M * h / t);
+    r.bwd_input += dev.copy(col) + dev.copy(e * M * (q - h) / t);
   }
 
   if (l.recompute == Recompute::full) r.recompute = r.fwd;
-  if (l.recompute == Recompute::selective && l.attention == AttentionKernel::unfused) r.recompute = attn_fwd;
+  // Selective: the attention core's forward again (Korthikanti et al. 2022 §5). Megatron-Core's
+  // selective granularity checkpoints the core-attention module whatever its kernel, so a fused
+  // kernel's forward is redone too (it saves no memory there: the fused kernel stores no scores).
+  if (l.recompute == Recompute::selective) r.recompute = attn_fwd;
 
   // Tensor-parallel collectives of the layer, on the critical path (not overlapped).
   if (l.tp > 1) {
@@ -175,8 +180,7 @@ IterationFlops iteration_flops(const ModelShape& m, const Layout& l) {
   f.model = 3 * B * (m.layers * layer + head);
   double extra = 0;
   if (l.recompute == Recompute::full) extra = layer;
-  if (l.recompute == Recompute::selective && l.attention == AttentionKernel::unfused)
-    extra = attention_core_flops_per_sequence(m);
+  if (l.recompute == Recompute::selective) extra = attention_core_flops_per_sequence(m);
   f.executed = f.model + B * m.layers * extra;
   return f;
 }
@@ -190,8 +194,9 @@ double layer_activation_bytes(const ModelShape& m, const Layout& l) {
   // Korthikanti et al. 2022 §4: LayerNorm inputs (2), QKV and fc1 inputs (2), two dropout masks are
   // replicated across tp ranks without SP: (4e + 2*mask) s b h.
   double bytes = (4 * e + 2 * mask) * M * h * rep;
-  // Sharded by tp: Q, K, V, the projection input (4e s b h), the GeLU input and fc2 input (2e s b f).
-  bytes += (4 * e * M * h + 2 * e * M * f) / t;
+  // Sharded by tp: Q, K, V and the projection input (4e s b h; e s b (q + h) with grouped-query
+  // attention), the GeLU input and fc2 input (2e s b f).
+  bytes += (e * M * (m.qkv_width() + h) + 2 * e * M * f) / t;
   // Attention scores: softmax output, dropout mask and dropout output, (2e + 1) a s^2 b / t.
   const bool store_scores = l.attention == AttentionKernel::unfused && l.recompute == Recompute::none;
   if (store_scores) bytes += (l.dropout ? 2 * e + 1 : e) * b * a * s * s / t;
@@ -223,10 +228,11 @@ Estimate estimate(const ModelShape& m, const CollectiveModel& net, const Layout&
   const double rows = l.sequence_parallel ? M / t : M;
   double emb_fwd = dev.stream(3 * e * M * h), emb_bwd = dev.stream(3 * e * M * h), emb_tp = 0;
   const double head_gemm = dev.gemm(M, V / t, h, 1, e);
-  double head_fwd = dev.stream(2 * e * rows * h) + head_gemm + dev.stream((e + 16) * M * V / t);
+  const double ce_fwd = l.fused_cross_entropy ? e + 16 : e + 36, ce_bwd = l.fused_cross_entropy ? e + 8 : e + 12;
+  double head_fwd = dev.stream(2 * e * rows * h) + head_gemm + dev.stream(ce_fwd * M * V / t);
   // Head backward: the logit gradient times the table (inner V / t), and the table's gradient
   // (V / t x h, inner M).
-  double head_bwd_input = dev.stream(4 * e * rows * h) + dev.gemm(M, h, V / t, 1, e) + dev.stream((e + 8) * M * V / t);
+  double head_bwd_input = dev.stream(4 * e * rows * h) + dev.gemm(M, h, V / t, 1, e) + dev.stream(ce_bwd * M * V / t);
   double head_bwd_weight = dev.gemm(V / t, h, M, 1, e);
   double head_tp = 0;
   // The triax runtime's copies outside the layers: the embedding writes the looked-up rows and adds
@@ -359,7 +365,8 @@ Estimate estimate(const ModelShape& m, const CollectiveModel& net, const Layout&
 
   // Parameters held by each pipeline rank.
   const double hf = m.ffn_hidden();
-  const double layer_params = (4 * h * h + 2 * h * hf + 3 * h + hf) / t + 6 * h;  // LN + 2 row biases replicated
+  const double qw = m.qkv_width();
+  const double layer_params = (h * qw + h * h + 2 * h * hf + qw + hf) / t + 6 * h;  // LN + 2 row biases replicated
   std::vector<double> params(p, chunk_layers * v * layer_params);
   params[0] += V * h / t + (m.learned_positions ? m.seq * h : 0);
   if (p > 1 || !m.tied_embeddings) params[p - 1] += V * h / t;  // head (a tied copy on the last rank)

@@ -69,6 +69,9 @@ std::optional<std::string> layout_problem(const ModelShape& m, const Cluster& c,
     return fmt::format("tp*pp*dp = {} GPUs exceeds the cluster's {} ({} nodes x {})", gpus,
                        c.total_devices(), c.nodes, c.gpus_per_node);
   if (m.heads % l.tp != 0) return fmt::format("tp {} does not divide heads {}", l.tp, m.heads);
+  if (m.kv_head_count() % l.tp != 0)
+    return fmt::format("tp {} does not divide kv_heads {} (each rank holds whole key/value groups)", l.tp,
+                       m.kv_head_count());
   if (m.ffn_hidden() % l.tp != 0)
     return fmt::format("tp {} does not divide ffn {}", l.tp, m.ffn_hidden());
   const int G = c.gpus_per_node;

@@ -18,6 +18,8 @@ void validate(const ModelShape& m) {
   positive("seq", m.seq);
   positive("global_batch", m.global_batch);
   if (m.ffn < 0) TRIAX_THROW(ConfigError, "model '{}': ffn must be >= 0 (0 = 4*hidden), got {}", m.name, m.ffn);
+  if (m.kv_heads < 0 || (m.kv_heads > 0 && m.heads % m.kv_heads != 0))
+    TRIAX_THROW(ConfigError, "model '{}': kv_heads {} must divide heads {} (0 = heads)", m.name, m.kv_heads, m.heads);
   if (m.hidden % m.heads != 0)
     TRIAX_THROW(ConfigError, "model '{}': hidden {} is not a multiple of heads {}", m.name, m.hidden, m.heads);
 }
@@ -71,9 +73,9 @@ ModelShape model_preset(std::string_view name) {
 }
 
 double layer_parameters(const ModelShape& m) {
-  const double h = m.hidden, f = m.ffn_hidden();
-  // QKV (3h^2 + 3h), projection (h^2 + h), MLP (2hf + f + h), two LayerNorms (4h).
-  return 4 * h * h + 2 * h * f + 9 * h + f;
+  const double h = m.hidden, f = m.ffn_hidden(), q = m.qkv_width();
+  // QKV (h q + q; 3h^2 + 3h without GQA), projection (h^2 + h), MLP (2hf + f + h), two LayerNorms (4h).
+  return h * q + q + h * h + 2 * h * f + 6 * h + f;
 }
 
 double embedding_parameters(const ModelShape& m) {
@@ -89,8 +91,8 @@ double total_parameters(const ModelShape& m) {
 }
 
 double layer_forward_flops_per_sequence(const ModelShape& m) {
-  const double h = m.hidden, f = m.ffn_hidden(), s = m.seq;
-  return s * (8 * h * h + 4 * h * f) + attention_core_flops_per_sequence(m);
+  const double h = m.hidden, f = m.ffn_hidden(), s = m.seq, q = m.qkv_width();
+  return s * (2 * h * q + 2 * h * h + 4 * h * f) + attention_core_flops_per_sequence(m);
 }
 
 double attention_core_flops_per_sequence(const ModelShape& m) {

@@ -23,7 +23,7 @@ namespace {
 const std::vector<std::string> kColumns = {
     "id",  "source", "where", "cluster", "software",     "layers",      "hidden",    "heads",
     "vocab", "seq",  "tp",    "pp",      "dp",           "global_batch", "micro_batch", "vpp",
-    "recompute", "sequence_parallel", "metric", "value", "tied_embeddings"};
+    "recompute", "sequence_parallel", "metric", "value", "tied_embeddings", "kv_heads", "options"};
 
 }  // namespace
 
@@ -85,6 +85,22 @@ std::vector<PublishedRun> load_published_runs(const std::filesystem::path& csv) 
     const int tied = integer("tied_embeddings", 0);
     if (tied > 1) TRIAX_THROW(IoError, "{}:{}: column tied_embeddings must be 0 or 1, got {}", file, lineno, tied);
     r.model.tied_embeddings = tied == 1;
+    r.model.kv_heads = integer("kv_heads", 0);
+    if (r.model.kv_heads > 0 && r.model.heads % r.model.kv_heads != 0)
+      TRIAX_THROW(IoError, "{}:{}: column kv_heads {} must divide heads {} (0 = heads)", file, lineno,
+                  r.model.kv_heads, r.model.heads);
+    std::stringstream options(col("options"));
+    for (std::string opt; std::getline(options, opt, ';');) {
+      if (opt == "no-dropout") r.no_dropout = true;
+      else if (opt == "no-tp-comm-overlap") r.no_tp_comm_overlap = true;
+      else if (opt == "no-pp-overlap") r.no_pp_overlap = true;
+      else if (opt == "fused-cross-entropy") r.fused_cross_entropy = true;
+      else
+        TRIAX_THROW(IoError,
+                    "{}:{}: column options: unknown option '{}' (known: no-dropout, no-tp-comm-overlap, "
+                    "no-pp-overlap, fused-cross-entropy; ';'-separated)",
+                    file, lineno, opt);
+    }
     const std::string& metric = col("metric");
     if (metric == "tflops_eq3") r.metric = RunMetric::tflops_eq3;
     else if (metric == "seconds") r.metric = RunMetric::seconds;
@@ -125,6 +141,7 @@ Layout software_layout(std::string_view software) {
     l.tp_comm_overlap = true;
     l.pp_overlap = true;
     l.pp_scatter_gather = false;
+    l.fused_cross_entropy = false;  // --cross-entropy-loss-fusion came after r0.8
     return l;
   }
   if (software == "triax") return Layout{};
@@ -144,6 +161,10 @@ RunPrediction predict_run(const PublishedRun& r, const CollectiveModel& net) {
   Layout base = software_layout(r.software);
   base.recompute = r.recompute;
   base.sequence_parallel = r.sequence_parallel;
+  if (r.no_dropout) base.dropout = false;
+  if (r.no_tp_comm_overlap) base.tp_comm_overlap = false;
+  if (r.no_pp_overlap) base.pp_overlap = false;
+  if (r.fused_cross_entropy) base.fused_cross_entropy = true;
   RunPrediction p;
   p.run = r;
   p.measured_seconds = measured_seconds(r);

@@ -17,7 +17,8 @@ nlohmann::json to_json(const Estimate& e) {
   const auto& l = e.layout;
   nlohmann::json j;
   j["model"] = {{"name", e.model.name},       {"layers", e.model.layers}, {"hidden", e.model.hidden},
-                {"heads", e.model.heads},     {"ffn", e.model.ffn_hidden()}, {"vocab", e.model.vocab},
+                {"heads", e.model.heads},     {"kv_heads", e.model.kv_head_count()},
+                {"ffn", e.model.ffn_hidden()}, {"vocab", e.model.vocab},
                 {"seq", e.model.seq},         {"global_batch", e.model.global_batch},
                 {"parameters", total_parameters(e.model)}};
   j["cluster"] = e.cluster;
@@ -76,8 +77,11 @@ std::string format_estimate(const Estimate& e) {
   const auto& mem = e.memory;
   const double T = e.seconds_per_iteration;
   std::string out;
-  out += fmt::format("model   {}: {} layers, hidden {}, {} heads, ffn {}, vocab {}, seq {}, batch {} ({:.2f}B params)\n",
-                     e.model.name, e.model.layers, e.model.hidden, e.model.heads, e.model.ffn_hidden(),
+  const std::string kv = e.model.kv_head_count() != e.model.heads
+                             ? fmt::format(" ({} key/value)", e.model.kv_head_count())
+                             : std::string();
+  out += fmt::format("model   {}: {} layers, hidden {}, {} heads{}, ffn {}, vocab {}, seq {}, batch {} ({:.2f}B params)\n",
+                     e.model.name, e.model.layers, e.model.hidden, e.model.heads, kv, e.model.ffn_hidden(),
                      e.model.vocab, e.model.seq, e.model.global_batch, total_parameters(e.model) / 1e9);
   out += fmt::format("layout  {} on {} GPUs of {}; {} micro-batches per iteration\n", describe(e.layout),
                      e.layout.gpus(), e.cluster, e.micro_batches);

@@ -75,6 +75,7 @@ Layout sc21_software() {
   l.pp_scatter_gather = true;
   l.sequence_parallel = false;
   l.zero1 = false;
+  l.fused_cross_entropy = false;  // vocab_parallel_cross_entropy: fp32 passes over the logits
   return l;
 }
 

@@ -135,6 +135,25 @@ TEST_CASE("the runtime's copies are their bytes at the copy rate") {
   }
 }
 
+TEST_CASE("an unfused vocabulary-parallel cross-entropy streams 24 more bytes per logit") {
+  Cluster c = round_cluster();
+  c.memory_gbps = 1e9;  // 1 GB/s at the cluster's streaming efficiency: the loss dominates
+  const ModelShape m = small_model();
+  Layout fused;
+  fused.precision = Precision::bf16;
+  fused.tp = 4;
+  fused.micro_batch = 4;
+  Layout unfused = fused;
+  unfused.fused_cross_entropy = false;
+  const CollectiveModel net(c);
+  const Estimate a = estimate(m, net, fused), b = estimate(m, net, unfused);
+  // Forward (e + 36) against (e + 16), backward (e + 12) against (e + 8): 24 bytes per logit of the
+  // rank's M x V / t shard, per micro-batch, at the streaming rate.
+  const double logits = 4.0 * m.seq * m.vocab / 4;
+  const double rate = c.memory_gbps * 1e9 * c.memory_efficiency;
+  CHECK(b.time.compute - a.time.compute == Approx(a.micro_batches * 24 * logits / rate).epsilon(1e-6));
+}
+
 TEST_CASE("ranks beyond the cores time-slice: the node's busy time over its cores bounds the step") {
   Cluster c = round_cluster();
   c.nodes = 1;

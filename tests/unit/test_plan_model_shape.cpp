@@ -3,7 +3,10 @@
 #include <catch2/catch.hpp>
 
 #include "triax/core/error.h"
+#include "triax/plan/cluster.h"
+#include "triax/plan/collective_model.h"
 #include "triax/plan/cost_model.h"
+#include "triax/plan/layout.h"
 #include "triax/plan/model_shape.h"
 
 using namespace triax::plan;
@@ -61,13 +64,55 @@ TEST_CASE("FLOPs of a hand-expanded model with ffn != 4h") {
   CHECK(iteration_flops(m, l).executed == 88704 + 3 * 2 * 4608);
   l.recompute = Recompute::selective;
   CHECK(iteration_flops(m, l).executed == 88704 + 3 * 2 * 512);
-  l.attention = AttentionKernel::fused;  // a fused kernel stores no scores: nothing to recompute
-  CHECK(iteration_flops(m, l).executed == 88704);
+  // Megatron-Core's selective granularity checkpoints the core attention whatever its kernel, so a
+  // fused kernel's forward is redone too.
+  l.attention = AttentionKernel::fused;
+  CHECK(iteration_flops(m, l).executed == 88704 + 3 * 2 * 512);
   // Parameters: layer 4h^2 + 2hf + 9h + f = 256 + 256 + 72 + 16 = 600; embeddings Vh + sh + 2h.
   CHECK(layer_parameters(m) == 600);
   CHECK(embedding_parameters(m) == 80 + 32 + 16);
   m.tied_embeddings = false;
   CHECK(embedding_parameters(m) == 80 + 32 + 16 + 80);
+}
+
+TEST_CASE("grouped-query attention: a narrower QKV projection in parameters, FLOPs and the QKV GEMM") {
+  ModelShape m;
+  m.layers = 2;
+  m.hidden = 8;
+  m.heads = 4;
+  m.ffn = 16;
+  m.vocab = 10;
+  m.seq = 4;
+  m.global_batch = 3;
+  CHECK(m.qkv_width() == 24);  // 3h without GQA
+  m.kv_heads = 2;              // head dim 2: QKV width 8 + 2 x 2 x 2 = 16
+  CHECK(m.kv_head_count() == 2);
+  CHECK(m.qkv_width() == 16);
+  // Per token per layer: 2 h q + 2 h^2 + 4 h f + 4 s h = 256 + 128 + 512 + 128 = 1024; x4 tokens.
+  CHECK(layer_forward_flops_per_sequence(m) == 4096);
+  // QKV h q + q = 144, projection h^2 + h = 72, MLP 2hf + f + h = 280, LayerNorms 4h = 32.
+  CHECK(layer_parameters(m) == 528);
+  m.kv_heads = 3;
+  CHECK_THROWS_WITH(validate(m), Catch::Contains("kv_heads 3 must divide heads 4"));
+
+  // The cost model prices the narrower QKV GEMM: with nothing memory bound the forward compute time
+  // is the executed FLOPs over the GEMM rate, so it shrinks by exactly the FLOPs GQA removes.
+  ModelShape big = model_preset("megatron-7.5b");
+  Layout l;
+  l.tp = 4;
+  l.micro_batch = 1;
+  l.dp = 1;
+  l.attention = AttentionKernel::unfused;
+  const CollectiveModel net(cluster_preset("selene-a100"));
+  const double mha = estimate(big, net, l).time.compute;
+  big.kv_heads = 8;
+  const double gqa = estimate(big, net, l).time.compute;
+  CHECK(gqa < mha);
+  CHECK(big.qkv_width() == 4096 + 2 * 8 * 128);
+  // tp must divide the key/value groups (a rank holds whole groups).
+  big.kv_heads = 2;
+  CHECK(layout_problem(big, cluster_preset("selene-a100"), l, LayoutRules{}).value_or("") ==
+        "tp 4 does not divide kv_heads 2 (each rank holds whole key/value groups)");
 }
 
 TEST_CASE("model validation names the bad field") {

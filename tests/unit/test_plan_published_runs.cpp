@@ -16,8 +16,9 @@ using triax::plan::test::ScratchDir;
 namespace {
 const std::string kHeader =
     "id,source,where,cluster,software,layers,hidden,heads,vocab,seq,tp,pp,dp,global_batch,micro_batch,vpp,"
-    "recompute,sequence_parallel,metric,value,tied_embeddings\n";
-const std::string kRow = "a,src,Table 1 row 1,selene-a100,megatron-sc21,24,2304,24,51200,2048,1,1,32,512,0,0,full,0,tflops_eq3,137,1\n";
+    "recompute,sequence_parallel,metric,value,tied_embeddings,kv_heads,options\n";
+const std::string kRow =
+    "a,src,Table 1 row 1,selene-a100,megatron-sc21,24,2304,24,51200,2048,1,1,32,512,0,0,full,0,tflops_eq3,137,1,0,\n";
 }  // namespace
 
 TEST_CASE("published runs: every row loads with a source and lies on a real cluster") {
@@ -70,37 +71,54 @@ TEST_CASE("published runs: leave-one-out and held-out-by-source errors within 5%
   CHECK(any_differs);
 }
 
-TEST_CASE("published runs: the H100 rows (one source) are held out by fitting on the A100 rows") {
+TEST_CASE("published runs: the H100 rows of four sources, held out one row and one source at a time") {
   const auto h100 = rows_on("dgx-h100", true), a100 = rows_on("dgx-h100", false);
-  REQUIRE(h100.size() == 9);
+  REQUIRE(h100.size() == 27);
+  std::set<std::string> sources;
+  int gqa = 0;
   for (const auto& r : h100) {
-    INFO(r.id);
-    CHECK(r.metric == RunMetric::tflops_model);
-    CHECK(!r.model.tied_embeddings);
+    sources.insert(r.source);
+    gqa += r.model.kv_heads > 0;
   }
+  CHECK(sources.size() == 4);
+  CHECK(gqa == 13);  // the Nemotron-4 rows: 8 key/value groups
   // Megatron-LM's model FLOPs of the 1.7B row (72 B s l h^2 + 12 B s^2 l h + 6 B s h V) at 408.8
   // TFLOP/s on 48 GPUs: 0.452 s.
+  const auto& first = h100.front();
+  REQUIRE(first.id == "mcore24-1.7b");
+  CHECK(first.metric == RunMetric::tflops_model);
+  CHECK(!first.model.tied_embeddings);
   const double B = 192, s = 4096, l = 24, h = 2048, V = 131072;
   const double flops = 72 * B * s * l * h * h + 12 * B * s * s * l * h + 6 * B * s * h * V;
-  CHECK(measured_seconds(h100.front()) == Approx(flops / (48 * 408.8e12)).epsilon(1e-9));
-  // Without other rows a single source cannot be held out.
-  CHECK_THROWS_WITH(validate_runs(cluster_preset("dgx-h100"), h100), Catch::Contains("every row is from source"));
+  CHECK(measured_seconds(first) == Approx(flops / (48 * 408.8e12)).epsilon(1e-9));
+  // The options column reaches the priced layout: Nemotron-4 has no dropout and a fused loss.
+  for (const auto& r : h100) {
+    if (r.source != "dgxc-nemotron4-15b") continue;
+    CHECK(r.no_dropout);
+    CHECK(r.fused_cross_entropy);
+    CHECK(!predict_run(r, CollectiveModel(cluster_preset("dgx-h100"))).estimate.layout.dropout);
+  }
+
   const ValidationReport rep = validate_runs(cluster_preset("dgx-h100"), h100, a100);
   INFO(format_validation(rep));
-  CHECK(rep.transferred_from_elsewhere);
-  // Held out by source = the A100 rows' fit carried over; leave-one-out fits on the other H100 rows.
-  const FitParameters a100_fit = fit_parameters(cluster_preset("selene-a100"), a100);
-  for (const auto& v : rep.rows) {
-    CHECK(v.held_out_source_fit.gemm_efficiency == a100_fit.gemm_efficiency);
-    CHECK(v.held_out_source_fit.gemm_k_overhead == a100_fit.gemm_k_overhead);
-  }
+  CHECK(!rep.transferred_from_elsewhere);  // every source is held out by fitting on the other three
+  // Held out by source really fitted without the source: for some source the fit differs from the
+  // fit on every row (the grid can land on the same point without a source that agrees with the rest).
+  bool any_differs = false;
+  for (const auto& v : rep.rows)
+    any_differs |= v.held_out_source_fit.gemm_efficiency != rep.fit.gemm_efficiency ||
+                   v.held_out_source_fit.gemm_k_overhead != rep.fit.gemm_k_overhead;
+  CHECK(any_differs);
   const Cluster preset = cluster_preset("dgx-h100");
   CHECK(preset.gemm_efficiency == Approx(rep.fit.gemm_efficiency).margin(0.02));
   CHECK(preset.gemm_k_overhead == Approx(rep.fit.gemm_k_overhead).margin(30));
-  // Regression guard only (docs/PLANNER.md: the H100 rows are NOT within the 5% / 10% target yet):
-  // leave-one-out as measured when the rows were added, 6.0% mean / 11.1% worst.
-  CHECK(rep.leave_one_out.mean <= 0.065);
-  CHECK(rep.leave_one_out.worst <= 0.12);
+  // docs/PLANNER.md: the H100 rows are NOT within the 3.5% / 8% goal. Limits as measured when the
+  // DGX Cloud rows were added (leave-one-out 4.66% / 12.06%, held out by source 6.93% / 17.97%),
+  // with a little room: a change that makes the rows worse fails here.
+  CHECK(rep.leave_one_out.mean <= 0.05);
+  CHECK(rep.leave_one_out.worst <= 0.125);
+  CHECK(rep.held_out_source.mean <= 0.075);
+  CHECK(rep.held_out_source.worst <= 0.19);
 }
 
 TEST_CASE("published runs: malformed tables name the file, line and problem") {
@@ -110,20 +128,24 @@ TEST_CASE("published runs: malformed tables name the file, line and problem") {
   };
   const Case cases[] = {
       {"a,b\n" + kRow, "t.csv:1: header must be"},
-      {kHeader + "a,src,w,selene-a100,megatron-sc21,24,2304\n", "t.csv:2: expected 21 columns, got 7"},
+      {kHeader + "a,src,w,selene-a100,megatron-sc21,24,2304\n", "t.csv:2: expected 23 columns, got 7"},
       {kHeader + kRow + kRow, "t.csv:3: id 'a' appears twice"},
-      {kHeader + "a,src,w,selene-a100,pytorch,24,2304,24,51200,2048,1,1,32,512,0,0,full,0,tflops_eq3,137,1\n",
+      {kHeader + "a,src,w,selene-a100,pytorch,24,2304,24,51200,2048,1,1,32,512,0,0,full,0,tflops_eq3,137,1,0,\n",
        "t.csv:2: unknown software 'pytorch'"},
-      {kHeader + "a,src,w,selene-a100,megatron-sc21,24,2304,24,51200,2048,1,1,32,512,0,0,half,0,tflops_eq3,137,1\n",
+      {kHeader + "a,src,w,selene-a100,megatron-sc21,24,2304,24,51200,2048,1,1,32,512,0,0,half,0,tflops_eq3,137,1,0,\n",
        "t.csv:2:"},
-      {kHeader + "a,src,w,selene-a100,megatron-sc21,24,2304,24,51200,2048,0,1,32,512,0,0,full,0,tflops_eq3,137,1\n",
+      {kHeader + "a,src,w,selene-a100,megatron-sc21,24,2304,24,51200,2048,0,1,32,512,0,0,full,0,tflops_eq3,137,1,0,\n",
        "t.csv:2: column tp is 0, must be >= 1"},
-      {kHeader + "a,src,w,selene-a100,megatron-sc21,24,2304,24,51200,2048,1,1,32,512,0,0,full,0,mfu,0.5,1\n",
+      {kHeader + "a,src,w,selene-a100,megatron-sc21,24,2304,24,51200,2048,1,1,32,512,0,0,full,0,mfu,0.5,1,0,\n",
        "column metric 'mfu' must be tflops_eq3, tflops_model or seconds"},
-      {kHeader + "a,src,w,selene-a100,megatron-sc21,24,2304,24,51200,2048,1,1,32,512,0,0,full,0,seconds,fast,1\n",
+      {kHeader + "a,src,w,selene-a100,megatron-sc21,24,2304,24,51200,2048,1,1,32,512,0,0,full,0,seconds,fast,1,0,\n",
        "column value 'fast' is not a number"},
-      {kHeader + "a,src,w,selene-a100,megatron-sc21,24,2304,24,51200,2048,1,1,3,512,0,0,full,0,seconds,1,1\n",
+      {kHeader + "a,src,w,selene-a100,megatron-sc21,24,2304,24,51200,2048,1,1,3,512,0,0,full,0,seconds,1,1,0,\n",
        "dp 3 does not divide global_batch 512"},
+      {kHeader + "a,src,w,selene-a100,megatron-sc21,24,2304,24,51200,2048,1,1,32,512,0,0,full,0,seconds,1,1,5,\n",
+       "column kv_heads 5 must divide heads 24"},
+      {kHeader + "a,src,w,selene-a100,megatron-sc21,24,2304,24,51200,2048,1,1,32,512,0,0,full,0,seconds,1,1,0,fp8\n",
+       "column options: unknown option 'fp8'"},
       {kHeader, "t.csv: no data rows"},
   };
   for (const auto& k : cases) {

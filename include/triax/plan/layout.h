@@ -63,6 +63,11 @@ struct Layout {
   // A fused causal kernel that skips the score tiles above the diagonal (FlashAttention-2, cuDNN /
   // Transformer Engine fused attention) does about half the counted work at long sequences.
   bool causal_skip = false;
+  // The loss over the vocabulary-parallel logits in one fused kernel ((e + 16) bytes per logit
+  // forward, (e + 8) backward), or as Megatron's vocab_parallel_cross_entropy runs it without
+  // --cross-entropy-loss-fusion: the logits cast to fp32, max, subtract, exp, sum and divide passes
+  // ((e + 36) forward) and the gradient scaled in place and cast back ((e + 12) backward).
+  bool fused_cross_entropy = true;
   // The triax runtime's own data movement beyond the fused kernels above, priced from its bytes at
   // Cluster::copy_gbps: each layer's input copied into its micro-batch slot, bias fills of the
   // column-parallel GEMMs and bias adds apart from the residual, bias-gradient column sums, the

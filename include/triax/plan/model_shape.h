@@ -12,6 +12,7 @@ struct ModelShape {
   int layers = 0;
   int hidden = 0;
   int heads = 0;
+  int kv_heads = 0;  // key/value heads (grouped-query attention, Ainslie et al. 2023); 0 means heads
   int ffn = 0;  // MLP inner width; 0 means 4 * hidden
   int vocab = 0;
   int seq = 0;
@@ -21,6 +22,10 @@ struct ModelShape {
 
   int ffn_hidden() const { return ffn > 0 ? ffn : 4 * hidden; }
   int head_dim() const { return heads > 0 ? hidden / heads : 0; }
+  int kv_head_count() const { return kv_heads > 0 ? kv_heads : heads; }
+  // Output width of the fused QKV projection: h queries + 2 x kv_heads x head_dim keys and values
+  // (3h without grouped-query attention).
+  double qkv_width() const { return hidden + 2.0 * kv_head_count() * head_dim(); }
 };
 
 // Throws ConfigError naming the field and the value when the shape is unusable.
@@ -31,15 +36,16 @@ const std::vector<ModelShape>& model_presets();
 // Throws ConfigError listing the known names when `name` is none of them.
 ModelShape model_preset(std::string_view name);
 
-// Parameters of one Transformer layer: QKV, projection, two MLP matrices, their biases, 2 LayerNorms.
+// Parameters of one Transformer layer: QKV (h x qkv_width), projection, two MLP matrices, their
+// biases, 2 LayerNorms.
 double layer_parameters(const ModelShape& m);
 // Input embedding (+ position table), final LayerNorm, and the LM head when it is not tied.
 double embedding_parameters(const ModelShape& m);
 double total_parameters(const ModelShape& m);
 
 // Forward-pass matmul FLOPs of one layer for one sequence: 2 FLOPs per multiply-add,
-// 8h^2 + 4hf + 4sh per token (QKV, projection, MLP, QK^T and AV over the full s x s square,
-// as Megatron counts them).
+// 2h q + 2h^2 + 4hf + 4sh per token, q = qkv_width() (8h^2 + 4hf + 4sh without GQA: QKV,
+// projection, MLP, QK^T and AV over the full s x s square, as Megatron counts them).
 double layer_forward_flops_per_sequence(const ModelShape& m);
 // Forward FLOPs of the LM head for one sequence: 2 s h V.
 double head_forward_flops_per_sequence(const ModelShape& m);

@@ -24,6 +24,9 @@ struct PublishedRun {
   int vpp = 0;          // 0: not published, 1f1b and interleaved searched
   Recompute recompute = Recompute::full;
   bool sequence_parallel = false;
+  // The `options` column: settings of this run that differ from its software's defaults
+  // ("no-dropout", "no-tp-comm-overlap", "no-pp-overlap", "fused-cross-entropy"; ';'-separated).
+  bool no_dropout = false, no_tp_comm_overlap = false, no_pp_overlap = false, fused_cross_entropy = false;
   RunMetric metric = RunMetric::seconds;
   double value = 0;
   int line = 0;  // in the file, for messages

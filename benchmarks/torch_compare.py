@@ -39,7 +39,6 @@ import os
 import shutil
 import socket
 import statistics
-import struct
 import subprocess
 import sys
 import tempfile
@@ -89,28 +88,14 @@ def load_average():
 
 
 # ---------------------------------------------------------------- the PyTorch worker
-def read_safetensors(path):
-    import numpy as np
-    with open(path, "rb") as f:
-        n = struct.unpack("<Q", f.read(8))[0]
-        header = json.loads(f.read(n))
-        data = f.read()
-    meta = header.pop("__metadata__", {})
-    out = {}
-    for name, e in header.items():
-        if e["dtype"] != "F32":
-            raise SystemExit(f"torch_compare: {path}: {name} has dtype {e['dtype']}, expected F32")
-        b, end = e["data_offsets"]
-        out[name] = np.frombuffer(data[b:end], dtype="<f4").reshape(e["shape"]).copy()
-    return out, meta
-
-
 def torch_worker(args):
     import torch
     import torch.nn.functional as F
     torch.set_num_threads(args.threads)
     L, H, C, V, T, B, _ = args.shape_tuple
-    weights, meta = read_safetensors(args.init)
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "scripts"))
+    from safetensors_f32 import read_f32
+    weights, meta = read_f32(args.init)
     decay = set(meta.get("decay", "").split(","))
     params = {k: torch.nn.Parameter(torch.from_numpy(v)) for k, v in weights.items()}
     hs = C // H
@@ -323,7 +308,7 @@ def write_data(tmp, shape, seed, data_steps):
     return data, shard
 
 
-def triax_argv(args, shape, threads, seed):
+def triax_argv(shape, threads, seed):
     L, H, C, V, T, B, max_seq = SHAPES[shape]
     return [str(x) for x in ["--layers", L, "--heads", H, "--channels", C, "--vocab", V, "--seq", T, "--batch", B,
                              "--max-seq", max_seq, "--threads", threads, "--seed", seed, "--lr", LR, "--clip", CLIP,
@@ -332,7 +317,7 @@ def triax_argv(args, shape, threads, seed):
 
 def start_triax(args, shape, threads, env, seed, data, shard, layout=None):
     """The one-process worker, or (layout dp2 / pp2) the worker under mpirun -np 2."""
-    argv = triax_argv(args, shape, threads, seed)
+    argv = triax_argv(shape, threads, seed)
     if layout is None:
         return Worker("triax", [args.triax] + argv + ["--data", data], env)
     # No binding: the PyTorch processes are not bound either, and the machine is shared.

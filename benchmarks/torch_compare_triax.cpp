@@ -353,20 +353,15 @@ class TrainerEngine final : public Engine {
     // Rank 0 reads stdin (mpirun forwards it there only) and broadcasts the line; the others
     // poll for it with sleeps, not in MPI's busy wait: between rounds they must leave the cores
     // to the PyTorch side.
-    std::array<char, 4096> buf{};
+    std::array<uint8_t, 4096> buf{};
     if (world_->rank() == 0) {
       const std::string line = Engine::next_command();
       if (line.size() >= buf.size()) TRIAX_THROW(ConfigError, "command of {} bytes (at most {})", line.size(), buf.size() - 1);
       std::copy(line.begin(), line.end(), buf.begin());
     }
-    MPI_Request req;
-    MPI_Ibcast(buf.data(), static_cast<int>(buf.size()), MPI_CHAR, 0, MPI_COMM_WORLD, &req);
-    for (int done = 0;;) {
-      MPI_Test(&req, &done, MPI_STATUS_IGNORE);
-      if (done) break;
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    }
-    return std::string(buf.data());
+    Work w = world_->broadcast(std::span<uint8_t>(buf), 0);
+    while (!w.test()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    return std::string(reinterpret_cast<const char*>(buf.data()));
   }
   bool answers() const override { return world_->rank() == 0; }
 

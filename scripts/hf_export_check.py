@@ -9,31 +9,16 @@ scripts/hf_check.py's plain-torch GPT-2 (without it): exit 1 above 1e-5 relative
   /usr/bin/python3 scripts/hf_export_check.py GPT_EVAL FILE.safetensors [--mpirun mpirun] [--np 2]
 """
 import argparse
-import json
 import os
 import shutil
-import struct
 import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import hf_check as ref  # exits 77 without torch; its GPT-2 reference and gpt_eval runner are reused
+from safetensors_f32 import read_f32
 
 import torch
-
-
-def read_safetensors(path):
-    with open(path, "rb") as f:
-        n = struct.unpack("<Q", f.read(8))[0]
-        header = json.loads(f.read(n))
-        data = f.read()
-    meta = header.pop("__metadata__", {})
-    sd = {}
-    for name, e in header.items():
-        assert e["dtype"] == "F32", (name, e["dtype"])
-        b, end = e["data_offsets"]
-        sd[name] = torch.frombuffer(bytearray(data[b:end]), dtype=torch.float32).reshape(e["shape"])
-    return sd, meta
 
 
 def main():
@@ -43,7 +28,8 @@ def main():
     ap.add_argument("--mpirun", default="mpirun")
     ap.add_argument("--np", type=int, default=2)
     args = ap.parse_args()
-    sd, meta = read_safetensors(args.weights)
+    arrays, meta = read_f32(args.weights)
+    sd = {k: torch.from_numpy(v) for k, v in arrays.items()}
     # hf_check's reference reads the shape from its module constants.
     ref.L, ref.C, ref.NH = int(meta["n_layer"]), int(meta["n_embd"]), int(meta["n_head"])
     ref.V, ref.NPOS = int(meta["vocab_size"]), int(meta["n_positions"])

@@ -179,13 +179,13 @@ int main(int argc, char** argv) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
     if (launcher_rank0()) std::fprintf(stderr, "gpt_eval: error: %s\nRun with --help for the options.\n", e.what());
-    return 2;
+    return triax::exit_before_mpi(2);
   }
   if (sr.tokens > 0) return sample_main(o, sr, prompt_tokens);
   for (const auto& [missing, name] : {std::pair{o.data.empty(), "--data"}, {o.batch == 0, "--batch"}, {o.seq == 0, "--seq"}})
     if (missing) {
       if (launcher_rank0()) std::fprintf(stderr, "gpt_eval: error: %s is required (unless --sample)\n", name);
-      return 2;
+      return triax::exit_before_mpi(2);
     }
 
   std::unique_ptr<triax::Bootstrap> boot;

@@ -78,7 +78,8 @@ int main(int argc, char** argv) {
     const int code = triax::exit_code_for(e);
     if (triax::launcher_rank() == 0)
       std::fprintf(stderr, "%s: %s: %s\n", kProgram, std::string(triax::exit_code_name(code)).c_str(), e.what());
-    return code;
+    std::fflush(stderr);
+    return triax::exit_before_mpi(code);
   }
   if (cl.help) {
     if (triax::launcher_rank() == 0) std::fputs(cl.help_text.c_str(), stdout);

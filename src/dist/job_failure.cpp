@@ -47,6 +47,11 @@ int launcher_rank() {
   return 0;
 }
 
+int exit_before_mpi(int code, std::chrono::milliseconds linger) {
+  if (code != 0 && launcher_rank() != 0) std::this_thread::sleep_for(linger);
+  return code;
+}
+
 JobFailure settle_failure(std::string_view program, const std::exception& e, std::chrono::milliseconds wait) {
   JobFailure f;
   f.exit_code = exit_code_for(e);

@@ -90,6 +90,10 @@ one_message)
   expect_exit 2 "tp x pp x dp = 2 x 2 x 2 = 8 but the world has 4 ranks" -np 4 "$exe" --tp 2 --pp 2 --dp 2
   expect_exit 3 "/nonexistent/data.bin" -np 4 "$exe" --data /nonexistent/data.bin
   expect_exit 2 "--model \"gpt5\": not a known value; expected one of" -np 4 "$exe" --model gpt5
+  # Rank 0 slow to start (MPMD: rank 0 sleeps first): the other ranks' exit must not make mpirun
+  # kill rank 0 before it has printed the message.
+  expect_exit 2 "--model \"gpt5\": not a known value; expected one of" \
+    -np 1 sh -c "sleep 2; exec \"$exe\" --model gpt5" : -np 3 "$exe" --model gpt5
   ;;
 writes)
   # Every write is checked: a full disk is an error with the file's name and exit 3.

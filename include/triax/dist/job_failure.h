@@ -28,6 +28,13 @@ std::string_view exit_code_name(int code);
 // files) are the same on every rank: only this rank 0 prints them.
 int launcher_rank();
 
+// The exit status for an error found before MPI starts, which every rank found alike and only
+// launcher rank 0 printed. Rank 0 returns `code` at once; any other rank waits up to `linger`
+// first. Under mpirun the first rank to exit non-zero makes the launcher kill the rest: had rank
+// 1 gone first, rank 0 could be killed before its message was written. Rank 0's exit ends the
+// linger (the launcher kills the waiting ranks), so a job under mpirun pays nothing for it.
+int exit_before_mpi(int code, std::chrono::milliseconds linger = std::chrono::seconds(10));
+
 struct JobFailure {
   int exit_code = kExitOther;
   std::string message;     // the line to print on stderr; empty when another rank prints it

@@ -378,21 +378,38 @@ Estimate estimate(const ModelShape& m, const CollectiveModel& net, const Layout&
   double dp_exposed = 0;
   if (d > 1) {
     const GroupPlacement dg = place_group(c, d, t);
-    double worst = 0, gather = 0, slack = 0;
+    double worst = 0, gather = 0, slack = 0, fill = 0;
+    // Megatron-Core buckets: the word embedding (and position table) closes rank 0's last bucket.
+    const double emb_params = V * h / t + (m.learned_positions ? m.seq * h : 0);
     for (int i = 0; i < p; ++i) {
-      double reduce;
+      const bool buckets = !l.dp_mcore_buckets || i == 0;  // later ranks: one bucket
+      double reduce, tail = 0;
       if (l.zero1) {
         reduce = net.seconds(CollectiveOp::reduce_scatter, dg, params[i] * gbytes);
         const double g = net.seconds(CollectiveOp::all_gather, dg, params[i] * wbytes);
-        gather = std::max(gather, l.dp_param_gather_overlap ? std::max(0.0, g - st[i].fwd) : g);
+        double exposed = g;
+        if (l.dp_param_gather_overlap) {
+          if (!l.dp_mcore_buckets) {
+            exposed = std::max(0.0, g - st[i].fwd);
+          } else if (i == 0) {
+            // The embedding's bucket is gathered before the first kernel; the rest behind the forward.
+            exposed = std::max(net.seconds(CollectiveOp::all_gather, dg, emb_params * wbytes), g - st[i].fwd);
+          } else {
+            exposed = std::max(0.0, g - fill);  // the first forward here waits for the ranks before
+          }
+        }
+        gather = std::max(gather, exposed);
+        if (l.dp_mcore_buckets && i == 0) tail = net.seconds(CollectiveOp::reduce_scatter, dg, emb_params * gbytes);
       } else {
         const CollectiveCost cc = net.cost(CollectiveOp::all_reduce, dg, params[i] * gbytes);
         reduce = cc.seconds;
         if (i == 0) est.dp_algorithm = std::string(to_string(cc.algorithm));
+        if (l.dp_mcore_buckets && i == 0) tail = net.seconds(CollectiveOp::all_reduce, dg, emb_params * gbytes);
       }
-      const double window = (l.dp_overlap ? st[i].backward_tail : 0) + slack;
-      worst = std::max(worst, std::max(0.0, reduce - window));
+      const double window = (l.dp_overlap && buckets ? st[i].backward_tail : 0) + slack;
+      worst = std::max(worst, std::max(tail, reduce - window));
       slack += st[i].backward_tail;
+      fill += st[i].fwd / v;
     }
     dp_exposed = worst + gather;
     if (l.zero1) est.dp_algorithm = "ring";

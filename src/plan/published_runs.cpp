@@ -137,6 +137,7 @@ Layout software_layout(std::string_view software) {
     l.zero1 = true;
     l.dp_overlap = true;
     l.dp_param_gather_overlap = true;
+    l.dp_mcore_buckets = true;
     l.grad_reduce_fp32 = false;
     l.tp_comm_overlap = true;
     l.pp_overlap = true;

@@ -187,3 +187,45 @@ TEST_CASE("ranks beyond the cores time-slice: the node's busy time over its core
   c.cores_per_node = -1;
   CHECK_THROWS_WITH(validate(c), Catch::Contains("cores_per_node"));
 }
+
+TEST_CASE("Megatron-Core's DDP buckets: the embedding's bucket is reduced after, and gathered before, the compute") {
+  const Cluster c = round_cluster();
+  const ModelShape m = small_model();  // 8 layers, h 512, V 1024, s 256, batch 64, learned positions
+  const CollectiveModel net(c);
+  Layout off;
+  off.precision = Precision::bf16;
+  off.grad_reduce_fp32 = false;
+  off.dp = 8;
+  off.micro_batch = 8;  // one micro-batch: the whole reduction would hide behind its backward
+  off.zero1 = true;
+  off.dp_overlap = true;
+  off.dp_param_gather_overlap = true;
+  Layout on = off;
+  on.dp_mcore_buckets = true;
+  const Estimate a = estimate(m, net, off), b = estimate(m, net, on);
+  CHECK(b.time.compute == Approx(a.time.compute));
+  // Rank 0's last bucket holds the word embedding and the position table (bf16, 2 bytes each):
+  // its reduce-scatter starts after the last backward kernel, its all-gather before the first forward.
+  const GroupPlacement g = place_group(c, 8, 1);
+  const double emb_bytes = 2.0 * (1024 * 512 + 256 * 512);
+  const double tail = net.seconds(CollectiveOp::reduce_scatter, g, emb_bytes) +
+                      net.seconds(CollectiveOp::all_gather, g, emb_bytes);
+  CHECK(tail > 0);
+  CHECK(b.time.dp_comm - a.time.dp_comm == Approx(tail).epsilon(1e-9));
+
+  // Pipeline ranks after the first keep one bucket: their reduction starts after their own last
+  // backward and can hide only behind the drain of the ranks before them.
+  Cluster slow = c;
+  slow.intra_gbps = 1;  // the reduction outlasts the backward
+  const CollectiveModel slow_net(slow);
+  // Without the position table rank 1 holds the most parameters (its final LayerNorm), so its
+  // reduction, no longer hidden behind its own backward, becomes the exposed one.
+  ModelShape m2 = m;
+  m2.learned_positions = false;
+  Layout off2 = off, on2 = on;
+  off2.pp = on2.pp = 2;
+  off2.dp = on2.dp = 4;
+  off2.micro_batch = on2.micro_batch = 4;
+  const Estimate a2 = estimate(m2, slow_net, off2), b2 = estimate(m2, slow_net, on2);
+  CHECK(b2.time.dp_comm > a2.time.dp_comm);
+}

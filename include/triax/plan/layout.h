@@ -58,6 +58,12 @@ struct Layout {
   // ZeRO-1's parameter all-gather hidden behind the next iteration's first forward
   // (Megatron-Core --overlap-param-gather): exposed only past that forward.
   bool dp_param_gather_overlap = false;
+  // Megatron-Core's DDP buckets (megatron/core/distributed, r0.8-r0.10): only pipeline rank 0 splits
+  // its gradients into buckets, the last of which holds the word embedding and is reduced only after
+  // the last backward, and whose all-gather (the first one the forward waits on) starts only with
+  // the iteration; every later rank has one bucket, reduced after its own last backward (behind
+  // the drain of the ranks before it) and gathered during the pipeline fill.
+  bool dp_mcore_buckets = false;
   bool dropout = false;           // dropout masks stored and applied (hidden and attention)
   AttentionKernel attention = AttentionKernel::fused;
   // A fused causal kernel that skips the score tiles above the diagonal (FlashAttention-2, cuDNN /

@@ -112,13 +112,23 @@ TEST_CASE("published runs: the H100 rows of four sources, held out one row and o
   const Cluster preset = cluster_preset("dgx-h100");
   CHECK(preset.gemm_efficiency == Approx(rep.fit.gemm_efficiency).margin(0.02));
   CHECK(preset.gemm_k_overhead == Approx(rep.fit.gemm_k_overhead).margin(30));
+  CHECK(preset.attention_efficiency == Approx(0.51));  // cuDNN's published H100 rate, not fitted
   // docs/PLANNER.md: the H100 rows are NOT within the 3.5% / 8% goal. Limits as measured with
-  // Megatron-Core's DDP buckets (leave-one-out 4.43% / 11.19%, held out by source 6.66% / 16.43%),
-  // with a little room: a change that makes the rows worse fails here.
-  CHECK(rep.leave_one_out.mean <= 0.047);
-  CHECK(rep.leave_one_out.worst <= 0.117);
-  CHECK(rep.held_out_source.mean <= 0.07);
-  CHECK(rep.held_out_source.worst <= 0.17);
+  // Megatron-Core's DDP buckets and cuDNN's attention rate (leave-one-out 3.84% / 16.67%, held out
+  // by source 3.99% / 17.16%), with a little room: a change that makes the rows worse fails here.
+  CHECK(rep.leave_one_out.mean <= 0.041);
+  CHECK(rep.leave_one_out.worst <= 0.175);
+  CHECK(rep.held_out_source.mean <= 0.043);
+  CHECK(rep.held_out_source.worst <= 0.18);
+  // The worst rows are the README's, whose micro-batch and schedule are not published; the three
+  // DGX Cloud sources publish the whole layout and stay within 3.75% leave-one-out and 4.82% held out
+  // by source (limits with a little room).
+  for (const auto& v : rep.rows) {
+    if (v.in_sample.run.source.rfind("dgxc-", 0) != 0) continue;
+    INFO(v.in_sample.run.id);
+    CHECK(std::abs(v.leave_one_out_error) <= 0.042);
+    CHECK(std::abs(v.held_out_source_error) <= 0.053);
+  }
 }
 
 TEST_CASE("published runs: malformed tables name the file, line and problem") {

@@ -45,6 +45,7 @@ std::chrono::milliseconds default_comm_timeout() {
 Communicator::Communicator(int rank, int size, std::string name, std::vector<int> world_ranks, CommOptions opts)
     : rank_(rank), size_(size), name_(std::move(name)), world_ranks_(std::move(world_ranks)),
       timeout_(opts.timeout.count() > 0 ? opts.timeout : default_comm_timeout()),
+      wait_(opts.wait ? *opts.wait : wait_policy_from_env()),
       debug_(debug_collectives_from_env()) {
   if (size_ <= 0 || rank_ < 0 || rank_ >= size_ || static_cast<int>(world_ranks_.size()) != size_)
     TRIAX_THROW(CommError, "communicator '{}': rank {} of size {} with {} world ranks is inconsistent", name_, rank_,
@@ -224,16 +225,50 @@ void Work::wait(std::chrono::milliseconds timeout) {
   if (comm_) comm_->fr_->started(info_.seq);
   const auto start = std::chrono::steady_clock::now();
   const auto deadline = start + timeout;
-  // Spin on test() for the first second, as MPI_Wait does: Open MPI's progress loop already
-  // yields when the node is oversubscribed, and a sched_yield after every poll here handed the
-  // core to other processes between the steps of large transfers, slowing them several-fold on
-  // a busy machine. After a second, back off so a hung peer does not burn a core.
-  const auto busy_until = start + std::chrono::seconds(1);
+  // Spin for wait_policy().spin (50 us), and on up to spin_idle (1 s) while this thread is not
+  // preempted; then sleep 1/8 of the time waited so far, 10 us to 100 us, between polls. Why not
+  // always spin: when ranks outnumber free cores (np 4 on 2 cores, or other processes on the
+  // node) a spinning rank holds the core the rank it waits for needs, until the scheduler
+  // preempts it. Why keep spinning while not preempted: then no thread of similar priority
+  // wants the core, and a wake-up from a sleep costs tens of microseconds per wait, which
+  // pipeline P2P pays many times per step. Why sleep rather than sched_yield: a yield hands the
+  // core to any runnable process for a whole time slice (after every poll, that made 1 MiB
+  // calls 10-40x slower on the shared machine), while a sleeper that wakes runs again promptly.
+  using Clock = std::chrono::steady_clock;
+  // Per thread: preempted soon after spinning started, in a recent wait: spin short until then.
+  // A preemption after a long stretch of spinning (over kRarePreemption of spin since the last
+  // one) is left alone: the competitor is a niced or occasional process, not a rank.
+  thread_local Clock::time_point contended_until{};
+  thread_local Clock::duration spun_since_preempted{};
+  const WaitPolicy policy = comm_ ? comm_->wait_policy() : WaitPolicy{};
+  const auto spin_end = start + (start < contended_until ? policy.spin : std::max(policy.spin, policy.spin_idle));
+  long preempted_seen = spin_end > start + policy.spin ? thread_preemptions() : 0;
+  auto next_check = start + policy.spin;
+  auto stretch = start;  // start of the spinning not yet added to spun_since_preempted
+  bool spinning = true;
   while (!test()) {
-    const auto now = std::chrono::steady_clock::now();
+    const auto now = Clock::now();
     if (now >= deadline) comm_->raise_timeout(info_, timeout);
-    if (now >= busy_until) std::this_thread::sleep_for(std::chrono::microseconds(100));
+    if (spinning && now >= next_check) {
+      if (now >= spin_end) {
+        spinning = false;
+      } else if (const long p = thread_preemptions(); p != preempted_seen) {
+        preempted_seen = p;
+        const auto spun = spun_since_preempted + (now - stretch);
+        spun_since_preempted = {};
+        stretch = now;
+        if (spun < kRarePreemption) {
+          spinning = false;
+          contended_until = now + kContendedFor;
+        }
+      }
+      if (!spinning) spun_since_preempted += now - stretch;
+      next_check = now + kPreemptCheckEvery;
+    }
+    if (!spinning)
+      std::this_thread::sleep_for(std::min<Clock::duration>(wait_pause(policy, now - start), deadline - now));
   }
+  if (spinning) spun_since_preempted += Clock::now() - stretch;
 }
 
 void wait_all(std::span<Work> works) {

@@ -13,13 +13,21 @@ fail() { echo "FAIL ($case_): $*"; exit 1; }
 tag="triax-faults-$$-$RANDOM"
 
 # No process whose environment carries this run's tag may be left.
+# Polled for up to 5 s rather than one look after a fixed 0.5 s: on a loaded machine a rank the
+# launcher has just killed can take longer than that to be torn down; one still there after
+# 5 s is left behind.
 check_no_leftovers() {
-  sleep 0.5
-  local left=""
-  for e in /proc/[0-9]*/environ; do
-    grep -qz "TRIAX_FAULT_TEST_TAG=$tag" "$e" 2>/dev/null && left+=" ${e//[^0-9]/}"
+  local left="" i
+  for i in $(seq 50); do
+    sleep 0.1
+    left=""
+    for e in /proc/[0-9]*/environ; do
+      grep -qz "TRIAX_FAULT_TEST_TAG=$tag" "$e" 2>/dev/null && left+=" ${e//[^0-9]/}"
+    done
+    [ -z "$left" ] && return 0
   done
-  [ -z "$left" ] || { ps -o pid,args -p ${left// /,} ; fail "processes left behind:$left"; }
+  ps -o pid,args -p ${left// /,}
+  fail "processes left behind:$left"
 }
 
 # run_job SECONDS FAULT ARGS...: sets rc, secs (whole job), after (from the fault's notice line to
@@ -58,13 +66,16 @@ gloo-*)
 esac
 case $case_ in
 kill|exit|throw)
-  # The fault fires at iteration 3, about 1-2 s after start: the job must be gone within 10 s of it.
+  # The fault fires at iteration 3, about 1-2 s after start: the job must be gone within 15 s of
+  # it. A throw on one rank takes settle_failure's 5 s (the other ranks never join it) before
+  # the job is aborted: 6.0 s measured under CI-like load (ctest -j3 plus a CPU hog on 2 cores)
+  # against the former 10 s limit; kill and exit end in ~1 s. A hang would run to the 60 s limit.
   run_job 60 "2:3:$case_" "${common[@]}"
   [ $rc -ne 124 ] || { tail -20 "$tmp/out"; fail "timed out (a hang)"; }
   [ $rc -ne 0 ] || fail "exit 0 after a $case_ fault"
   grep -q "triax fault injection (TRIAX_FAULT): rank 2 at iteration 3" "$tmp/out" || fail "the fault did not fire"
   grep -q "rank 2" "$tmp/out" || { tail -20 "$tmp/out"; fail "rank 2 is not named"; }
-  awk -v s="$after" 'BEGIN { exit !(s < 10) }' || fail "the job ended $after s after the fault, expected < 10"
+  awk -v s="$after" 'BEGIN { exit !(s < 15) }' || fail "the job ended $after s after the fault, expected < 15"
   if [ "${LAUNCH:-mpirun}" = gloo ]; then
     grep -q "TCP rendezvous: 4 ranks connected" "$tmp/out" || { head -20 "$tmp/out"; fail "no TCP rendezvous (not Gloo)"; }
     # Every rank ended by itself, each non-zero (launch_local prints the status of each).

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -12,6 +13,7 @@
 #include "triax/core/dtype.h"
 #include "triax/core/error.h"
 #include "triax/dist/flight_recorder.h"
+#include "triax/dist/wait_policy.h"
 
 namespace triax {
 
@@ -100,6 +102,8 @@ struct P2POp {
 struct CommOptions {
   // Default timeout of every wait; TRIAX_COMM_TIMEOUT_S overrides the built-in 600 s.
   std::chrono::milliseconds timeout{0};
+  // How waits poll (wait_policy.h); unset: wait_policy_from_env().
+  std::optional<WaitPolicy> wait;
 };
 
 class Communicator {
@@ -118,6 +122,9 @@ class Communicator {
   virtual CommBackend backend() const = 0;
   std::chrono::milliseconds timeout() const { return timeout_; }
   void set_timeout(std::chrono::milliseconds t) { timeout_ = t; }
+  // How Work::wait polls this communicator's calls: spin, then sleep (wait_policy.h).
+  const WaitPolicy& wait_policy() const { return wait_; }
+  void set_wait_policy(WaitPolicy p) { wait_ = p; }
   // Number of calls issued so far on this communicator (the next call gets seq = calls()).
   uint64_t calls() const { return seq_; }
   // "group 'dp' (world ranks [1,3,5,7]) at rank 3 (group rank 1)"
@@ -228,6 +235,7 @@ class Communicator {
   std::string name_;
   std::vector<int> world_ranks_;
   std::chrono::milliseconds timeout_;
+  WaitPolicy wait_;
   uint64_t seq_ = 0;
   mutable bool poisoned_ = false;
   bool debug_ = false;

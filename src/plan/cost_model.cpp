@@ -312,7 +312,8 @@ Estimate estimate(const ModelShape& m, const CollectiveModel& net, const Layout&
       s.bwd_input += head_bwd_input + head_tp;
       s.bwd_weight += head_bwd_weight;
     }
-    if (p > 1 && !l.pp_overlap) {
+    const bool pp_hidden = l.pp_overlap && (!l.pp_overlap_interleaved_only || l.schedule == Schedule::interleaved);
+    if (p > 1 && !pp_hidden) {
       s.pp = 2 * v * p2p;
       s.fwd += v * p2p;
       s.bwd_input += v * p2p;

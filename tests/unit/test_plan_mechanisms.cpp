@@ -229,3 +229,31 @@ TEST_CASE("Megatron-Core's DDP buckets: the embedding's bucket is reduced after,
   const Estimate a2 = estimate(m2, slow_net, off2), b2 = estimate(m2, slow_net, on2);
   CHECK(b2.time.dp_comm > a2.time.dp_comm);
 }
+
+TEST_CASE("Megatron-LM r0.8 overlaps pipeline sends only in the interleaved schedule") {
+  const Cluster c = round_cluster();
+  const ModelShape m = small_model();  // 8 layers
+  const CollectiveModel net(c);
+  Layout l;
+  l.precision = Precision::bf16;
+  l.pp = 2;
+  l.micro_batch = 4;
+  l.pp_overlap = true;
+  Layout only = l;
+  only.pp_overlap_interleaved_only = true;
+  // 1F1B: the flag puts the sends back on the critical path, as without overlap.
+  Layout none = l;
+  none.pp_overlap = false;
+  const Estimate hidden = estimate(m, net, l), waits = estimate(m, net, only), off = estimate(m, net, none);
+  CHECK(hidden.time.pp_comm == 0);
+  CHECK(waits.time.pp_comm > 0);
+  CHECK(waits.time.pp_comm == Approx(off.time.pp_comm));
+  CHECK(waits.seconds_per_iteration == Approx(off.seconds_per_iteration));
+  // Interleaved: still hidden.
+  for (Layout* x : {&l, &only}) {
+    x->schedule = Schedule::interleaved;
+    x->vpp = 2;
+  }
+  CHECK(estimate(m, net, only).time.pp_comm == 0);
+  CHECK(estimate(m, net, only).seconds_per_iteration == Approx(estimate(m, net, l).seconds_per_iteration));
+}

@@ -164,7 +164,7 @@ Cluster dgx_h100() {
   c.sm_count = 132;  // H100 SXM5 datasheet
   c.gemm_tile_m = 256;
   c.gemm_tile_n = 128;
-  c.gemm_k_overhead = 17;
+  c.gemm_k_overhead = 12;
   c.memory_gib = 80;
   c.memory_gbps = 3350;  // HBM3
   // PyTorch-generated memory-bound kernels on H100 SXM reach about 2.0 TB/s of model bytes (Guo,

@@ -150,7 +150,7 @@ Cluster dgx_h100() {
   c.peak_tflops_fp32 = 67;
   // Fitted to the 27 H100 rows of data/validation/published_runs.csv (Megatron-LM README 2024-07;
   // NVIDIA DGX Cloud Benchmarking GPT-3 175B, Nemotron-4 15B and 340B), the same two constants as
-  // selene-a100's; leave-one-out 3.75% mean / 12.1% worst, held out by source 3.73% / 11.7%
+  // selene-a100's; leave-one-out 3.38% mean / 11.1% worst, held out by source 3.41% / 10.7%
   // (docs/PLANNER.md). They price only the linear GEMMs: fused attention has its own rate. The
   // rows hardly determine the K overhead (the fits of the variants tried landed between 0 and 230).
   c.gemm_efficiency = 0.611;

@@ -312,7 +312,8 @@ Estimate estimate(const ModelShape& m, const CollectiveModel& net, const Layout&
       s.bwd_input += head_bwd_input + head_tp;
       s.bwd_weight += head_bwd_weight;
     }
-    if (p > 1 && !l.pp_overlap) {
+    const bool pp_hidden = l.pp_overlap && (!l.pp_overlap_interleaved_only || l.schedule == Schedule::interleaved);
+    if (p > 1 && !pp_hidden) {
       s.pp = 2 * v * p2p;
       s.fwd += v * p2p;
       s.bwd_input += v * p2p;
@@ -378,7 +379,7 @@ Estimate estimate(const ModelShape& m, const CollectiveModel& net, const Layout&
   double dp_exposed = 0;
   if (d > 1) {
     const GroupPlacement dg = place_group(c, d, t);
-    double worst = 0, gather = 0, slack = 0, fill = 0;
+    double worst = 0, gather = 0, slack = 0, fill = 0, contention = 0;
     // Megatron-Core buckets: the word embedding (and position table) closes rank 0's last bucket.
     const double emb_params = V * h / t + (m.learned_positions ? m.seq * h : 0);
     for (int i = 0; i < p; ++i) {
@@ -407,11 +408,18 @@ Estimate estimate(const ModelShape& m, const CollectiveModel& net, const Layout&
         if (l.dp_mcore_buckets && i == 0) tail = net.seconds(CollectiveOp::all_reduce, dg, emb_params * gbytes);
       }
       const double window = (l.dp_overlap && buckets ? st[i].backward_tail : 0) + slack;
+      // The hidden part of this rank's reduction that runs beside its own last backward, and of its
+      // gather beside its first forward, holds SMs those kernels would use (Cluster::comm_sm_fraction).
+      double beside = 0;
+      if (l.dp_overlap && buckets) beside += std::min(std::max(0.0, reduce - tail), st[i].backward_tail);
+      if (l.zero1 && l.dp_param_gather_overlap && (!l.dp_mcore_buckets || i == 0))
+        beside += std::min(net.seconds(CollectiveOp::all_gather, dg, params[i] * wbytes), st[i].fwd);
+      contention = std::max(contention, c.comm_sm_fraction * beside);
       worst = std::max(worst, std::max(tail, reduce - window));
       slack += st[i].backward_tail;
       fill += st[i].fwd / v;
     }
-    dp_exposed = worst + gather;
+    dp_exposed = worst + gather + contention;
     if (l.zero1) est.dp_algorithm = "ring";
   }
   // Tied embedding: the first and last pipeline ranks sum their copies' gradients.

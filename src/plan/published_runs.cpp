@@ -95,10 +95,11 @@ std::vector<PublishedRun> load_published_runs(const std::filesystem::path& csv) 
       else if (opt == "no-tp-comm-overlap") r.no_tp_comm_overlap = true;
       else if (opt == "no-pp-overlap") r.no_pp_overlap = true;
       else if (opt == "fused-cross-entropy") r.fused_cross_entropy = true;
+      else if (opt == "fp32-grad-reduce") r.fp32_grad_reduce = true;
       else
         TRIAX_THROW(IoError,
                     "{}:{}: column options: unknown option '{}' (known: no-dropout, no-tp-comm-overlap, "
-                    "no-pp-overlap, fused-cross-entropy; ';'-separated)",
+                    "no-pp-overlap, fused-cross-entropy, fp32-grad-reduce; ';'-separated)",
                     file, lineno, opt);
     }
     const std::string& metric = col("metric");
@@ -127,8 +128,10 @@ Layout software_layout(std::string_view software) {
   if (software == "megatron-core-2024") {
     // Megatron-Core r0.8 as the Megatron-LM README's H100 scaling runs used it: bf16, Transformer
     // Engine fused attention, distributed optimizer (ZeRO-1) with --overlap-grad-reduce and
-    // --overlap-param-gather, --tp-comm-overlap, overlapped pipeline p2p; bf16 gradient reduction
-    // (DDP's default), Megatron's default dropout 0.1.
+    // --overlap-param-gather, --tp-comm-overlap, overlapped pipeline p2p (in the interleaved schedule
+    // only: Megatron-LM r0.8's arguments.py turns overlap_p2p_comm off for 1F1B); bf16 gradient
+    // reduction (DDP's default, and NeMo's grad_sync_dtype bf16; Megatron-LM's own training loop forces
+    // fp32 for bf16: the rows' fp32-grad-reduce option), Megatron's default dropout 0.1.
     Layout l;
     l.precision = Precision::bf16;
     l.attention = AttentionKernel::fused;
@@ -141,6 +144,7 @@ Layout software_layout(std::string_view software) {
     l.grad_reduce_fp32 = false;
     l.tp_comm_overlap = true;
     l.pp_overlap = true;
+    l.pp_overlap_interleaved_only = true;
     l.pp_scatter_gather = false;
     l.fused_cross_entropy = false;  // --cross-entropy-loss-fusion came after r0.8
     return l;
@@ -166,6 +170,7 @@ RunPrediction predict_run(const PublishedRun& r, const CollectiveModel& net) {
   if (r.no_tp_comm_overlap) base.tp_comm_overlap = false;
   if (r.no_pp_overlap) base.pp_overlap = false;
   if (r.fused_cross_entropy) base.fused_cross_entropy = true;
+  if (r.fp32_grad_reduce) base.grad_reduce_fp32 = true;
   RunPrediction p;
   p.run = r;
   p.measured_seconds = measured_seconds(r);

@@ -229,3 +229,66 @@ TEST_CASE("Megatron-Core's DDP buckets: the embedding's bucket is reduced after,
   const Estimate a2 = estimate(m2, slow_net, off2), b2 = estimate(m2, slow_net, on2);
   CHECK(b2.time.dp_comm > a2.time.dp_comm);
 }
+
+TEST_CASE("Megatron-LM r0.8 overlaps pipeline sends only in the interleaved schedule") {
+  const Cluster c = round_cluster();
+  const ModelShape m = small_model();  // 8 layers
+  const CollectiveModel net(c);
+  Layout l;
+  l.precision = Precision::bf16;
+  l.pp = 2;
+  l.micro_batch = 4;
+  l.pp_overlap = true;
+  Layout only = l;
+  only.pp_overlap_interleaved_only = true;
+  // 1F1B: the flag puts the sends back on the critical path, as without overlap.
+  Layout none = l;
+  none.pp_overlap = false;
+  const Estimate hidden = estimate(m, net, l), waits = estimate(m, net, only), off = estimate(m, net, none);
+  CHECK(hidden.time.pp_comm == 0);
+  CHECK(waits.time.pp_comm > 0);
+  CHECK(waits.time.pp_comm == Approx(off.time.pp_comm));
+  CHECK(waits.seconds_per_iteration == Approx(off.seconds_per_iteration));
+  // Interleaved: still hidden.
+  for (Layout* x : {&l, &only}) {
+    x->schedule = Schedule::interleaved;
+    x->vpp = 2;
+  }
+  CHECK(estimate(m, net, only).time.pp_comm == 0);
+  CHECK(estimate(m, net, only).seconds_per_iteration == Approx(estimate(m, net, l).seconds_per_iteration));
+}
+
+TEST_CASE("an overlapped data-parallel collective holds SMs from the kernels beside it") {
+  Cluster c = round_cluster();
+  c.peak_tflops_bf16 /= 1e4;  // slow kernels, so that both collectives hide behind them
+  c.memory_gbps /= 1e4;
+  const ModelShape m = small_model();
+  Layout l;
+  l.precision = Precision::bf16;
+  l.grad_reduce_fp32 = false;
+  l.dp = 8;
+  l.micro_batch = 8;  // one micro-batch: reduction beside the backward, gather beside the forward
+  l.zero1 = true;
+  l.dp_overlap = true;
+  l.dp_param_gather_overlap = true;
+  c.comm_sm_fraction = 0;
+  const CollectiveModel net0(c);
+  const Estimate a = estimate(m, net0, l);
+  REQUIRE(a.time.dp_comm < 1e-3 * a.seconds_per_iteration);  // both collectives hidden
+  c.comm_sm_fraction = 0.25;
+  const CollectiveModel net(c);
+  const Estimate b = estimate(m, net, l);
+  // The whole reduce-scatter and all-gather (bf16: 2 bytes per parameter each) run beside compute.
+  const GroupPlacement g = place_group(c, 8, 1);
+  const double bytes = b.memory.weights;
+  const double beside = net.seconds(CollectiveOp::reduce_scatter, g, bytes) + net.seconds(CollectiveOp::all_gather, g, bytes);
+  CHECK(b.time.dp_comm - a.time.dp_comm == Approx(0.25 * beside).epsilon(1e-9));
+  CHECK(b.time.compute == Approx(a.time.compute));
+  // The kernels are not slowed without overlap: the collectives then run alone.
+  Layout serial = l;
+  serial.dp_overlap = false;
+  serial.dp_param_gather_overlap = false;
+  CHECK(estimate(m, net, serial).seconds_per_iteration == Approx(estimate(m, net0, serial).seconds_per_iteration));
+  c.comm_sm_fraction = 1;
+  CHECK_THROWS_WITH(validate(c), Catch::Contains("comm_sm_fraction must be in [0, 1), got 1"));
+}

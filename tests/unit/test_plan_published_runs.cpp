@@ -98,6 +98,18 @@ TEST_CASE("published runs: the H100 rows of four sources, held out one row and o
     CHECK(r.fused_cross_entropy);
     CHECK(!predict_run(r, CollectiveModel(cluster_preset("dgx-h100"))).estimate.layout.dropout);
   }
+  // Megatron-LM's training loop reduces bf16 runs' gradients in fp32 (arguments.py forces
+  // accumulate_allreduce_grads_in_fp32), and so does NeMo when a config names no grad_sync_dtype
+  // (Nemotron-4 15B); NeMo's GPT-3 175B and Nemotron-4 340B configs sync them in bf16.
+  for (const auto& r : h100) {
+    const bool fp32 = r.source == "megatron-lm-readme" || r.source == "dgxc-nemotron4-15b";
+    CHECK(r.fp32_grad_reduce == fp32);
+    CHECK(predict_run(r, CollectiveModel(cluster_preset("dgx-h100"))).estimate.layout.grad_reduce_fp32 == fp32);
+  }
+  PublishedRun half = first;
+  half.fp32_grad_reduce = false;
+  const CollectiveModel net(cluster_preset("dgx-h100"));
+  CHECK(predict_run(first, net).estimate.time.dp_comm > predict_run(half, net).estimate.time.dp_comm);
 
   const ValidationReport rep = validate_runs(cluster_preset("dgx-h100"), h100, a100);
   INFO(format_validation(rep));
@@ -113,21 +125,25 @@ TEST_CASE("published runs: the H100 rows of four sources, held out one row and o
   CHECK(preset.gemm_efficiency == Approx(rep.fit.gemm_efficiency).margin(0.02));
   CHECK(preset.gemm_k_overhead == Approx(rep.fit.gemm_k_overhead).margin(30));
   CHECK(preset.attention_efficiency == Approx(0.51));  // cuDNN's published H100 rate, not fitted
-  // docs/PLANNER.md: the H100 rows are NOT within the 3.5% / 8% goal. Limits as measured with
-  // Megatron-Core's DDP buckets and cuDNN's attention rate (leave-one-out 3.84% / 16.67%, held out
-  // by source 3.99% / 17.16%), with a little room: a change that makes the rows worse fails here.
-  CHECK(rep.leave_one_out.mean <= 0.041);
-  CHECK(rep.leave_one_out.worst <= 0.175);
-  CHECK(rep.held_out_source.mean <= 0.043);
-  CHECK(rep.held_out_source.worst <= 0.18);
+  CHECK(preset.memory_efficiency == Approx(0.60));     // the QuACK post's PyTorch kernels, not fitted
+  CHECK(preset.comm_sm_fraction == Approx(16.0 / 132));  // NCCL's 16 SMs on a DGX, not fitted
+  // docs/PLANNER.md: the H100 rows are NOT within the 3.5% / 8% goal (the means are). Limits as
+  // measured with fp32 gradient reduction where the software says so, the README rows' 1F1B sends on
+  // the critical path, memory-bound kernels at 0.60 of HBM3 and NCCL's SMs taken from the kernels
+  // beside a DP collective (leave-one-out 3.38% / 11.08%, held out by source 3.41% / 10.69%), with
+  // a little room: a change that makes the rows worse fails here.
+  CHECK(rep.leave_one_out.mean <= 0.035);
+  CHECK(rep.leave_one_out.worst <= 0.116);
+  CHECK(rep.held_out_source.mean <= 0.035);
+  CHECK(rep.held_out_source.worst <= 0.112);
   // The worst rows are the README's, whose micro-batch and schedule are not published; the three
-  // DGX Cloud sources publish the whole layout and stay within 3.75% leave-one-out and 4.82% held out
+  // DGX Cloud sources publish the whole layout and stay within 4.2% leave-one-out and 4.5% held out
   // by source (limits with a little room).
   for (const auto& v : rep.rows) {
     if (v.in_sample.run.source.rfind("dgxc-", 0) != 0) continue;
     INFO(v.in_sample.run.id);
-    CHECK(std::abs(v.leave_one_out_error) <= 0.042);
-    CHECK(std::abs(v.held_out_source_error) <= 0.053);
+    CHECK(std::abs(v.leave_one_out_error) <= 0.044);
+    CHECK(std::abs(v.held_out_source_error) <= 0.047);
   }
 }
 

@@ -54,6 +54,10 @@ struct Cluster {
   double inter_latency_us = 0;    // per algorithm step
   double collective_launch_us = 0;  // fixed cost of starting one collective
   double collective_buffer_mib = 0; // library buffers per communicator (NCCL channels)
+  // Fraction of the SMs an overlapped data-parallel collective holds while it runs: NCCL's thread
+  // blocks do not share an SM with compute kernels, so the kernels beside it (the last backward,
+  // the first forward) lose that share of their rate for the collective's duration; 0: none.
+  double comm_sm_fraction = 0;
 
   // Three-level fat tree: nodes under one access switch, access switches under one aggregation
   // block; above that the core. Oversubscription: downlink / uplink bandwidth at each level.

@@ -55,6 +55,10 @@ struct Layout {
   // Pipeline sends and receives run beside the compute (Megatron-Core's overlapped p2p of the
   // interleaved schedule): off the critical path.
   bool pp_overlap = false;
+  // Megatron-LM r0.8 overlaps the p2p only in the interleaved schedule (megatron/training/arguments.py:
+  // overlap_p2p_comm is set False without --num-layers-per-virtual-pipeline-stage): 1F1B then waits
+  // for its sends and receives.
+  bool pp_overlap_interleaved_only = false;
   // ZeRO-1's parameter all-gather hidden behind the next iteration's first forward
   // (Megatron-Core --overlap-param-gather): exposed only past that forward.
   bool dp_param_gather_overlap = false;

@@ -27,6 +27,7 @@ struct PublishedRun {
   // The `options` column: settings of this run that differ from its software's defaults
   // ("no-dropout", "no-tp-comm-overlap", "no-pp-overlap", "fused-cross-entropy"; ';'-separated).
   bool no_dropout = false, no_tp_comm_overlap = false, no_pp_overlap = false, fused_cross_entropy = false;
+  bool fp32_grad_reduce = false;  // option fp32-grad-reduce: gradients accumulated and reduced in fp32
   RunMetric metric = RunMetric::seconds;
   double value = 0;
   int line = 0;  // in the file, for messages

@@ -384,10 +384,10 @@ Estimate estimate(const ModelShape& m, const CollectiveModel& net, const Layout&
     const double emb_params = V * h / t + (m.learned_positions ? m.seq * h : 0);
     for (int i = 0; i < p; ++i) {
       const bool buckets = !l.dp_mcore_buckets || i == 0;  // later ranks: one bucket
-      double reduce, tail = 0;
+      double reduce, g = 0, tail = 0;  // g: ZeRO-1's parameter all-gather
       if (l.zero1) {
         reduce = net.seconds(CollectiveOp::reduce_scatter, dg, params[i] * gbytes);
-        const double g = net.seconds(CollectiveOp::all_gather, dg, params[i] * wbytes);
+        g = net.seconds(CollectiveOp::all_gather, dg, params[i] * wbytes);
         double exposed = g;
         if (l.dp_param_gather_overlap) {
           if (!l.dp_mcore_buckets) {
@@ -413,7 +413,7 @@ Estimate estimate(const ModelShape& m, const CollectiveModel& net, const Layout&
       double beside = 0;
       if (l.dp_overlap && buckets) beside += std::min(std::max(0.0, reduce - tail), st[i].backward_tail);
       if (l.zero1 && l.dp_param_gather_overlap && (!l.dp_mcore_buckets || i == 0))
-        beside += std::min(net.seconds(CollectiveOp::all_gather, dg, params[i] * wbytes), st[i].fwd);
+        beside += std::min(g, st[i].fwd);
       contention = std::max(contention, c.comm_sm_fraction * beside);
       worst = std::max(worst, std::max(tail, reduce - window));
       slack += st[i].backward_tail;

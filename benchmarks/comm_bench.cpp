@@ -23,9 +23,9 @@
 #include <string>
 #include <vector>
 
-#include "triax/dist/bootstrap.h"
-#include "triax/dist/comm.h"
-#include "triax/dist/mpi_comm.h"
+#include "triax/distributed/bootstrap/bootstrap.h"
+#include "triax/distributed/comm/comm.h"
+#include "triax/distributed/comm/mpi_comm.h"
 #include "triax/plan/collective_model.h"
 
 namespace {

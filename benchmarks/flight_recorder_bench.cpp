@@ -10,8 +10,8 @@
 #include <chrono>
 #include <vector>
 
-#include "triax/dist/comm.h"
-#include "triax/dist/flight_recorder.h"
+#include "triax/distributed/comm/comm.h"
+#include "triax/distributed/failure/flight_recorder.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"flight recorder cost per call"};

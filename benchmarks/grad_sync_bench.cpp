@@ -14,8 +14,8 @@
 #include <fstream>
 #include <numeric>
 
-#include "triax/dist/bootstrap.h"
-#include "triax/dist/grid.h"
+#include "triax/distributed/bootstrap/bootstrap.h"
+#include "triax/distributed/grid.h"
 #include "triax/optim/grad_buffer.h"
 
 using namespace triax;

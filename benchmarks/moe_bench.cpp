@@ -18,12 +18,12 @@
 #include <fstream>
 #include <random>
 
-#include "triax/dist/bootstrap.h"
-#include "triax/dist/grid.h"
+#include "triax/distributed/bootstrap/bootstrap.h"
+#include "triax/distributed/grid.h"
 #include "triax/model/moe.h"
-#include "triax/model/shard.h"
+#include "triax/model/param_shards.h"
 #if defined(TRIAX_HAVE_MPI)
-#include "triax/dist/mpi_comm.h"
+#include "triax/distributed/comm/mpi_comm.h"
 #endif
 
 using namespace triax;

@@ -26,7 +26,7 @@
 #include "triax/ops/linear.h"
 #include "triax/ops/residual.h"
 #include "triax/ops/softmax_xent.h"
-#include "triax/optim/adamw.h"
+#include "triax/ops/adamw.h"
 
 using namespace triax::ops;
 

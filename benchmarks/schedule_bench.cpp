@@ -23,7 +23,7 @@
 #include <tuple>
 
 #include "bench_common.h"
-#include "triax/dist/bootstrap.h"
+#include "triax/distributed/bootstrap/bootstrap.h"
 #include "triax/pipeline/schedule_sim.h"
 #include "triax/pipeline/schedule_trace.h"
 #include "triax/train/trainer.h"

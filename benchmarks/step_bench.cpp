@@ -41,7 +41,7 @@
 #include <string>
 #include <vector>
 
-#include "triax/dist/self_comm.h"
+#include "triax/distributed/comm/self_comm.h"
 #include "triax/model/gpt.h"
 #include "triax/ops/attention.h"
 #include "triax/ops/gemm.h"

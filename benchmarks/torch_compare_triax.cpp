@@ -41,7 +41,7 @@
 #include <vector>
 
 #include "triax/core/cpu_isa.h"
-#include "triax/dist/self_comm.h"
+#include "triax/distributed/comm/self_comm.h"
 #include "triax/io/safetensors.h"
 #include "triax/model/gpt.h"
 #include "triax/optim/optimizer.h"
@@ -50,7 +50,7 @@
 #if defined(TRIAX_HAVE_MPI)
 #include <mpi.h>
 
-#include "triax/dist/bootstrap.h"
+#include "triax/distributed/bootstrap/bootstrap.h"
 #endif
 
 using namespace triax;

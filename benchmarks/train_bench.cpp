@@ -32,7 +32,7 @@
 
 #include "bench_common.h"
 #include "triax/backend/backend.h"
-#include "triax/dist/bootstrap.h"
+#include "triax/distributed/bootstrap/bootstrap.h"
 #include "triax/ops/attention.h"
 #include "triax/ops/gelu.h"
 #include "triax/ops/layernorm.h"

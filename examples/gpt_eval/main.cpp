@@ -24,12 +24,12 @@
 #include <triax/backend/comm_ops.h>
 #include <triax/core/error.h>
 #include <triax/core/log.h>
-#include <triax/dist/bootstrap.h>
-#include <triax/dist/grid.h>
-#include <triax/dist/job_failure.h>
-#include <triax/train/data.h>
-#include <triax/train/token_corpus.h>
-#include <triax/model/checkpoint_io.h>
+#include <triax/distributed/bootstrap/bootstrap.h>
+#include <triax/distributed/grid.h>
+#include <triax/distributed/failure/job_failure.h>
+#include <triax/data/data.h>
+#include <triax/data/token_corpus.h>
+#include <triax/model/weight_file.h>
 #include <triax/model/gpt.h>
 
 #include "sample.h"

@@ -10,8 +10,8 @@
 #include <cstdio>
 
 #include <triax/core/error.h>
-#include <triax/dist/self_comm.h>
-#include <triax/model/checkpoint_io.h>
+#include <triax/distributed/comm/self_comm.h>
+#include <triax/model/weight_file.h>
 #include <triax/model/gpt.h>
 #include <triax/ops/layernorm.h>
 #include <triax/ops/linear.h>

@@ -5,8 +5,8 @@
 #include <fmt/format.h>
 
 #include <triax/core/log.h>
-#include <triax/dist/bootstrap.h>
-#include <triax/dist/grid.h>
+#include <triax/distributed/bootstrap/bootstrap.h>
+#include <triax/distributed/grid.h>
 
 #include <cstdio>
 

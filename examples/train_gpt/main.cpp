@@ -16,12 +16,12 @@
 
 #include <triax/core/log.h>
 #include <triax/core/log_json.h>
-#include <triax/dist/bootstrap.h>
-#include <triax/dist/flight_recorder.h>
-#include <triax/dist/job_failure.h>
-#include <triax/model/checkpoint_io.h>
-#include <triax/train/checkpoint.h>
-#include <triax/train/config.h>
+#include <triax/distributed/bootstrap/bootstrap.h>
+#include <triax/distributed/failure/flight_recorder.h>
+#include <triax/distributed/failure/job_failure.h>
+#include <triax/model/weight_file.h>
+#include <triax/checkpoint/checkpoint.h>
+#include <triax/config/train_config.h>
 #include <triax/train/metrics_exporter.h>
 #include <triax/train/trainer.h>
 

@@ -12,8 +12,8 @@
 #include <filesystem>
 
 #include <triax/core/error.h>
-#include <triax/dist/flight_recorder.h>
-#include <triax/dist/job_failure.h>
+#include <triax/distributed/failure/flight_recorder.h>
+#include <triax/distributed/failure/job_failure.h>
 
 int main(int argc, char** argv) {
   CLI::App app{"triax-fr: reads the flight-recorder dumps of all ranks and prints the verdict"};

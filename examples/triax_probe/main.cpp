@@ -16,9 +16,9 @@
 
 #include <triax/core/error.h>
 #include <triax/core/log.h>
-#include <triax/dist/bootstrap.h>
+#include <triax/distributed/bootstrap/bootstrap.h>
 #include <triax/probe/measure.h>
-#include <triax/probe/rdma.h>
+#include <triax/distributed/comm/rdma.h>
 #include <triax/probe/score.h>
 
 namespace {

@@ -20,7 +20,7 @@
 #include "triax/ops/linear.h"
 #include "triax/ops/residual.h"
 #include "triax/ops/softmax_xent.h"
-#include "triax/optim/adamw.h"
+#include "triax/ops/adamw.h"
 #include "triax/tensor/allocator.h"
 
 namespace triax {

@@ -10,7 +10,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "triax/model/shard.h"
+#include "triax/model/param_shards.h"
 #include "triax/parallel/mappings.h"
 
 namespace triax {

@@ -14,7 +14,7 @@
 #include <cmath>
 
 #include "triax/backend/comm_ops.h"
-#include "triax/model/shard.h"
+#include "triax/model/param_shards.h"
 
 namespace triax {
 

@@ -9,7 +9,7 @@
 #include <map>
 
 #include "triax/core/error.h"
-#include "triax/train/prometheus_text.h"
+#include "triax/io/prometheus_text.h"
 
 namespace triax::probe {
 

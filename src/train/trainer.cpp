@@ -10,7 +10,7 @@
 #include <numeric>
 
 #include "triax/core/log.h"
-#include "triax/model/checkpoint_io.h"
+#include "triax/model/weight_file.h"
 
 #include <omp.h>
 

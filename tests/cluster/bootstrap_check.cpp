@@ -9,8 +9,8 @@
 #include <set>
 #include <string>
 
-#include "triax/dist/bootstrap.h"
-#include "triax/dist/slurm.h"
+#include "triax/distributed/bootstrap/bootstrap.h"
+#include "triax/distributed/bootstrap/slurm.h"
 
 int main(int argc, char** argv) {
   try {

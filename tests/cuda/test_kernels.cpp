@@ -24,7 +24,7 @@
 #include "support/cuda_buffer.h"
 #include "triax/core/cuda_check.h"
 #include "triax/cuda/adamw.h"
-#include "triax/optim/adamw.h"
+#include "triax/ops/adamw.h"
 #include "triax/cuda/allocator.h"
 #include "triax/cuda/attention.h"
 #include "triax/cuda/cast.h"

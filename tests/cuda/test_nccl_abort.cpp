@@ -11,8 +11,8 @@
 
 #include "support/cuda_buffer.h"
 #include "triax/core/cuda_check.h"
-#include "triax/dist/bootstrap.h"
-#include "triax/dist/nccl_comm.h"
+#include "triax/distributed/bootstrap/bootstrap.h"
+#include "triax/distributed/comm/nccl_comm.h"
 
 using namespace triax;
 using triax::test::DeviceBuffer;

@@ -13,9 +13,9 @@
 #include "support/cuda_buffer.h"
 #include "triax/core/cuda_check.h"
 #include "triax/core/gpu_count.h"
-#include "triax/dist/bootstrap.h"
-#include "triax/dist/nccl_comm.h"
-#include "triax/dist/self_comm.h"
+#include "triax/distributed/bootstrap/bootstrap.h"
+#include "triax/distributed/comm/nccl_comm.h"
+#include "triax/distributed/comm/self_comm.h"
 
 #include <cublas_api.h>
 #include <nccl.h>

@@ -8,9 +8,9 @@
 #include <cmath>
 #include <map>
 
-#include "support/dist.h"
-#include "triax/dist/self_comm.h"
-#include "triax/model/shard.h"
+#include "support/multirank.h"
+#include "triax/distributed/comm/self_comm.h"
+#include "triax/model/param_shards.h"
 #include "triax/train/trainer.h"
 
 namespace triax::test {

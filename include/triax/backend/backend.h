@@ -12,9 +12,9 @@
 
 #include "triax/core/device.h"
 #include "triax/core/dtype.h"
-#include "triax/dist/comm.h"
+#include "triax/distributed/comm/comm.h"
 #include "triax/ops/grad_mode.h"
-#include "triax/optim/adamw_config.h"
+#include "triax/ops/adamw_config.h"
 #include "triax/tensor/tensor.h"
 
 namespace triax {
@@ -125,7 +125,7 @@ class Backend {
   // acc (f64, n) [index] += the number of non-finite elements of x (loss-scaler check, NaN attribution).
   virtual void count_nonfinite_into(const Tensor& acc, int64_t index, const Tensor& x) = 0;
 
-  // ---- optimizer: one fused AdamW pass on fp32 master weights, grads and moments (optim/adamw_config.h).
+  // ---- optimizer: one fused AdamW pass on fp32 master weights, grads and moments (ops/adamw_config.h).
   virtual void adamw(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v,
                      const AdamWConfig& cfg, float weight_decay, const AdamWStep& step) = 0;
 

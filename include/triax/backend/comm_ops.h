@@ -3,7 +3,7 @@
 // into typed spans of their element type (float32 or float64 activations, or any DType).
 #pragma once
 #include "triax/backend/backend.h"
-#include "triax/dist/comm.h"
+#include "triax/distributed/comm/comm.h"
 
 namespace triax {
 

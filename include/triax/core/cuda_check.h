@@ -23,7 +23,7 @@ namespace triax::detail {
 #define TRIAX_CHECK_CUDA(expr) TRIAX_DETAIL_CHECK(throw_cuda_error, expr)
 // ncclResult_t != ncclSuccess -> DeviceError with ncclGetErrorString and ncclGetLastError.
 // ncclInProgress counts as an error: use it for blocking calls; nonblocking communicators poll
-// ncclCommGetAsyncError instead (see src/dist/nccl_comm.cpp).
+// ncclCommGetAsyncError instead (see src/distributed/comm/nccl_comm.cpp).
 #define TRIAX_CHECK_NCCL(expr) TRIAX_DETAIL_CHECK(throw_nccl_error, expr)
 // cublasStatus_t != CUBLAS_STATUS_SUCCESS -> DeviceError with cublasGetStatusName/String.
 #define TRIAX_CHECK_CUBLAS(expr) TRIAX_DETAIL_CHECK(throw_cublas_error, expr)

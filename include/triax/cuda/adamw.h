@@ -1,5 +1,5 @@
 // Fused AdamW on the GPU (kernels/adamw.cu) with fp32 master weights: the math of
-// optim/adamw.h's adamw_update (bias corrections computed once on the host in double), one pass
+// ops/adamw.h's adamw_update (bias corrections computed once on the host in double), one pass
 // reading grad, master, m, v and writing master, m, v and, optionally, the low-precision copy of
 // the parameters the forward pass reads. Host launchers; the stream comes last.
 #pragma once
@@ -7,7 +7,7 @@
 
 #include "triax/core/dtype.h"
 #include "triax/cuda/stream.h"
-#include "triax/optim/adamw_config.h"
+#include "triax/ops/adamw_config.h"
 
 namespace triax::cuda {
 

@@ -1,4 +1,4 @@
-// GEMMs on the GPU through cuBLASLt (src/cuda/cuda_gemm.cpp), with the row-major contract of
+// GEMMs on the GPU through cuBLASLt (src/cuda/gemm.cpp), with the row-major contract of
 // ops::gemm: C = alpha op(A) op(B) + beta C. bf16 or fp32 inputs, fp32 accumulation, fp32 or bf16
 // output, optional fused epilogue (bias, GELU, GELU saving its input for backward, GELU backward).
 // A plan (descriptors + the heuristic's algorithm) is made once per distinct problem and cached.

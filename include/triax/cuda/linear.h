@@ -1,5 +1,5 @@
 // The fully connected layer on the GPU, the contract of ops/linear.h (out = inp @ W^T + b, W stored
-// (out_features, in_features)): cuBLASLt GEMMs (src/cuda/cuda_linear.cpp) plus a deterministic
+// (out_features, in_features)): cuBLASLt GEMMs (src/cuda/linear.cpp) plus a deterministic
 // column sum for the bias gradient (kernels/linear_bias.cu). Parameter gradients are fp32.
 #pragma once
 #include "triax/core/dtype.h"

@@ -14,11 +14,11 @@
 #include <span>
 #include <vector>
 
-#include "triax/dist/comm.h"
+#include "triax/distributed/comm/comm.h"
 #include "triax/model/config.h"
 #include "triax/model/moe.h"
 #include "triax/params/param_store.h"
-#include "triax/pipeline/stage.h"
+#include "triax/model/stage.h"
 
 namespace triax {
 

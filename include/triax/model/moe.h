@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "triax/dist/comm.h"
+#include "triax/distributed/comm/comm.h"
 #include "triax/params/param_store.h"
 
 namespace triax {

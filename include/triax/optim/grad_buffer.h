@@ -18,7 +18,7 @@
 #include <span>
 #include <vector>
 
-#include "triax/dist/comm.h"
+#include "triax/distributed/comm/comm.h"
 #include "triax/params/param_store.h"
 
 namespace triax {

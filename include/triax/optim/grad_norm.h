@@ -3,7 +3,7 @@
 #pragma once
 #include <span>
 
-#include "triax/dist/grid.h"
+#include "triax/distributed/grid.h"
 #include "triax/params/param_store.h"
 #include "triax/optim/grad_buffer.h"
 

@@ -6,9 +6,9 @@
 #include <span>
 #include <vector>
 
-#include "triax/dist/grid.h"
+#include "triax/distributed/grid.h"
 #include "triax/params/param_store.h"
-#include "triax/optim/adamw.h"
+#include "triax/ops/adamw.h"
 #include "triax/optim/grad_buffer.h"
 #include "triax/optim/zero.h"
 

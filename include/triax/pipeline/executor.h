@@ -10,8 +10,8 @@
 #include <memory>
 #include <vector>
 
-#include "triax/dist/comm.h"
-#include "triax/pipeline/stage.h"
+#include "triax/distributed/comm/comm.h"
+#include "triax/model/stage.h"
 #include "triax/optim/grad_buffer.h"
 #include "triax/pipeline/schedule.h"
 

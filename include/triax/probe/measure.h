@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <string>
 
-#include "triax/dist/comm.h"
+#include "triax/distributed/comm/comm.h"
 
 namespace triax::probe {
 

@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "triax/dist/comm.h"
-#include "triax/train/prometheus_text.h"
+#include "triax/distributed/comm/comm.h"
+#include "triax/io/prometheus_text.h"
 #include "triax/train/trainer.h"
 
 namespace triax {

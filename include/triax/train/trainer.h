@@ -11,18 +11,18 @@
 #include <vector>
 
 #include "triax/backend/backend.h"
-#include "triax/dist/grid.h"
+#include "triax/distributed/grid.h"
 #include "triax/model/gpt.h"
 #include "triax/optim/lr_schedule.h"
 #include "triax/optim/optimizer.h"
 #include "triax/pipeline/executor.h"
 #include "triax/pipeline/schedule.h"
-#include "triax/train/batch.h"
-#include "triax/train/config.h"
-#include "triax/train/data.h"
-#include "triax/train/fault_checks.h"
-#include "triax/train/fault_injection.h"
-#include "triax/train/watchdog.h"
+#include "triax/config/batch.h"
+#include "triax/config/train_config.h"
+#include "triax/data/data.h"
+#include "triax/faults/fault_checks.h"
+#include "triax/faults/fault_injection.h"
+#include "triax/faults/watchdog.h"
 
 namespace triax {
 
@@ -109,7 +109,7 @@ class Trainer {
   const Dataset& train_data() const { return *data_; }
   int64_t consumed_samples() const { return consumed_; }
   Optimizer& optimizer() { return *optimizer_; }
-  // For checkpoint restore (train/checkpoint.h): the iteration and consumed samples determine
+  // For checkpoint restore (checkpoint/checkpoint.h): the iteration and consumed samples determine
   // the LR schedule, the batch ramp-up and the data position; the optimizer holds its own counts.
   void restore_progress(int64_t iteration, int64_t consumed_samples);
   // Layers [first, first + count) of virtual stage vs.

@@ -1,0 +1,77 @@
+// Checkpoints of the whole training state (docs/CHECKPOINTS.md): each rank writes what it owns
+// on a background thread, rank 0 commits the directory atomically (manifest last, rename), and a
+// resume reshards onto any layout the model allows, falling back past a broken checkpoint.
+// Stop signals (SIGTERM, SIGUSR1) end a run at an iteration boundary with a saved state.
+#pragma once
+#include <cstdint>
+#include <atomic>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "triax/checkpoint/manifest.h"
+#include "triax/train/trainer.h"
+
+namespace triax {
+
+// Timings of one save. blocked: the training loop's wait (previous save's end + copying the state
+// to host memory); write: the background thread's writing, fsync and (rank 0) commit.
+struct SaveStats {
+  int64_t iteration = 0;
+  double blocked_s = 0;
+  double wait_s = 0;    // of blocked_s: the previous save still writing
+  double write_s = 0;   // this rank's shard: write + fsync
+  double commit_s = 0;  // rank 0: from the start of the save to the renamed directory
+  uint64_t bytes = 0;   // this rank's shard file
+};
+
+class Checkpointer {
+ public:
+  explicit Checkpointer(Trainer& trainer);
+  ~Checkpointer();  // waits for a save in flight (without collectives)
+  Checkpointer(const Checkpointer&) = delete;
+  Checkpointer& operator=(const Checkpointer&) = delete;
+
+  // Collective. With --load DIR: restores the newest complete checkpoint under DIR that every
+  // rank reads without error, logging each one refused and why; returns its iteration, or -1
+  // when DIR is absent or holds none (a fresh start, said in the log). IoError when DIR holds
+  // checkpoints but none loads.
+  int64_t resume();
+  // Collective: waits for the previous save, copies the state to host memory and starts writing
+  // checkpoint_dir_name(iteration) under --save in the background.
+  void save();
+  // Collective: waits until the save in flight is committed (IoError on every rank if it failed
+  // on any).
+  void finish();
+  // Collective, after every iteration: saves every --save-interval iterations, at the last
+  // iteration, and when any rank received a stop signal; returns true to stop then.
+  bool after_iteration();
+
+  const SaveStats& last_save() const { return last_; }
+
+  // Rank 0: called with the unix time of every checkpoint it commits (on the writer thread, so it
+  // must be thread-safe), and at once with the commit time of the checkpoint resume() loaded:
+  // what the Prometheus checkpoint-age metric shows. Never called on other ranks.
+  void on_commit(std::function<void(double unix_s)> fn);
+
+ private:
+  struct Pending;
+  bool join();  // this rank's thread; false if it failed (the error is logged)
+  Trainer& t_;
+  std::unique_ptr<Pending> pending_;
+  std::vector<std::byte> staging_;  // the host copy of this rank's shard, reused by every save
+  SaveStats last_;
+  std::function<void(double)> on_commit_;
+  double loaded_commit_unix_s_ = 0;  // the resumed checkpoint's manifest time (rank 0)
+};
+
+// SIGTERM and SIGUSR1 set a flag instead of ending the process (what Slurm and Kubernetes send
+// before killing a job); Checkpointer::after_iteration acts on it.
+void install_stop_signal_handlers();
+// The signal received (SIGTERM or SIGUSR1), 0 if none.
+int stop_signal_received();
+
+}  // namespace triax

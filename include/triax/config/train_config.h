@@ -1,0 +1,164 @@
+// The training configuration in one place: TrainConfig (typed values, std::optional where "not
+// given" differs from a value), the table of its options (flag = TOML key, help, valid range),
+// reading a command line and a TOML file, range checks, and printing it back as a --config file.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "triax/core/error.h"
+#include "triax/model/gpt.h"
+#include "triax/ops/adamw.h"
+#include "triax/optim/lr_schedule.h"
+#include "triax/pipeline/schedule.h"
+#include "triax/config/batch.h"
+
+namespace triax {
+
+struct TrainConfig {
+  // Model: a preset, optionally overridden shape by shape (unset = keep the preset's value).
+  std::string model = "tiny";
+  std::optional<int> layers, heads, hidden, ffn, vocab, max_seq;
+  std::optional<int> seq;  // sequence length of a sample; unset = the model's max_seq
+  // Layout.
+  int tp = 1, pp = 1;
+  std::optional<int> dp;  // unset: world / (tp * pp)
+  int vpp = 1;            // virtual chunks per stage (interleaved schedule)
+  std::string order = "tp-dp-pp";
+  bool allow_tp_across_hosts = false;
+  std::vector<int> pipeline_layers;  // explicit layers per stage (uneven split, vpp = 1)
+  ScheduleKind schedule = ScheduleKind::one_f_one_b;
+  // Batch knobs: any two of these (micro-batch alone: one micro-batch per step; none: 4 x 2pp).
+  std::optional<int64_t> micro_batch, global_batch, num_micro_batches;
+  std::optional<BatchRampup> rampup;
+  int64_t train_iters = 50;
+  uint64_t seed = 1234;
+  // Optimizer.
+  double lr = 3e-3, min_lr = 0.0;
+  int64_t warmup_iters = 0;
+  std::optional<int64_t> decay_iters;  // unset: train_iters
+  LrDecay lr_decay = LrDecay::cosine;
+  AdamWConfig adamw;
+  double clip_grad = 1.0;  // 0: off
+  bool zero1 = false;
+  double bucket_mb = 16.0;
+  bool overlap_grad_reduce = true;
+  Recompute recompute = Recompute::none;
+  bool sequence_parallel = false;
+  // Mixture of experts (docs/MOE.md): layer l is MoE when moe_every > 0 and (l + 1) % moe_every == 0.
+  int moe_every = 0;
+  int experts = 8;
+  int topk = 2;
+  double capacity_factor = 1.25;
+  bool no_drop = false;
+  double moe_aux_coef = 0.01;
+  int moe_chunks = 1;
+  int ep = 1;  // expert-parallel size, carved from dp
+  // Data: "" or "synthetic" (built in), llm.c shards "a.bin,b.bin" or a glob "train_*.bin", a
+  // Megatron indexed dataset (PREFIX, PREFIX.bin or PREFIX.idx), or a text file (docs/DATA.md).
+  std::string data;
+  bool data_shuffle = true;       // seeded per-epoch shuffle of the training samples
+  bool data_respect_eod = false;  // samples inside documents (Megatron format)
+  // Validation: every eval_interval iterations (0: never), eval_iters batches of the global
+  // batch size from valid_data, in file order from its first sample.
+  std::string valid_data;
+  int64_t eval_interval = 0;
+  int64_t eval_iters = 10;
+  std::string metrics_jsonl;
+  // Where the step runs (backend/backend.h): "cpu" (the reference), or "cpu-checked" (buffers
+  // mapped PROT_NONE outside the backend's own calls: proves no code outside the backend touches them).
+  std::string backend = "cpu";
+  // Faults (docs/FAULTS.md): the watchdog's stall timeout in seconds (0: off), the consecutive
+  // skipped (non-finite) iterations that end the run (0: never), the factor over the median
+  // compute time that marks a straggler, and the z-score of a loss spike (0: off).
+  double stall_timeout = 0;
+  int64_t max_skipped_iterations = 0;
+  double straggler_factor = 1.2;
+  double loss_spike_zscore = 5.0;
+  // Prometheus (docs/CLUSTER.md): rank 0 serves /metrics on metrics_port (0: any free port) at
+  // metrics_bind, and/or rewrites metrics_textfile atomically after each iteration; metrics_linger
+  // keeps the endpoint up that many seconds after the last iteration.
+  std::optional<int> metrics_port;
+  std::string metrics_bind = "0.0.0.0";
+  std::string metrics_textfile;
+  double metrics_linger = 0;
+  // Checkpoints (docs/CHECKPOINTS.md): save the whole training state under `save` every
+  // save_interval iterations (0: only at the end and on SIGTERM/SIGUSR1), keeping the newest
+  // keep_last (0: all); resume from the newest complete checkpoint under `load`; start from
+  // pretrained weights (HF safetensors or llm.c .bin); export the trained model for HF.
+  std::string save;
+  int64_t save_interval = 0;
+  int keep_last = 2;
+  std::string load;
+  std::string init_from;
+  std::string export_hf;
+};
+
+// One value as it arrives: the text of a flag's arguments (one or more words), or a TOML node
+// (passed opaquely so that this header does not include toml++).
+struct OptionInput {
+  std::vector<std::string> words;  // command line
+  const void* toml_node = nullptr; // toml::node*, from a --config file
+  std::string where;               // "--train-iters" or "run.toml:3: key 'train-iters'"
+};
+
+// An option of TrainConfig. Adding a flag is one call in train_options() (src/config/train_config.cpp):
+// its key is both the command-line flag (--key) and the TOML key.
+struct ConfigOption {
+  std::string key;    // "micro-batch-size"
+  std::string help;   // one line for --help
+  std::string range;  // what is valid, for messages: "an integer >= 1"
+  int arity = 1;      // command-line words after the flag: 0 (a switch), 1, or 3
+  std::function<void(TrainConfig&, const OptionInput&)> set;  // parse + check range; ConfigError naming `where`
+  std::function<std::string(const TrainConfig&)> check;       // "" or why the current value is out of range
+  std::function<std::optional<std::string>(const TrainConfig&)> toml;  // TOML literal; nullopt when not given
+};
+
+const std::vector<ConfigOption>& train_options();
+const ConfigOption* find_train_option(std::string_view key);
+// The nearest known key to a misspelled one ("train_iters" -> "train-iters"), or "".
+std::string nearest_train_option(std::string_view key);
+
+// Applies a TOML file of `key = value` lines (keys as the flags, without "--"). An unknown key,
+// a table, a malformed file or a value of the wrong type or range is a ConfigError naming the
+// file, the line and the key (with the nearest valid key for a typo).
+void apply_config_file(TrainConfig& cfg, const std::string& path);
+void apply_config_text(TrainConfig& cfg, std::string_view text, const std::string& source_name);
+
+// The command line of a trainer: --config FILE is read first, then every other flag overrides
+// it. `extra` lists keys the program handles itself (returned in `extra_values`, not applied).
+struct CommandLine {
+  TrainConfig cfg;
+  bool help = false;          // --help / -h was given: print help_text and exit 0
+  std::string help_text;
+  std::vector<std::pair<std::string, std::string>> extra_values;
+};
+CommandLine parse_train_command_line(int argc, const char* const* argv, std::string_view program,
+                                     std::string_view description);
+
+// Range checks of every option (what a config file or flag is checked against on the way in),
+// for configurations built in code. ConfigError with the valid range.
+void check_ranges(const TrainConfig& cfg);
+
+// Every option as `key = value` lines that apply_config_text reads back to the same TrainConfig
+// (options not given are left out). `comments[key]` is appended as "  # ..." when present.
+std::string to_toml(const TrainConfig& cfg,
+                    const std::function<std::string(std::string_view key)>& comment = nullptr);
+
+// The whole configuration resolved for a world size: presets applied, dp, seq and the batch
+// derived, layers split over stages, everything cross-checked. `explicit_cfg` has every derived
+// optional filled in, so printed with to_toml it reproduces the run.
+struct ResolvedTrainConfig {
+  TrainConfig explicit_cfg;
+  GptConfig model;
+  int dp = 1;
+  int seq = 0;
+  BatchPlan batch;
+  std::vector<int> stage_layers;  // per virtual stage
+};
+ResolvedTrainConfig resolve_train_config(const TrainConfig& cfg, int world_size);
+
+}  // namespace triax

@@ -1,0 +1,106 @@
+// Batch-size arithmetic and ramp-up, with errors that show the numbers.
+#include "triax/config/batch.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "triax/core/error.h"
+
+namespace triax {
+
+std::string BatchPlan::describe() const {
+  return fmt::format("global batch {} = micro-batch {} x dp {} x micro-batches {}", global_batch, micro_batch, dp,
+                     num_micro_batches);
+}
+
+BatchPlan resolve_batch(const BatchConfig& c, int dp) {
+  if (dp < 1) TRIAX_THROW(ConfigError, "data-parallel size {} must be >= 1", dp);
+  if (c.global_batch < 0) TRIAX_THROW(ConfigError, "global batch size {} must be >= 1 (or 0 to derive it)", c.global_batch);
+  if (c.micro_batch < 0) TRIAX_THROW(ConfigError, "micro-batch size {} must be >= 1 (or 0 to derive it)", c.micro_batch);
+  if (c.num_micro_batches < 0)
+    TRIAX_THROW(ConfigError, "number of micro-batches {} must be >= 1 (or 0 to derive it)", c.num_micro_batches);
+  const bool g = c.global_batch > 0, mb = c.micro_batch > 0, n = c.num_micro_batches > 0;
+  const int64_t d = dp;
+  BatchPlan p{c.global_batch, c.micro_batch, c.num_micro_batches, dp};
+  if (g && mb && n) {
+    const int64_t prod = c.micro_batch * d * c.num_micro_batches;
+    if (prod != c.global_batch)
+      TRIAX_THROW(ConfigError, "global batch {} != micro-batch {} x dp {} x micro-batches {} = {}", c.global_batch,
+                  c.micro_batch, dp, c.num_micro_batches, prod);
+  } else if (g && mb) {
+    const int64_t per = c.micro_batch * d;
+    if (c.global_batch % per != 0)
+      TRIAX_THROW(ConfigError, "global batch {} is not divisible by micro-batch {} x dp {} = {} ({} = {} x {} + {})",
+                  c.global_batch, c.micro_batch, dp, per, c.global_batch, c.global_batch / per, per,
+                  c.global_batch % per);
+    p.num_micro_batches = c.global_batch / per;
+  } else if (g && n) {
+    const int64_t per = d * c.num_micro_batches;
+    if (c.global_batch % per != 0)
+      TRIAX_THROW(ConfigError, "global batch {} is not divisible by dp {} x micro-batches {} = {} ({} = {} x {} + {})",
+                  c.global_batch, dp, c.num_micro_batches, per, c.global_batch, c.global_batch / per, per,
+                  c.global_batch % per);
+    p.micro_batch = c.global_batch / per;
+  } else if (mb) {
+    if (!n) p.num_micro_batches = 1;
+    p.global_batch = c.micro_batch * d * p.num_micro_batches;
+  } else {
+    TRIAX_THROW(ConfigError,
+                "batch sizes: give the micro-batch size, or two of global batch, micro-batch size and number of "
+                "micro-batches (got global batch {}, micro-batch {}, micro-batches {}; 0 = not given)",
+                c.global_batch, c.micro_batch, c.num_micro_batches);
+  }
+  return p;
+}
+
+BatchSchedule::BatchSchedule(const BatchPlan& target, std::optional<BatchRampup> rampup)
+    : target_(target), rampup_(rampup) {
+  const int64_t per = target.micro_batch * target.dp;
+  if (per < 1 || target.num_micro_batches < 1 || target.global_batch != per * target.num_micro_batches)
+    TRIAX_THROW(ConfigError, "batch schedule: inconsistent target plan ({}); build it with resolve_batch",
+                target.describe());
+  if (!rampup_) return;
+  const auto& r = *rampup_;
+  if (r.start < 1 || r.start > target.global_batch)
+    TRIAX_THROW(ConfigError, "batch ramp-up start {} must lie in [1, global batch {}]", r.start, target.global_batch);
+  if (r.increment < 1) TRIAX_THROW(ConfigError, "batch ramp-up increment {} must be >= 1", r.increment);
+  if (r.samples < 0) TRIAX_THROW(ConfigError, "batch ramp-up samples {} must be >= 0", r.samples);
+  const int64_t diff = target.global_batch - r.start;
+  if (diff % r.increment != 0)
+    TRIAX_THROW(ConfigError,
+                "batch ramp-up: global batch {} - start {} = {} is not a multiple of the increment {} ({} = {} x {} + {})",
+                target.global_batch, r.start, diff, r.increment, diff, diff / r.increment, r.increment,
+                diff % r.increment);
+  increments_ = diff / r.increment;
+  for (int64_t k = 0; k <= increments_; ++k) {
+    const int64_t gb = r.start + k * r.increment;
+    if (gb % per != 0)
+      TRIAX_THROW(ConfigError,
+                  "batch ramp-up step {} of {}: global batch {} (= start {} + {} x increment {}) is not divisible by "
+                  "micro-batch {} x dp {} = {}",
+                  k, increments_, gb, r.start, k, r.increment, target.micro_batch, target.dp, per);
+  }
+}
+
+int64_t BatchSchedule::global_batch(int64_t consumed) const {
+  if (consumed < 0) TRIAX_THROW(ConfigError, "consumed samples {} must be >= 0", consumed);
+  if (!rampup_ || increments_ == 0 || consumed >= rampup_->samples) return target_.global_batch;
+  // Increment k is reached after k x samples / increments consumed samples (integer arithmetic:
+  // k = floor(consumed x increments / samples), exact, no floating-point boundary surprises).
+  const int64_t k = static_cast<int64_t>((static_cast<__int128>(consumed) * increments_) / rampup_->samples);
+  return rampup_->start + std::min(k, increments_) * rampup_->increment;
+}
+
+int64_t BatchSchedule::num_micro_batches(int64_t consumed) const {
+  return global_batch(consumed) / (target_.micro_batch * target_.dp);
+}
+
+BatchPlan BatchSchedule::plan(int64_t consumed) const {
+  BatchPlan p = target_;
+  p.global_batch = global_batch(consumed);
+  p.num_micro_batches = p.global_batch / (p.micro_batch * p.dp);
+  return p;
+}
+
+}  // namespace triax

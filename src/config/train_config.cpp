@@ -1,0 +1,712 @@
+// The training configuration's one table of options and everything driven by it: command line,
+// TOML files (toml++), range checks, printing back, and the resolution for a world size.
+#include "triax/config/train_config.h"
+
+#include <fmt/ranges.h>
+#include <toml++/toml.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <charconv>
+#include <cstdio>
+#include <cstring>
+#include <cmath>
+#include <limits>
+#include <numeric>
+#include <sstream>
+#include <type_traits>
+
+namespace triax {
+namespace {
+
+template <class T>
+struct is_optional : std::false_type {};
+template <class T>
+struct is_optional<std::optional<T>> : std::true_type {
+  using type = T;
+};
+
+const toml::node* node_of(const OptionInput& in) { return static_cast<const toml::node*>(in.toml_node); }
+
+// "--tp two" or "run.toml:3: tp = "two"": where a value came from and what it was.
+std::string shown(const OptionInput& in, std::string_view value) {
+  if (in.toml_node) return fmt::format("{} = {}", in.where, value);
+  return value.empty() ? in.where : fmt::format("{} {}", in.where, value);
+}
+
+std::string toml_shown(const toml::node& n) {
+  std::ostringstream os;
+  if (n.is_string()) os << '"' << n.as_string()->get() << '"';
+  else if (n.is_table()) os << "{...}";
+  else n.visit([&](auto&& v) { os << v; });
+  std::string s = os.str();
+  if (s.size() > 80) s = s.substr(0, 77) + "...";
+  return s;
+}
+
+const char* toml_type_name(const toml::node& n) {
+  switch (n.type()) {
+    case toml::node_type::string: return "a string";
+    case toml::node_type::integer: return "an integer";
+    case toml::node_type::floating_point: return "a number";
+    case toml::node_type::boolean: return "a boolean";
+    case toml::node_type::array: return "an array";
+    case toml::node_type::table: return "a table";
+    default: return "a date/time";
+  }
+}
+
+[[noreturn]] void bad(const OptionInput& in, std::string_view value, std::string_view problem, std::string_view range) {
+  TRIAX_THROW(ConfigError, "{}: {}; expected {}", shown(in, value), problem, range);
+}
+
+[[noreturn]] void wrong_type(const OptionInput& in, std::string_view range) {
+  const auto& n = *node_of(in);
+  bad(in, toml_shown(n), fmt::format("{} is the wrong type", toml_type_name(n)), range);
+}
+
+std::string int_range(long long lo, long long hi) {
+  if (hi >= std::numeric_limits<int>::max()) return fmt::format("an integer >= {}", lo);
+  return fmt::format("an integer in [{}, {}]", lo, hi);
+}
+
+// One integer from a word or a TOML node, checked against [lo, hi].
+long long read_int(const OptionInput& in, const std::string& word, const toml::node* n, long long lo, long long hi) {
+  const std::string range = int_range(lo, hi);
+  long long v = 0;
+  std::string text;
+  if (n) {
+    if (!n->is_integer()) wrong_type(in, range);
+    v = n->as_integer()->get();
+    text = std::to_string(v);
+  } else {
+    text = word;
+    const char* end = word.data() + word.size();
+    const auto [ptr, ec] = std::from_chars(word.data(), end, v);
+    if (word.empty() || ec == std::errc::invalid_argument || ptr != end) bad(in, fmt::format("'{}'", word), "not an integer", range);
+    if (ec == std::errc::result_out_of_range) bad(in, word, "out of range", range);
+  }
+  if (v < lo || v > hi) bad(in, text, "out of range", range);
+  return v;
+}
+
+struct RealRange {
+  double lo = 0, hi = std::numeric_limits<double>::infinity();
+  bool lo_open = false, hi_open = false;
+  std::string text() const {
+    if (std::isinf(hi)) return fmt::format("a finite number {} {}", lo_open ? ">" : ">=", lo);
+    return fmt::format("a number in {}{}, {}{}", lo_open ? "(" : "[", lo, hi, hi_open ? ")" : "]");
+  }
+  bool ok(double v) const {
+    return std::isfinite(v) && (lo_open ? v > lo : v >= lo) && (hi_open ? v < hi : v <= hi);
+  }
+};
+
+double read_real(const OptionInput& in, const std::string& word, const toml::node* n, const RealRange& r) {
+  double v = 0;
+  std::string text;
+  if (n) {
+    if (n->is_integer()) v = static_cast<double>(n->as_integer()->get());
+    else if (n->is_floating_point()) v = n->as_floating_point()->get();
+    else wrong_type(in, r.text());
+    text = toml_shown(*n);
+  } else {
+    text = word;
+    const char* end = word.data() + word.size();
+    const auto [ptr, ec] = std::from_chars(word.data(), end, v);
+    if (word.empty() || ec != std::errc() || ptr != end) bad(in, fmt::format("'{}'", word), "not a number", r.text());
+  }
+  if (!r.ok(v)) bad(in, text, "out of range", r.text());
+  return v;
+}
+
+bool read_bool(const OptionInput& in) {
+  if (const auto* n = node_of(in)) {
+    if (!n->is_boolean()) wrong_type(in, "true or false");
+    return n->as_boolean()->get();
+  }
+  if (in.words.empty()) return true;  // a bare switch
+  const auto& w = in.words[0];
+  if (w == "true" || w == "1") return true;
+  if (w == "false" || w == "0") return false;
+  bad(in, fmt::format("'{}'", w), "not a boolean", "true or false");
+}
+
+std::string read_string(const OptionInput& in) {
+  if (const auto* n = node_of(in)) {
+    if (!n->is_string()) wrong_type(in, "a string");
+    return n->as_string()->get();
+  }
+  return in.words.at(0);
+}
+
+// The integers of a list: "3,5" on the command line, [3, 5] in TOML, or `count` separate words.
+std::vector<long long> read_ints(const OptionInput& in, long long lo, size_t count, const std::string& range) {
+  std::vector<long long> out;
+  if (const auto* n = node_of(in)) {
+    const auto* a = n->as_array();
+    if (!a) wrong_type(in, range);
+    for (const auto& e : *a) out.push_back(read_int(in, "", &e, lo, std::numeric_limits<long long>::max()));
+  } else if (in.words.size() > 1) {
+    for (const auto& w : in.words) out.push_back(read_int(in, w, nullptr, lo, std::numeric_limits<long long>::max()));
+  } else {
+    const std::string& w = in.words.at(0);
+    size_t pos = 0;
+    for (;;) {
+      const size_t comma = w.find(',', pos);
+      const std::string part = w.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
+      if (part.empty()) bad(in, fmt::format("'{}'", w), "an empty entry", range);
+      out.push_back(read_int(in, part, nullptr, lo, std::numeric_limits<long long>::max()));
+      if (comma == std::string::npos) break;
+      pos = comma + 1;
+    }
+  }
+  if (count && out.size() != count)
+    bad(in, in.toml_node ? toml_shown(*node_of(in)) : fmt::format("{}", fmt::join(in.words, " ")),
+        fmt::format("{} values", out.size()), range);
+  if (!count && out.empty()) bad(in, "[]", "no values", range);
+  return out;
+}
+
+std::string toml_quote(std::string_view s) {
+  std::string out = "\"";
+  for (const char c : s) {
+    if (c == '"' || c == '\\') out += {'\\', c};
+    else if (static_cast<unsigned char>(c) < 0x20) out += fmt::format("\\u{:04x}", static_cast<unsigned>(c));
+    else out += c;
+  }
+  return out + "\"";
+}
+
+// ---- option builders: each returns one row of the table ----
+
+template <class Get>
+ConfigOption int_opt(std::string key, std::string help, Get get, long long lo,
+                     long long hi = std::numeric_limits<long long>::max()) {
+  using F = std::remove_reference_t<decltype(get(std::declval<TrainConfig&>()))>;
+  using V = typename std::conditional_t<is_optional<F>::value, is_optional<F>, std::type_identity<F>>::type;
+  ConfigOption o;
+  o.key = std::move(key);
+  o.help = std::move(help);
+  o.range = int_range(lo, hi);
+  o.set = [=](TrainConfig& c, const OptionInput& in) {
+    get(c) = static_cast<V>(read_int(in, in.words.empty() ? "" : in.words[0], node_of(in), lo, hi));
+  };
+  o.check = [=, range = o.range, k = o.key](const TrainConfig& c) -> std::string {
+    auto& f = get(const_cast<TrainConfig&>(c));
+    long long v = 0;
+    if constexpr (is_optional<F>::value) {
+      if (!f) return {};
+      v = static_cast<long long>(*f);
+    } else {
+      v = static_cast<long long>(f);
+    }
+    if (v < lo || v > hi) return fmt::format("{} = {}: out of range; expected {}", k, v, range);
+    return {};
+  };
+  o.toml = [=](const TrainConfig& c) -> std::optional<std::string> {
+    auto& f = get(const_cast<TrainConfig&>(c));
+    if constexpr (is_optional<F>::value) {
+      if (!f) return std::nullopt;
+      return std::to_string(*f);
+    } else {
+      return std::to_string(f);
+    }
+  };
+  return o;
+}
+
+template <class Get>
+ConfigOption real_opt(std::string key, std::string help, Get get, RealRange r) {
+  using F = std::remove_reference_t<decltype(get(std::declval<TrainConfig&>()))>;
+  ConfigOption o;
+  o.key = std::move(key);
+  o.help = std::move(help);
+  o.range = r.text();
+  o.set = [=](TrainConfig& c, const OptionInput& in) {
+    get(c) = static_cast<F>(read_real(in, in.words.empty() ? "" : in.words[0], node_of(in), r));
+  };
+  o.check = [=, k = o.key](const TrainConfig& c) -> std::string {
+    const double v = get(const_cast<TrainConfig&>(c));
+    if (!r.ok(v)) return fmt::format("{} = {}: out of range; expected {}", k, v, r.text());
+    return {};
+  };
+  o.toml = [=](const TrainConfig& c) -> std::optional<std::string> {
+    return fmt::format("{}", get(const_cast<TrainConfig&>(c)));  // shortest text that reads back as this F
+  };
+  return o;
+}
+
+template <class Get>
+ConfigOption bool_opt(std::string key, std::string help, Get get, bool invert = false) {
+  ConfigOption o;
+  o.key = std::move(key);
+  o.help = std::move(help);
+  o.range = "true or false";
+  o.arity = 0;
+  o.set = [=](TrainConfig& c, const OptionInput& in) { get(c) = read_bool(in) != invert; };
+  o.check = [](const TrainConfig&) { return std::string(); };
+  o.toml = [=](const TrainConfig& c) -> std::optional<std::string> {
+    return (get(const_cast<TrainConfig&>(c)) != invert) ? "true" : "false";
+  };
+  return o;
+}
+
+template <class Get>
+ConfigOption string_opt(std::string key, std::string help, Get get, std::vector<std::string> choices = {}) {
+  ConfigOption o;
+  o.key = std::move(key);
+  o.help = std::move(help);
+  o.range = choices.empty() ? "a string" : fmt::format("one of {}", fmt::join(choices, ", "));
+  o.set = [=, range = o.range](TrainConfig& c, const OptionInput& in) {
+    std::string v = read_string(in);
+    if (!choices.empty() && std::find(choices.begin(), choices.end(), v) == choices.end())
+      bad(in, toml_quote(v), "not a known value", range);
+    get(c) = std::move(v);
+  };
+  o.check = [=, k = o.key, range = o.range](const TrainConfig& c) -> std::string {
+    const std::string& v = get(const_cast<TrainConfig&>(c));
+    if (!choices.empty() && std::find(choices.begin(), choices.end(), v) == choices.end())
+      return fmt::format("{} = '{}': not a known value; expected {}", k, v, range);
+    return {};
+  };
+  o.toml = [=](const TrainConfig& c) -> std::optional<std::string> { return toml_quote(get(const_cast<TrainConfig&>(c))); };
+  return o;
+}
+
+template <class E, class Get>
+ConfigOption enum_opt(std::string key, std::string help, Get get, std::vector<std::pair<std::string, E>> names) {
+  ConfigOption o;
+  o.key = std::move(key);
+  o.help = std::move(help);
+  std::vector<std::string> keys;
+  for (auto& [n, e] : names) keys.push_back(n);
+  o.range = fmt::format("one of {}", fmt::join(keys, ", "));
+  o.set = [=, range = o.range](TrainConfig& c, const OptionInput& in) {
+    const std::string v = read_string(in);
+    for (auto& [n, e] : names)
+      if (n == v) return void(get(c) = e);
+    bad(in, toml_quote(v), "not a known value", range);
+  };
+  o.check = [](const TrainConfig&) { return std::string(); };
+  o.toml = [=](const TrainConfig& c) -> std::optional<std::string> {
+    const E v = get(const_cast<TrainConfig&>(c));
+    for (auto& [n, e] : names)
+      if (e == v) return toml_quote(n);
+    return std::nullopt;
+  };
+  return o;
+}
+
+#define TRIAX_FIELD(expr) [](TrainConfig& c) -> auto& { return c.expr; }
+
+std::vector<ConfigOption> build_options() {
+  constexpr long long kMaxInt = std::numeric_limits<int>::max();
+  constexpr long long kMaxI64 = std::numeric_limits<long long>::max();
+  std::vector<ConfigOption> t;
+  t.push_back(string_opt("model", "model preset", TRIAX_FIELD(model),
+                         GptConfig::preset_names()));
+  t.push_back(int_opt("num-layers", "override the preset's layer count", TRIAX_FIELD(layers), 1, kMaxInt));
+  t.push_back(int_opt("num-attention-heads", "override the preset's heads", TRIAX_FIELD(heads), 1, kMaxInt));
+  t.push_back(int_opt("hidden-size", "override the preset's hidden size", TRIAX_FIELD(hidden), 1, kMaxInt));
+  t.push_back(int_opt("ffn-hidden-size", "override the MLP size (default 4 x hidden)", TRIAX_FIELD(ffn), 1, kMaxInt));
+  t.push_back(int_opt("vocab-size", "override the vocabulary", TRIAX_FIELD(vocab), 2, kMaxInt));
+  t.push_back(int_opt("max-position-embeddings", "override the position table size", TRIAX_FIELD(max_seq), 1, kMaxInt));
+  t.push_back(int_opt("seq-length", "tokens per sample (default: max positions)", TRIAX_FIELD(seq), 1, kMaxInt));
+  t.push_back(int_opt("tp", "tensor-parallel size", TRIAX_FIELD(tp), 1, kMaxInt));
+  t.push_back(int_opt("pp", "pipeline-parallel size", TRIAX_FIELD(pp), 1, kMaxInt));
+  t.push_back(int_opt("dp", "data-parallel size (default world / (tp x pp))", TRIAX_FIELD(dp), 1, kMaxInt));
+  t.push_back(int_opt("vpp", "virtual chunks per pipeline stage (interleaved schedule)", TRIAX_FIELD(vpp), 1, kMaxInt));
+  t.push_back(string_opt("order", "grid axis order, fastest first", TRIAX_FIELD(order),
+                         {"tp-dp-pp", "tp-pp-dp", "dp-tp-pp", "dp-pp-tp", "pp-tp-dp", "pp-dp-tp"}));
+  t.push_back(bool_opt("allow-tp-across-hosts", "allow TP groups spanning hosts", TRIAX_FIELD(allow_tp_across_hosts)));
+  {
+    ConfigOption o;
+    o.key = "pipeline-layers";
+    o.help = "layers per stage for an uneven split, e.g. 3,5";
+    o.range = "a list of integers >= 1 (e.g. 3,5 or [3, 5])";
+    o.set = [range = o.range](TrainConfig& c, const OptionInput& in) {
+      c.pipeline_layers.clear();
+      for (long long v : read_ints(in, 1, 0, range)) {
+        if (v > kMaxInt) bad(in, std::to_string(v), "out of range", range);
+        c.pipeline_layers.push_back(static_cast<int>(v));
+      }
+    };
+    o.check = [range = o.range](const TrainConfig& c) -> std::string {
+      for (int v : c.pipeline_layers)
+        if (v < 1) return fmt::format("pipeline-layers = [{}]: out of range; expected {}", fmt::join(c.pipeline_layers, ", "), range);
+      return {};
+    };
+    o.toml = [](const TrainConfig& c) -> std::optional<std::string> {
+      if (c.pipeline_layers.empty()) return std::nullopt;
+      return fmt::format("[{}]", fmt::join(c.pipeline_layers, ", "));
+    };
+    t.push_back(std::move(o));
+  }
+  t.push_back(enum_opt<ScheduleKind>("schedule", "pipeline schedule", TRIAX_FIELD(schedule),
+                                     {{"gpipe", ScheduleKind::gpipe},
+                                      {"1f1b", ScheduleKind::one_f_one_b},
+                                      {"interleaved", ScheduleKind::interleaved},
+                                      {"zb-h1", ScheduleKind::zb_h1}}));
+  t.push_back(int_opt("micro-batch-size", "samples per micro-batch", TRIAX_FIELD(micro_batch), 1, kMaxI64));
+  t.push_back(int_opt("global-batch-size", "samples per iteration over all DP ranks", TRIAX_FIELD(global_batch), 1, kMaxI64));
+  t.push_back(int_opt("num-micro-batches", "micro-batches per iteration (gradient accumulation)",
+                      TRIAX_FIELD(num_micro_batches), 1, kMaxI64));
+  {
+    ConfigOption o;
+    o.key = "rampup-batch-size";
+    o.help = "START INCREMENT SAMPLES: grow the global batch";
+    o.range = "three integers: start >= 1, increment >= 1, samples >= 0";
+    o.arity = 3;
+    o.set = [range = o.range](TrainConfig& c, const OptionInput& in) {
+      const auto v = read_ints(in, 0, 3, range);
+      if (v[0] < 1 || v[1] < 1) bad(in, fmt::format("[{}]", fmt::join(v, ", ")), "out of range", range);
+      c.rampup = BatchRampup{v[0], v[1], v[2]};
+    };
+    o.check = [range = o.range](const TrainConfig& c) -> std::string {
+      if (c.rampup && (c.rampup->start < 1 || c.rampup->increment < 1 || c.rampup->samples < 0))
+        return fmt::format("rampup-batch-size = [{}, {}, {}]: out of range; expected {}", c.rampup->start,
+                           c.rampup->increment, c.rampup->samples, range);
+      return {};
+    };
+    o.toml = [](const TrainConfig& c) -> std::optional<std::string> {
+      if (!c.rampup) return std::nullopt;
+      return fmt::format("[{}, {}, {}]", c.rampup->start, c.rampup->increment, c.rampup->samples);
+    };
+    t.push_back(std::move(o));
+  }
+  t.push_back(int_opt("train-iters", "iterations", TRIAX_FIELD(train_iters), 1, kMaxI64));
+  t.push_back(int_opt("seed", "seed of initialisation and generated data", TRIAX_FIELD(seed), 0, kMaxI64));
+  t.push_back(real_opt("lr", "peak learning rate", TRIAX_FIELD(lr), {0, 1e6, false, false}));
+  t.push_back(real_opt("min-lr", "final learning rate", TRIAX_FIELD(min_lr), {0, 1e6, false, false}));
+  t.push_back(int_opt("lr-warmup-iters", "linear warm-up iterations", TRIAX_FIELD(warmup_iters), 0, kMaxI64));
+  t.push_back(int_opt("lr-decay-iters", "iteration where decay reaches min-lr (default train-iters)",
+                      TRIAX_FIELD(decay_iters), 1, kMaxI64));
+  t.push_back(enum_opt<LrDecay>("lr-decay-style", "learning-rate decay", TRIAX_FIELD(lr_decay),
+                                {{"cosine", LrDecay::cosine}, {"linear", LrDecay::linear}, {"constant", LrDecay::constant}}));
+  t.push_back(real_opt("weight-decay", "AdamW decoupled weight decay", TRIAX_FIELD(adamw.weight_decay), {0, 1e6}));
+  t.push_back(real_opt("adam-beta1", "AdamW beta1", TRIAX_FIELD(adamw.beta1), {0, 1, false, true}));
+  t.push_back(real_opt("adam-beta2", "AdamW beta2", TRIAX_FIELD(adamw.beta2), {0, 1, false, true}));
+  t.push_back(real_opt("adam-eps", "AdamW epsilon", TRIAX_FIELD(adamw.eps), {0, 1, true, false}));
+  t.push_back(real_opt("clip-grad", "clip the global gradient norm (0: off)", TRIAX_FIELD(clip_grad), {0, 1e12}));
+  t.push_back(bool_opt("zero1", "ZeRO-1 distributed optimizer", TRIAX_FIELD(zero1)));
+  t.push_back(real_opt("bucket-mb", "DP gradient bucket size (MiB)", TRIAX_FIELD(bucket_mb), {0, 1 << 20, true, false}));
+  t.push_back(bool_opt("no-overlap-grad-reduce", "reduce gradients after backward instead of during it",
+                       TRIAX_FIELD(overlap_grad_reduce), /*invert=*/true));
+  t.push_back(bool_opt("sequence-parallel", "split LayerNorm/residual regions over TP by tokens",
+                       TRIAX_FIELD(sequence_parallel)));
+  t.push_back(enum_opt<Recompute>("recompute", "activation recomputation", TRIAX_FIELD(recompute),
+                                  {{"none", Recompute::none}, {"selective", Recompute::selective}, {"full", Recompute::full}}));
+  t.push_back(int_opt("moe-every", "every K-th layer is a mixture-of-experts layer (0: none)", TRIAX_FIELD(moe_every), 0,
+                      kMaxInt));
+  t.push_back(int_opt("experts", "experts per MoE layer", TRIAX_FIELD(experts), 1, kMaxInt));
+  t.push_back(int_opt("topk", "experts per token", TRIAX_FIELD(topk), 1, 2));
+  t.push_back(real_opt("capacity-factor", "expert capacity factor", TRIAX_FIELD(capacity_factor), {0, 1e6, true, false}));
+  t.push_back(bool_opt("no-drop", "no token dropping (capacity = the largest load)", TRIAX_FIELD(no_drop)));
+  t.push_back(real_opt("moe-aux-coef", "weight of the load-balancing loss", TRIAX_FIELD(moe_aux_coef), {0, 1e6}));
+  t.push_back(int_opt("moe-chunks", "token chunks overlapping all-to-all with expert compute", TRIAX_FIELD(moe_chunks), 1,
+                      kMaxInt));
+  t.push_back(int_opt("ep", "expert-parallel size (divides dp)", TRIAX_FIELD(ep), 1, kMaxInt));
+  t.push_back(string_opt("data", "llm.c token shards (a.bin,b.bin or 'train_*.bin'), a Megatron indexed dataset "
+                         "(PREFIX[.bin|.idx]), a text file, or synthetic (default); docs/DATA.md", TRIAX_FIELD(data)));
+  t.push_back(bool_opt("no-data-shuffle", "visit training samples in file order (default: seeded shuffle per epoch)",
+                       TRIAX_FIELD(data_shuffle), /*invert=*/true));
+  t.push_back(bool_opt("data-respect-eod", "samples never cross a document boundary (Megatron format)",
+                       TRIAX_FIELD(data_respect_eod)));
+  t.push_back(string_opt("valid-data", "validation set (same formats as --data)", TRIAX_FIELD(valid_data)));
+  t.push_back(int_opt("eval-interval", "validation loss every N iterations (0: never)", TRIAX_FIELD(eval_interval), 0,
+                      kMaxI64));
+  t.push_back(int_opt("eval-iters", "global batches per validation", TRIAX_FIELD(eval_iters), 1, kMaxI64));
+  t.push_back(string_opt("metrics-jsonl", "write one JSON object per iteration here", TRIAX_FIELD(metrics_jsonl)));
+  t.push_back(string_opt("backend", "where the step runs: cpu, or cpu-checked (buffers inaccessible outside the "
+                         "backend: a check, slower)", TRIAX_FIELD(backend), {"cpu", "cpu-checked"}));
+  t.push_back(real_opt("stall-timeout", "seconds without a finished iteration before the watchdog dumps the flight "
+                       "recorder and ends the job (0: off; docs/FAULTS.md)", TRIAX_FIELD(stall_timeout), {0, 1e9}));
+  t.push_back(int_opt("max-skipped-iterations", "end the run after K consecutive iterations skipped for a non-finite "
+                      "gradient norm (0: never)", TRIAX_FIELD(max_skipped_iterations), 0, kMaxI64));
+  t.push_back(real_opt("straggler-factor", "report a rank whose compute time stays above this factor times the "
+                       "median", TRIAX_FIELD(straggler_factor), {1, 1e6}));
+  t.push_back(real_opt("loss-spike-zscore", "log a loss more than this many standard deviations above the recent "
+                       "window (0: off)", TRIAX_FIELD(loss_spike_zscore), {0, 1e6}));
+  t.push_back(int_opt("metrics-port", "rank 0 serves Prometheus /metrics on this port (0: any free port)",
+                      TRIAX_FIELD(metrics_port), 0, 65535));
+  t.push_back(string_opt("metrics-bind", "address the metrics endpoint listens on", TRIAX_FIELD(metrics_bind)));
+  t.push_back(string_opt("metrics-textfile", "rewrite this Prometheus textfile atomically after each iteration",
+                         TRIAX_FIELD(metrics_textfile)));
+  t.push_back(real_opt("metrics-linger", "keep serving /metrics this many seconds after the last iteration",
+                       TRIAX_FIELD(metrics_linger), {0, 86400}));
+  t.push_back(string_opt("save", "directory to save checkpoints in (docs/CHECKPOINTS.md)", TRIAX_FIELD(save)));
+  t.push_back(int_opt("save-interval", "save every N iterations (0: only at the end and on SIGTERM/SIGUSR1)",
+                      TRIAX_FIELD(save_interval), 0, kMaxI64));
+  t.push_back(int_opt("keep-last", "checkpoints kept under --save (0: all)", TRIAX_FIELD(keep_last), 0, kMaxInt));
+  t.push_back(string_opt("load", "resume from the newest complete checkpoint in this directory", TRIAX_FIELD(load)));
+  t.push_back(string_opt("init-from", "start from pretrained weights: HF GPT-2 safetensors or an llm.c .bin",
+                         TRIAX_FIELD(init_from)));
+  t.push_back(string_opt("export-hf", "at the end, write the model as HF GPT2LMHeadModel safetensors",
+                         TRIAX_FIELD(export_hf)));
+  return t;
+}
+
+#undef TRIAX_FIELD
+
+size_t edit_distance(std::string_view a, std::string_view b) {
+  std::vector<size_t> prev(b.size() + 1), cur(b.size() + 1);
+  std::iota(prev.begin(), prev.end(), size_t{0});
+  for (size_t i = 1; i <= a.size(); ++i) {
+    cur[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j)
+      cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1)});
+    std::swap(prev, cur);
+  }
+  return prev[b.size()];
+}
+
+std::string did_you_mean(std::string_view key, std::string_view prefix) {
+  const std::string near = nearest_train_option(key);
+  return near.empty() ? std::string() : fmt::format(" (did you mean '{}{}'?)", prefix, near);
+}
+
+}  // namespace
+
+const std::vector<ConfigOption>& train_options() {
+  static const std::vector<ConfigOption> table = build_options();
+  return table;
+}
+
+const ConfigOption* find_train_option(std::string_view key) {
+  for (const auto& o : train_options())
+    if (o.key == key) return &o;
+  return nullptr;
+}
+
+std::string nearest_train_option(std::string_view key) {
+  std::string k(key);
+  std::replace(k.begin(), k.end(), '_', '-');
+  std::string best;
+  size_t best_d = std::numeric_limits<size_t>::max();
+  for (const auto& o : train_options()) {
+    size_t d = edit_distance(k, o.key);
+    if (k.size() >= 4 && o.key.rfind(k, 0) == 0) d = std::min<size_t>(d, 1);  // a truncated key
+    if (d < best_d) best_d = d, best = o.key;
+  }
+  return best_d <= std::max<size_t>(2, k.size() / 3) ? best : std::string();
+}
+
+void apply_config_text(TrainConfig& cfg, std::string_view text, const std::string& source_name) {
+  toml::table root;
+  try {
+    root = toml::parse(text, source_name);
+  } catch (const toml::parse_error& e) {
+    TRIAX_THROW(ConfigError, "{}:{}:{}: malformed TOML: {}", source_name, e.source().begin.line,
+                e.source().begin.column, e.description());
+  }
+  for (const auto& [k, node] : root) {
+    const std::string key(k.str());
+    const auto line = node.source().begin.line;
+    if (node.is_table())
+      TRIAX_THROW(ConfigError,
+                  "{}:{}: [{}] is a table; a triax config file is flat `key = value` lines whose keys are the flag "
+                  "names (e.g. train-iters = 3){}",
+                  source_name, line, key, did_you_mean(key, ""));
+    const ConfigOption* o = find_train_option(key);
+    if (!o) TRIAX_THROW(ConfigError, "{}:{}: unknown key '{}'{}", source_name, line, key, did_you_mean(key, ""));
+    OptionInput in;
+    in.toml_node = &node;
+    in.where = fmt::format("{}:{}: {}", source_name, line, key);
+    o->set(cfg, in);
+  }
+}
+
+void apply_config_file(TrainConfig& cfg, const std::string& path) {
+  std::FILE* f = std::fopen(path.c_str(), "rb");
+  if (!f) TRIAX_THROW(IoError, "--config {}: cannot open: {}", path, std::strerror(errno));
+  std::string text;
+  char buf[65536];
+  size_t n = 0;
+  while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) text.append(buf, n);
+  const bool failed = std::ferror(f);
+  std::fclose(f);
+  if (failed) TRIAX_THROW(IoError, "--config {}: read failed (is it a directory?)", path);
+  apply_config_text(cfg, text, path);
+}
+
+CommandLine parse_train_command_line(int argc, const char* const* argv, std::string_view program,
+                                     std::string_view description) {
+  CommandLine out;
+  // Pass 1: find --config (applied first, whatever its position); pass 2: every other flag.
+  struct Given {
+    const ConfigOption* opt;
+    OptionInput in;
+  };
+  std::vector<Given> given;
+  std::optional<std::string> config_file;
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i];
+    if (arg == "--help" || arg == "-h") {
+      out.help = true;
+      continue;
+    }
+    if (arg.rfind("--", 0) != 0 || arg.size() == 2)
+      TRIAX_THROW(ConfigError, "unexpected argument '{}': {} takes only --flag value pairs (see --help)", arg, program);
+    std::string key = arg.substr(2);
+    std::optional<std::string> inline_value;
+    if (const auto eq = key.find('='); eq != std::string::npos) {
+      inline_value = key.substr(eq + 1);
+      key.resize(eq);
+    }
+    auto take = [&](int n) {
+      std::vector<std::string> words;
+      if (inline_value) {
+        words.push_back(*inline_value);
+        return words;
+      }
+      for (int k = 0; k < n; ++k) {
+        if (i + 1 >= argc || std::string_view(argv[i + 1]).rfind("--", 0) == 0)
+          TRIAX_THROW(ConfigError, "--{} needs {} value{}{}", key, n, n > 1 ? "s" : "",
+                      find_train_option(key) ? fmt::format(": {}", find_train_option(key)->range) : std::string());
+        words.emplace_back(argv[++i]);
+      }
+      return words;
+    };
+    if (key == "config") {
+      config_file = take(1)[0];
+      continue;
+    }
+    const ConfigOption* o = find_train_option(key);
+    if (!o) TRIAX_THROW(ConfigError, "unknown flag --{}{}", key, did_you_mean(key, "--"));
+    Given g{o, {}};
+    g.in.where = "--" + key;
+    g.in.words = take(o->arity);
+    given.push_back(std::move(g));
+  }
+  if (out.help) {
+    std::string h = fmt::format("{}\nusage: {} [--config FILE.toml] [--flag value ...]\n\n", description, program);
+    h += fmt::format("  {:<28} {}\n", "--config FILE", "TOML file of `flag-name = value` lines; flags given here win");
+    for (const auto& o : train_options()) {
+      const auto def = o.toml(TrainConfig{});
+      h += fmt::format("  --{:<26} {} ({}{})\n", o.key + (o.arity == 0 ? "" : o.arity == 3 ? " A B C" : " V"), o.help,
+                       o.range, def ? fmt::format("; default {}", *def) : "");
+    }
+    out.help_text = h;
+    return out;
+  }
+  if (config_file) apply_config_file(out.cfg, *config_file);
+  for (const auto& g : given) g.opt->set(out.cfg, g.in);
+  return out;
+}
+
+void check_ranges(const TrainConfig& cfg) {
+  for (const auto& o : train_options())
+    if (std::string why = o.check(cfg); !why.empty()) throw ConfigError(why);
+}
+
+std::string to_toml(const TrainConfig& cfg, const std::function<std::string(std::string_view)>& comment) {
+  std::string s;
+  for (const auto& o : train_options()) {
+    const auto v = o.toml(cfg);
+    if (!v) continue;
+    const std::string note = comment ? comment(o.key) : std::string();
+    s += fmt::format("{} = {}{}\n", o.key, *v, note.empty() ? "" : "  # " + note);
+  }
+  return s;
+}
+
+ResolvedTrainConfig resolve_train_config(const TrainConfig& cfg, int world_size) {
+  check_ranges(cfg);
+  ResolvedTrainConfig r;
+  TrainConfig& e = r.explicit_cfg;
+  e = cfg;
+  const int W = world_size;
+  if (cfg.dp) {
+    require(static_cast<long long>(cfg.tp) * cfg.pp * *cfg.dp == W, "tp x pp x dp = {} x {} x {} = {} but the world has {} ranks",
+            cfg.tp, cfg.pp, *cfg.dp, static_cast<long long>(cfg.tp) * cfg.pp * *cfg.dp, W);
+    r.dp = *cfg.dp;
+  } else {
+    require(W % (cfg.tp * cfg.pp) == 0, "the world of {} ranks is not divisible by tp {} x pp {} = {}", W, cfg.tp,
+            cfg.pp, cfg.tp * cfg.pp);
+    r.dp = W / (cfg.tp * cfg.pp);
+  }
+  e.dp = r.dp;
+
+  GptConfig& m = r.model;
+  m = GptConfig::preset(cfg.model);
+  if (cfg.layers) m.n_layer = *cfg.layers;
+  if (cfg.heads) m.n_head = *cfg.heads;
+  if (cfg.hidden) m.n_embd = *cfg.hidden;
+  if (cfg.ffn) m.ffn = *cfg.ffn;
+  if (cfg.vocab) m.vocab = *cfg.vocab;
+  if (cfg.max_seq) m.max_seq = *cfg.max_seq;
+  m.validate(cfg.tp);
+  e.layers = m.n_layer, e.heads = m.n_head, e.hidden = m.n_embd, e.ffn = m.ffn_size(), e.vocab = m.vocab,
+  e.max_seq = m.max_seq;
+  r.seq = cfg.seq.value_or(m.max_seq);
+  require(r.seq <= m.max_seq, "--seq-length {} exceeds the model's position table: expected 1 <= seq-length <= {} "
+          "(max-position-embeddings)", r.seq, m.max_seq);
+  e.seq = r.seq;
+
+  const ScheduleKind kind = cfg.schedule;
+  require(cfg.vpp == 1 || kind == ScheduleKind::interleaved, "--vpp {} needs the interleaved schedule (got '{}')",
+          cfg.vpp, schedule_kind_name(kind));
+  require(kind != ScheduleKind::interleaved || cfg.vpp >= 2,
+          "the interleaved schedule needs --vpp >= 2 virtual chunks per stage (got {})", cfg.vpp);
+
+  const int P = cfg.pp, V = cfg.vpp, L = m.n_layer;
+  if (!cfg.pipeline_layers.empty()) {
+    require(V == 1, "--pipeline-layers gives one count per stage; it cannot be combined with --vpp {}", V);
+    require(static_cast<int>(cfg.pipeline_layers.size()) == P, "--pipeline-layers has {} counts for pp {} stages",
+            cfg.pipeline_layers.size(), P);
+    const int sum = std::accumulate(cfg.pipeline_layers.begin(), cfg.pipeline_layers.end(), 0);
+    require(sum == L, "--pipeline-layers [{}] sum to {} but the model has {} layers", fmt::join(cfg.pipeline_layers, ","),
+            sum, L);
+    r.stage_layers = cfg.pipeline_layers;
+  } else {
+    require(L % (P * V) == 0,
+            "{} layers cannot be split evenly over pp {} x vpp {} = {} virtual stages (give --pipeline-layers for an "
+            "uneven split)",
+            L, P, V, P * V);
+    r.stage_layers.assign(static_cast<size_t>(P * V), L / (P * V));
+  }
+
+  if (cfg.moe_every > 0) {
+    require(r.dp % cfg.ep == 0, "expert-parallel size ep={} must divide dp={}", cfg.ep, r.dp);
+    MoeConfig mc;
+    mc.experts = cfg.experts;
+    mc.top_k = cfg.topk;
+    mc.capacity_factor = cfg.capacity_factor;
+    mc.drop_tokens = !cfg.no_drop;
+    mc.aux_loss_coef = static_cast<float>(cfg.moe_aux_coef);
+    mc.chunks = cfg.moe_chunks;
+    mc.validate(cfg.ep);
+  } else {
+    require(cfg.ep == 1, "--ep {} needs MoE layers (--moe-every K)", cfg.ep);
+  }
+
+  BatchConfig bc{cfg.global_batch.value_or(0), cfg.micro_batch.value_or(0), cfg.num_micro_batches.value_or(0)};
+  if (!bc.global_batch && !bc.micro_batch && !bc.num_micro_batches) {
+    bc.micro_batch = 4;
+    bc.num_micro_batches = 2 * P;  // enough micro-batches to fill the pipeline
+  }
+  r.batch = resolve_batch(bc, r.dp);
+  require(!cfg.sequence_parallel || (r.batch.micro_batch * r.seq) % cfg.tp == 0,
+          "sequence parallelism splits micro-batch {} x seq {} = {} tokens over tp {}: not divisible",
+          r.batch.micro_batch, r.seq, r.batch.micro_batch * r.seq, cfg.tp);
+  const BatchSchedule batches(r.batch, cfg.rampup);
+  validate_schedule_config(kind, P, V, static_cast<int>(batches.num_micro_batches(0)));
+  validate_schedule_config(kind, P, V, static_cast<int>(r.batch.num_micro_batches));
+  e.micro_batch = r.batch.micro_batch;
+  e.global_batch = r.batch.global_batch;
+  e.num_micro_batches = r.batch.num_micro_batches;
+
+  validate(cfg.adamw);
+  LrScheduleConfig lc;
+  lc.max_lr = cfg.lr;
+  lc.min_lr = cfg.min_lr;
+  lc.warmup_iters = cfg.warmup_iters;
+  lc.decay_iters = cfg.decay_iters.value_or(cfg.train_iters);
+  lc.decay = cfg.lr_decay;
+  const LrSchedule check_lr(lc);
+  e.decay_iters = lc.decay_iters;
+  return r;
+}
+
+}  // namespace triax

@@ -1,0 +1,122 @@
+// The watchdog thread: polls progress and SIGUSR2 ten times a second (or faster for short
+// timeouts); a stall dumps the flight recorder once and hands the message to the handler.
+#include "triax/faults/watchdog.h"
+
+#include <fmt/format.h>
+
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <sys/stat.h>
+
+#include "triax/core/log.h"
+#include "triax/distributed/bootstrap/bootstrap.h"
+#include "triax/distributed/failure/flight_recorder.h"
+
+namespace triax {
+
+int64_t Watchdog::now_us() {
+  return std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+Watchdog::Watchdog(double stall_timeout_s, int world_rank, StallHandler on_stall)
+    : timeout_s_(stall_timeout_s), rank_(world_rank), handler_(std::move(on_stall)), last_us_(now_us()) {
+  set_flight_recorder_world_rank(world_rank);
+  install_flight_recorder_signal();
+  thread_ = std::thread([this] { run(); });
+}
+
+Watchdog::~Watchdog() {
+  {
+    std::lock_guard lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+void Watchdog::set_phase(std::string phase) { set_flight_recorder_phase(std::move(phase)); }
+
+void Watchdog::set_handler(StallHandler h) {
+  std::lock_guard lock(mu_);
+  handler_ = std::move(h);
+}
+
+void Watchdog::set_detail(std::function<std::string()> detail) {
+  std::lock_guard lock(mu_);
+  detail_ = std::move(detail);
+}
+
+// Called with mu_ held.
+std::string Watchdog::phase_with_detail() {
+  std::string phase = flight_recorder_phase();
+  if (detail_) {
+    const std::string d = detail_();
+    if (!d.empty()) {
+      phase += ", at " + d;
+      set_flight_recorder_phase(phase);
+    }
+  }
+  return phase;
+}
+
+void Watchdog::run() {
+  const auto tick = std::chrono::milliseconds(
+      timeout_s_ > 0 ? std::clamp<int64_t>(static_cast<int64_t>(timeout_s_ * 1000 / 20), 5, 100) : 100);
+  std::unique_lock lock(mu_);
+  while (!cv_.wait_for(lock, tick, [this] { return stop_; })) {
+    if (poll_flight_recorder_signal()) {
+      phase_with_detail();
+      const std::string path = dump_flight_recorder("SIGUSR2");
+      if (!path.empty()) log::info("flight recorder dumped to {} (SIGUSR2)", path);
+    }
+    if (timeout_s_ <= 0 || fired_.load()) continue;
+    const double idle = (now_us() - last_us_.load(std::memory_order_relaxed)) / 1e6;
+    if (idle < timeout_s_) continue;
+    fired_.store(true);
+    const std::string phase = phase_with_detail();
+    const std::string path = dump_flight_recorder(fmt::format("watchdog stall: no progress for {:.1f} s", idle));
+    const std::string msg = fmt::format(
+        "rank {} (host {}): stalled: no training progress for {:.1f} s (--stall-timeout {}) in {}; flight recorder "
+        "dumped to {} (read the dumps of all ranks with triax-fr)",
+        rank_, host_name(), idle, timeout_s_, phase.empty() ? "an unknown phase" : phase,
+        path.empty() ? "nowhere (the dump failed)" : path);
+    StallHandler h = handler_;
+    lock.unlock();
+    if (h) h(msg);
+    else log::error("{}", msg);
+    lock.lock();
+  }
+}
+
+std::vector<std::string> stall_verdict(int world_size, std::chrono::system_clock::time_point since,
+                                       std::chrono::milliseconds wait) {
+  const auto deadline = std::chrono::steady_clock::now() + wait;
+  std::vector<std::string> present;
+  std::vector<int> absent;
+  for (;;) {
+    present.clear();
+    absent.clear();
+    for (int r = 0; r < world_size; ++r) {
+      const std::string p = flight_recorder_path(r);
+      struct stat st {};
+      const bool fresh = ::stat(p.c_str(), &st) == 0 &&
+                         std::chrono::system_clock::from_time_t(st.st_mtime + 1) >= since;
+      if (fresh) present.push_back(p);
+      else absent.push_back(r);
+    }
+    if (absent.empty() || std::chrono::steady_clock::now() >= deadline) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  std::vector<std::string> out;
+  try {
+    out = analyze_flight_records(present).findings;
+  } catch (const std::exception& e) {
+    out.push_back(fmt::format("the flight-recorder dumps could not be analysed: {}", e.what()));
+  }
+  if (!absent.empty()) out.push_back(fmt::format("no fresh flight-recorder dump from ranks [{}]", fmt::join(absent, ",")));
+  return out;
+}
+
+}  // namespace triax

@@ -1,0 +1,13 @@
+# The most important test: every TP x PP x DP layout, schedule and ZeRO-1 setting trains the same
+# model as one process. Plus the trainer's configuration errors.
+triax_add_multirank_test(test_3d_equivalence SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_3d_equivalence.cpp NP 4 8 TIMEOUT 900)
+# The same layouts on the Gloo backend, without mpirun.
+triax_add_gloo_runs(test_3d_equivalence NP 4 TIMEOUT 900)
+triax_add_multirank_test(test_train_errors SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_train_errors.cpp NP 4 TIMEOUT 120)
+triax_add_multirank_test(test_moe_train SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_moe_train.cpp NP 4 8 TIMEOUT 600)
+# The Backend seam: 3D steps (dense, MoE, every schedule kind, ZeRO-1, SP, recompute) through the
+# checking backend, whose buffers fault on any access from outside it, equal the plain backend's.
+triax_add_multirank_test(test_backend_checked SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_backend_checked.cpp NP 4 8 TIMEOUT 600)
+# Injected faults (TRIAX_FAULT, docs/FAULTS.md): NaN attribution and skip, --max-skipped-iterations,
+# the collective mismatch check.
+triax_add_multirank_test(test_fault_injection SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_fault_injection.cpp NP 4 TIMEOUT 120)

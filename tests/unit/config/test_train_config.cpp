@@ -1,0 +1,124 @@
+// The training configuration module: every option round-trips through its TOML text, typos get
+// the nearest key, unset differs from 0, and resolve_train_config fills in what was derived.
+#include <catch2/catch.hpp>
+
+#include "triax/config/train_config.h"
+
+using namespace triax;
+using Catch::Contains;
+
+namespace {
+
+// A configuration in which every option differs from its default.
+TrainConfig unusual() {
+  TrainConfig c;
+  c.model = "nano";
+  c.layers = 6, c.heads = 2, c.hidden = 32, c.ffn = 96, c.vocab = 300, c.max_seq = 48, c.seq = 40;
+  c.tp = 2, c.pp = 3, c.dp = 5, c.vpp = 2;
+  c.order = "dp-tp-pp";
+  c.allow_tp_across_hosts = true;
+  c.pipeline_layers = {1, 2, 3};
+  c.schedule = ScheduleKind::zb_h1;
+  c.micro_batch = 3, c.global_batch = 45, c.num_micro_batches = 3;
+  c.rampup = BatchRampup{15, 15, 90};
+  c.train_iters = 7;
+  c.seed = 987654321987ull;
+  c.lr = 1.25e-4, c.min_lr = 3.3e-6;
+  c.warmup_iters = 2, c.decay_iters = 6;
+  c.lr_decay = LrDecay::linear;
+  c.adamw.weight_decay = 0.05f, c.adamw.beta1 = 0.85f, c.adamw.beta2 = 0.975f, c.adamw.eps = 3e-7f;
+  c.clip_grad = 0.3;
+  c.zero1 = true;
+  c.bucket_mb = 0.125;
+  c.overlap_grad_reduce = false;
+  c.recompute = Recompute::selective;
+  c.sequence_parallel = true;
+  c.moe_every = 2, c.experts = 6, c.topk = 1, c.capacity_factor = 1.5, c.no_drop = true, c.moe_aux_coef = 0.02;
+  c.moe_chunks = 3, c.ep = 3;
+  c.data = "a \"quoted\" \\ path.txt";
+  c.data_shuffle = false, c.data_respect_eod = true;
+  c.valid_data = "val_*.bin", c.eval_interval = 5, c.eval_iters = 3;
+  c.metrics_jsonl = "m.jsonl";
+  c.backend = "cpu-checked";
+  c.stall_timeout = 12.5, c.max_skipped_iterations = 4, c.straggler_factor = 1.5, c.loss_spike_zscore = 3.5;
+  c.metrics_port = 9400, c.metrics_bind = "127.0.0.1", c.metrics_textfile = "triax.prom", c.metrics_linger = 2.5;
+  c.save = "ck pts", c.save_interval = 25, c.keep_last = 5, c.load = "old/ckpts";
+  c.init_from = "gpt2.safetensors", c.export_hf = "out.safetensors";
+  return c;
+}
+
+}  // namespace
+
+TEST_CASE("train config: every option round-trips through the printed TOML", "[config]") {
+  const TrainConfig a = unusual();
+  const std::string text = to_toml(a);
+  TrainConfig b;
+  apply_config_text(b, text, "printed.toml");
+  CHECK(to_toml(b) == text);
+  // Each option printed changes the default: a printer that dropped one would not round-trip.
+  for (const auto& o : train_options()) {
+    INFO(o.key);
+    CHECK(o.toml(a) != o.toml(TrainConfig{}));
+    CHECK(o.toml(b) == o.toml(a));
+  }
+  CHECK(b.adamw.beta2 == a.adamw.beta2);
+  CHECK(b.lr == a.lr);
+  CHECK(b.seed == a.seed);
+  CHECK(b.data == a.data);
+}
+
+TEST_CASE("train config: unset optionals are left out, 0 is refused", "[config]") {
+  TrainConfig c;
+  const std::string text = to_toml(c);
+  CHECK(!Contains("micro-batch-size").match(text));
+  CHECK(!Contains("num-layers").match(text));
+  c.micro_batch = 0;
+  CHECK_THROWS_WITH(check_ranges(c), Contains("micro-batch-size = 0: out of range; expected an integer >= 1"));
+  TrainConfig d;
+  CHECK_THROWS_WITH(apply_config_text(d, "dp = 0\n", "x.toml"), Contains("x.toml:1: dp = 0: out of range"));
+}
+
+TEST_CASE("train config: typos, tables and malformed files name file, line and key", "[config]") {
+  TrainConfig c;
+  CHECK(nearest_train_option("train_iters") == "train-iters");
+  CHECK(nearest_train_option("micro-batch") == "micro-batch-size");
+  CHECK(nearest_train_option("zzzzzzzzzzzz").empty());
+  CHECK_THROWS_WITH(apply_config_text(c, "tp = 1\nglobal-bach-size = 8\n", "r.toml"),
+                    Contains("r.toml:2: unknown key 'global-bach-size' (did you mean 'global-batch-size'?)"));
+  CHECK_THROWS_WITH(apply_config_text(c, "[train]\nlr = 1.0\n", "r.toml"), Contains("r.toml:1: [train] is a table"));
+  CHECK_THROWS_AS(apply_config_text(c, "= =\n", "r.toml"), ConfigError);
+  CHECK_THROWS_WITH(apply_config_text(c, "zero1 = 1\n", "r.toml"),
+                    Contains("r.toml:1: zero1 = 1: an integer is the wrong type; expected true or false"));
+  CHECK_THROWS_WITH(apply_config_text(c, "pipeline-layers = [2, 0]\n", "r.toml"), Contains("out of range"));
+  CHECK_THROWS_WITH(apply_config_text(c, "rampup-batch-size = [1, 2]\n", "r.toml"), Contains("2 values"));
+}
+
+TEST_CASE("train config: the command line reads --config first, flags win", "[config]") {
+  const char* argv[] = {"t", "--train-iters", "9", "--zero1", "--lr=0.5", "--pipeline-layers", "3,5"};
+  const auto cl = parse_train_command_line(7, argv, "t", "test");
+  CHECK(cl.cfg.train_iters == 9);
+  CHECK(cl.cfg.zero1);
+  CHECK(cl.cfg.lr == 0.5);
+  CHECK(cl.cfg.pipeline_layers == std::vector<int>{3, 5});
+  const char* bad[] = {"t", "--pipeline-layers", "3,,5"};
+  CHECK_THROWS_WITH(parse_train_command_line(3, bad, "t", "test"), Contains("an empty entry"));
+  const char* pos[] = {"t", "extra"};
+  CHECK_THROWS_WITH(parse_train_command_line(2, pos, "t", "test"), Contains("unexpected argument 'extra'"));
+}
+
+TEST_CASE("train config: resolution fills in every derived value", "[config]") {
+  TrainConfig c;
+  c.model = "nano";
+  c.pp = 2;
+  const ResolvedTrainConfig r = resolve_train_config(c, 4);
+  CHECK(r.dp == 2);
+  CHECK(r.explicit_cfg.dp == 2);
+  CHECK(r.explicit_cfg.micro_batch == 4);
+  CHECK(r.explicit_cfg.num_micro_batches == 4);
+  CHECK(r.explicit_cfg.global_batch == 32);
+  CHECK(r.explicit_cfg.decay_iters == c.train_iters);
+  CHECK(r.explicit_cfg.seq == r.model.max_seq);
+  // Resolving the explicit configuration again changes nothing.
+  CHECK(to_toml(resolve_train_config(r.explicit_cfg, 4).explicit_cfg) == to_toml(r.explicit_cfg));
+  CHECK_THROWS_WITH(resolve_train_config(c, 3), Contains("not divisible by tp 1 x pp 2"));
+}

@@ -1,18 +1,17 @@
 // LayerNorm: one block per row for the forward pass and the input gradient; the weight and bias
 // gradients in two deterministic passes (per-chunk column partials, then chunks summed in order).
+#include <cmath>
+
 #include "common.cuh"
 #include "triax/cuda/layernorm.h"
-#include "triax/ops/layernorm.h"
 
 namespace triax::cuda {
 namespace {
 using namespace detail;
 
-constexpr float kEps = static_cast<float>(ops::kLayerNormEps);
-
 template <class D>
 __global__ void layernorm_forward_kernel(D* out, float* mean, float* rstd, const D* inp, const D* weight,
-                                         const D* bias, int C) {
+                                         const D* bias, int C, float eps) {
   const int64_t row = blockIdx.x;
   const D* x = inp + row * C;
   D* o = out + row * C;
@@ -24,7 +23,7 @@ __global__ void layernorm_forward_kernel(D* out, float* mean, float* rstd, const
     const float d = to_f32(x[c]) - m;
     q += d * d;
   }
-  const float r = 1.0f / sqrtf(block_sum(q) / C + kEps);
+  const float r = 1.0f / sqrtf(block_sum(q) / C + eps);
   for (int c = threadIdx.x; c < C; c += blockDim.x)
     o[c] = from_f32<D>((to_f32(x[c]) - m) * r * to_f32(weight[c]) + to_f32(bias[c]));
   if (threadIdx.x == 0) {
@@ -95,8 +94,9 @@ __global__ void layernorm_param_finish_kernel(float* dweight, float* dbias, cons
 
 template <class Real>
 void layernorm_forward(Real* out, float* mean, float* rstd, const Real* inp, const Real* weight, const Real* bias,
-                       int N, int C, cudaStream_t stream) {
+                       int N, int C, float eps, cudaStream_t stream) {
   const char* op = "cuda::layernorm_forward";
+  if (!(eps > 0.0f) || !std::isfinite(eps)) TRIAX_THROW(ConfigError, "{}: eps must be positive and finite, got {}", op, eps);
   require_positive(op, "N", N);
   require_positive(op, "C", C);
   require_pointer(op, "out", out);
@@ -105,7 +105,7 @@ void layernorm_forward(Real* out, float* mean, float* rstd, const Real* inp, con
   require_pointer(op, "inp", inp);
   require_pointer(op, "weight", weight);
   require_pointer(op, "bias", bias);
-  layernorm_forward_kernel<<<N, kThreads, 0, stream>>>(dptr(out), mean, rstd, dptr(inp), dptr(weight), dptr(bias), C);
+  layernorm_forward_kernel<<<N, kThreads, 0, stream>>>(dptr(out), mean, rstd, dptr(inp), dptr(weight), dptr(bias), C, eps);
   check_launch();
 }
 
@@ -141,9 +141,9 @@ void layernorm_backward(Real* dinp, float* dweight, float* dbias, const Real* do
 }
 
 template void layernorm_forward<float>(float*, float*, float*, const float*, const float*, const float*, int, int,
-                                       cudaStream_t);
+                                       float, cudaStream_t);
 template void layernorm_forward<bf16>(bf16*, float*, float*, const bf16*, const bf16*, const bf16*, int, int,
-                                      cudaStream_t);
+                                      float, cudaStream_t);
 template void layernorm_backward<float>(float*, float*, float*, const float*, const float*, const float*, const float*,
                                         const float*, int, int, ops::GradMode, cudaStream_t);
 template void layernorm_backward<bf16>(bf16*, float*, float*, const bf16*, const bf16*, const bf16*, const float*,

@@ -36,7 +36,7 @@ PipelineExecutor::PipelineExecutor(std::vector<Stage*> chunks, Communicator& pp,
       TRIAX_THROW(ConfigError, "the chunks of one pipeline stage must share one backend");
 }
 
-StepResult PipelineExecutor::run(const Schedule& sch, const MicroBatchFn& data, GradBuffer* grads, float dloss,
+StepResult PipelineExecutor::run(const Schedule& sch, const MicroBatchFn& data, GradReadySink* grads, float dloss,
                                  bool record) {
   const int stage = pp_.rank();
   if (sch.stages != pp_.size())

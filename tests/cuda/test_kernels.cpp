@@ -344,7 +344,7 @@ TEMPLATE_TEST_CASE("cuda layernorm forward/backward match ops::layernorm", "[cud
     kt::poison(out);
     kt::poison(mean);
     kt::poison(rstd);
-    cuda::layernorm_forward(out.data(), mean.data(), rstd.data(), dx.data(), dw.data(), db.data(), N, C, s);
+    cuda::layernorm_forward(out.data(), mean.data(), rstd.data(), dx.data(), dw.data(), db.data(), N, C, static_cast<float>(ops::kLayerNormEps), s);
     kt::check("layernorm_forward out" + shape, out, ref, s);
     kt::check("layernorm_forward mean" + shape, mean, rmean, s);  // fp32 statistics: fp32 tolerance
     kt::check("layernorm_forward rstd" + shape, rstd, rrstd, s);
@@ -851,8 +851,8 @@ TEST_CASE("cuda launchers reject bad arguments before touching the device", "[no
   CHECK_THROWS_AS((cuda::cast<bf16, float>(nullptr, f, 5, s)), ConfigError);
   CHECK_THROWS_AS((cuda::scale_and_check<float>(nullptr, 5, 1.0f, nullptr, s)), ConfigError);
   CHECK_THROWS_AS((cuda::sumsq_accumulate<float>(nullptr, f, 5, s)), ConfigError);
-  CHECK_THROWS_AS((cuda::layernorm_forward<float>(f, f, f, f, f, f, 0, 8, s)), ConfigError);
-  CHECK_THROWS_AS((cuda::layernorm_forward<float>(f, f, f, f, nullptr, f, 4, 8, s)), ConfigError);
+  CHECK_THROWS_AS((cuda::layernorm_forward<float>(f, f, f, f, f, f, 0, 8, 1e-5f, s)), ConfigError);
+  CHECK_THROWS_AS((cuda::layernorm_forward<float>(f, f, f, f, nullptr, f, 4, 8, 1e-5f, s)), ConfigError);
   CHECK_THROWS_AS(cuda::layernorm_backward<float>(f, f, f, f, f, f, nullptr, f, 4, 8, ops::GradMode::overwrite, s),
                   ConfigError);
   // bf16 activations, fp32 parameter gradients (the signature is the check: b for Real, f for grads).

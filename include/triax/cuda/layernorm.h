@@ -1,5 +1,5 @@
 // LayerNorm over the last dimension on the GPU (kernels/layernorm.cu), the contract of
-// ops/layernorm.h (eps 1e-5, biased two-pass variance): out = (x - mean) * rstd * weight + bias.
+// ops/layernorm.h (biased two-pass variance, eps passed by the caller: GPT-2 uses 1e-5): out = (x - mean) * rstd * weight + bias.
 // mean and rstd are fp32 whatever the activation type. Host launchers; the stream comes last.
 #pragma once
 #include "triax/core/dtype.h"
@@ -9,7 +9,7 @@
 namespace triax::cuda {
 
 // Real is float or bf16 (statistics and arithmetic in fp32). One block per row.
-// ConfigError for a non-positive size or a null pointer.
+// ConfigError for a non-positive size or eps, or a null pointer.
 template <class Real>
 void layernorm_forward(Real* out,           // (N, C)
                        float* mean,         // (N) saved for backward
@@ -17,7 +17,7 @@ void layernorm_forward(Real* out,           // (N, C)
                        const Real* inp,     // (N, C)
                        const Real* weight,  // (C)
                        const Real* bias,    // (C)
-                       int N, int C, cudaStream_t stream);
+                       int N, int C, float eps, cudaStream_t stream);
 
 // dinp (=, or += with GradMode::accumulate) in Real; dweight and dbias are parameter gradients,
 // so fp32 whatever Real is (docs/CUDA.md, "Gradient types"), accumulated (+=), either may be

@@ -20,6 +20,7 @@
 
 #include "triax/distributed/comm/comm.h"
 #include "triax/params/param_store.h"
+#include "triax/pipeline/grad_ready.h"
 
 namespace triax {
 
@@ -109,22 +110,22 @@ struct BucketTiming {
   bool started_in_finish = false;
 };
 
-class GradBuffer {
+class GradBuffer final : public GradReadySink {
  public:
   // The store must be finalized; for reduce_scatter its padded size must be a multiple of
   // dp.size() (ParamStore::finalize(dp)). Store and communicators must outlive the buffer.
   GradBuffer(ParamStore& store, Communicator& dp, GradBufferOptions opts = {});
-  ~GradBuffer();
+  ~GradBuffer() override;
   GradBuffer(const GradBuffer&) = delete;
   GradBuffer& operator=(const GradBuffer&) = delete;
 
   // During the LAST micro-batch's backward: param_index's gradient is complete. Starts every
   // bucket that became complete (in bucket order). Marking twice in one step, or an index out
   // of range, throws ConfigError.
-  void mark_ready(size_t param_index);
+  void mark_ready(size_t param_index) override;
   // Drives in-flight collectives (Work::test) and starts buckets whose dependencies finished.
   // Call between compute ops: MPI progresses nonblocking collectives only inside MPI calls.
-  void progress();
+  void progress() override;
   // Backward is over: treats unmarked params as ready, starts what is left, waits for all,
   // resets for the next step and returns the step's timings. Under reduce_scatter the result is
   // in shard_grads(); flat_grads then still hold this rank's own (unreduced) gradients.

@@ -12,7 +12,7 @@
 
 #include "triax/distributed/comm/comm.h"
 #include "triax/model/stage.h"
-#include "triax/optim/grad_buffer.h"
+#include "triax/pipeline/grad_ready.h"
 #include "triax/pipeline/schedule.h"
 
 namespace triax {
@@ -56,7 +56,7 @@ class PipelineExecutor {
 
   // Runs this stage's list of `schedule` for one step. dloss scales each micro-batch's loss
   // gradient (1/m for a mean over micro-batches).
-  StepResult run(const Schedule& schedule, const MicroBatchFn& data, GradBuffer* grads, float dloss,
+  StepResult run(const Schedule& schedule, const MicroBatchFn& data, GradReadySink* grads, float dloss,
                  bool record_events = false);
   // The instruction running now, "instruction 5 of 16: backward mb 2 chunk 0", or "" outside run();
   // safe from any thread (the watchdog's dumps).

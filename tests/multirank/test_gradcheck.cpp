@@ -66,6 +66,23 @@ std::vector<double> host(Backend& be, const Tensor& t) {
 
 void set_elem(Backend& be, const Tensor& t, int64_t e, double x) { be.copy_from_host(t.slice(e, e + 1), &x, sizeof x); }
 
+// The capacity really drops: the same weights without drops give another loss.
+void require_drops(GptChunk& chunk, const Case& k, const ChunkMoe& moe, const std::vector<int32_t>& x,
+                   const std::vector<int32_t>& y, int B, int T) {
+  const GptConfig cfg = tiny();
+  ParamStore store(chunk.backend());
+  ChunkMoe all = moe;
+  all.cfg.drop_tokens = false;
+  GptChunk c2(cfg, {0, cfg.n_layer, true, true}, test::world(), store, k.rc, true, k.sp, all);
+  store.finalize();
+  c2.init_params(99);
+  const double with_drops = chunk.forward(0, B, T, x, y, Tensor(), Tensor(), false);
+  const double without = c2.forward(0, B, T, x, y, Tensor(), Tensor(), false);
+  INFO("loss with drops " << with_drops << ", without " << without);
+  REQUIRE(std::abs(with_drops - without) > 1e-6);
+  chunk.take_aux_loss();
+}
+
 void check_case(const Case& k) {
   Communicator& tp = test::world();
   auto be = make_cpu_backend(DType::f64);
@@ -88,20 +105,7 @@ void check_case(const Case& k) {
     }
   const float dloss = 1.0f / M;
   const double coef = k.moe ? moe.cfg.aux_loss_coef : 0.0;
-  if (k.drop) {
-    // The capacity really drops: the same weights without drops give another loss.
-    ParamStore store2(*be);
-    ChunkMoe all = moe;
-    all.cfg.drop_tokens = false;
-    GptChunk c2(cfg, {0, cfg.n_layer, true, true}, tp, store2, k.rc, true, k.sp, all);
-    store2.finalize();
-    c2.init_params(99);
-    const double with_drops = chunk.forward(0, B, T, xs[0], ys[0], Tensor(), Tensor(), false);
-    const double without = c2.forward(0, B, T, xs[0], ys[0], Tensor(), Tensor(), false);
-    INFO("loss with drops " << with_drops << ", without " << without);
-    REQUIRE(std::abs(with_drops - without) > 1e-6);
-    chunk.take_aux_loss();
-  }
+  if (k.drop) require_drops(chunk, k, moe, xs[0], ys[0], B, T);
   auto objective = [&] {
     double J = 0;
     for (int m = 0; m < M; ++m) J += dloss * chunk.forward(100 + m, B, T, xs[m], ys[m], Tensor(), Tensor(), false, dloss);

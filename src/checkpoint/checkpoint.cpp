@@ -175,7 +175,12 @@ bool same_path(const std::string& a, const std::string& b) {
 void prune(const SaveJob& job) {
   for (const auto& dir : job.damaged_dirs) {
     std::error_code ec;
-    if (!fs::is_directory(dir, ec) || !same_path(fs::path(dir).parent_path().string(), job.root)) continue;
+    if (!fs::is_directory(dir, ec)) continue;
+    if (!same_path(fs::path(dir).parent_path().string(), job.root)) {
+      log::warn("left {} in place (it failed verification when this run resumed, but is not under --save {})", dir,
+                job.root);
+      continue;
+    }
     std::string to = dir + ".refused";
     for (int k = 2; fs::exists(to, ec); ++k) to = fmt::format("{}.refused.{}", dir, k);
     fs::rename(dir, to);

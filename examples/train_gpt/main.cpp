@@ -103,7 +103,10 @@ int main(int argc, char** argv) {
     triax::log::set_rank(world->size() > 1 ? rank : -1);
     // Before the trainer exists: a signal during start-up must not kill the job either.
     if (!c.save.empty()) triax::install_stop_signal_handlers();
-    triax::Trainer trainer(world, c);
+    // An unusable --save or --load ends the job now, not at the first save; a resume keeps the
+    // checkpoint's batch settings unless the flags give others.
+    triax::check_checkpoint_paths(c, *world);
+    triax::Trainer trainer(world, triax::with_checkpoint_batch(c, rank == 0));
     // A stall (--stall-timeout): every rank's watchdog has dumped its flight recorder; rank 0
     // waits for the others' dumps and prints triax-fr's verdict, then the job ends (exit 4).
     const auto started = std::chrono::system_clock::now();

@@ -16,8 +16,11 @@
 #include <map>
 #include <sstream>
 
+#include "triax/core/clock.h"
+#include "triax/core/env.h"
 #include "triax/core/error.h"
 #include "triax/core/log.h"
+#include "triax/distributed/comm/comm.h"
 #include "triax/io/atomic_file.h"
 #include "triax/io/tensor_file.h"
 #include "triax/io/sha256.h"
@@ -31,8 +34,6 @@ namespace {
 
 volatile std::sig_atomic_t g_stop_signal = 0;
 extern "C" void on_stop_signal(int sig) { g_stop_signal = sig; }
-
-double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
 void fsync_dir(const std::string& dir) {
   const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY);
@@ -66,11 +67,9 @@ int64_t numel_of(const std::vector<int64_t>& s) {
 
 bool is_wte(const std::string& name) { return name == "transformer.wte.weight"; }
 
-// How long rank 0 waits for the other ranks' shards before giving the save up.
-std::chrono::seconds commit_timeout() {
-  if (const char* s = std::getenv("TRIAX_COMM_TIMEOUT_S")) return std::chrono::seconds(std::max(1, std::atoi(s)));
-  return std::chrono::seconds(600);
-}
+// How long rank 0 waits for the other ranks' shards before giving the save up: the collectives'
+// timeout (TRIAX_COMM_TIMEOUT_S has one reader, default_comm_timeout).
+std::chrono::milliseconds commit_timeout() { return default_comm_timeout(); }
 
 }  // namespace
 
@@ -168,7 +167,7 @@ void Checkpointer::save() {
   world.all_reduce(std::span<double>(&bad, 1), ReduceOp::max).wait();  // also: tmp_dir exists now
   if (bad > 0) TRIAX_THROW(IoError, "--save {}: the checkpoint of iteration {} cannot be written (see the log)", root, iteration);
 
-  const double t_sync = seconds_since(t0);
+  const double t_sync = since(t0);
   // Copy what this rank owns into one host buffer: the blocking part of a save.
   ParamStore& store = t_.store();
   Optimizer& opt = t_.optimizer();
@@ -237,7 +236,7 @@ void Checkpointer::save() {
   pending_ = std::make_unique<Pending>();
   pending_->stats.iteration = iteration;
   pending_->stats.bytes = total;
-  pending_->stats.blocked_s = seconds_since(t0);
+  pending_->stats.blocked_s = since(t0);
   pending_->stats.wait_s = t_sync;
   Pending* pd = pending_.get();
   const int keep = cfg.keep_last;
@@ -245,15 +244,16 @@ void Checkpointer::save() {
   pd->thread = std::thread([=, part = std::move(part), committed = on_commit_]() mutable {
     const std::vector<std::byte>& payload = pd->payload;
     try {
-      if (const char* d = std::getenv("TRIAX_CHECKPOINT_TEST_DELAY_MS"))  // fault-injection hook for tests
-        std::this_thread::sleep_for(std::chrono::milliseconds(std::atoi(d)));
+      // Fault-injection hook for tests: hold the write back (tests/train/checkpoint_test.sh kill9).
+      if (const auto ms = env_int_opt("TRIAX_CHECKPOINT_TEST_DELAY_MS", 0, 3'600'000))
+        std::this_thread::sleep_for(std::chrono::milliseconds(*ms));
       const auto tw = Clock::now();
       {
         io::AtomicFile f((fs::path(tmp_dir) / file).string());
         f.write(payload);
         f.commit();
       }
-      pd->stats.write_s = seconds_since(tw);
+      pd->stats.write_s = since(tw);
       part.files.push_back({file, payload.size(), io::sha256_hex(payload)});
       write_text_atomic((fs::path(tmp_dir) / rank_file(rank, "json")).string(), checkpoint_manifest_json(part));
       if (rank != 0) return;
@@ -268,7 +268,8 @@ void Checkpointer::save() {
         while (!fs::exists(p)) {
           if (pd->cancel) TRIAX_THROW(IoError, "{}: the run ended before every rank wrote its shard", tmp_dir);
           if (Clock::now() > deadline)
-            TRIAX_THROW(IoError, "{}: rank {} did not finish its shard within {} s", tmp_dir, r, commit_timeout().count());
+            TRIAX_THROW(IoError, "{}: rank {} did not finish its shard within {} s", tmp_dir, r,
+                        std::chrono::duration<double>(commit_timeout()).count());
           std::this_thread::sleep_for(std::chrono::milliseconds(2));
         }
         CheckpointManifest pr = parse_checkpoint_manifest(read_text(p), p);
@@ -281,7 +282,7 @@ void Checkpointer::save() {
       if (fs::exists(final_dir)) fs::remove_all(final_dir);  // an older save of this iteration
       fs::rename(tmp_dir, final_dir);
       fsync_dir(root);
-      pd->stats.commit_s = seconds_since(t0);
+      pd->stats.commit_s = since(t0);
       if (committed) {
         try {  // committed already: a metrics problem must not fail the save
           committed(std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count());

@@ -61,7 +61,10 @@ constexpr const char* kNames[] = {"E", "W", "I", "D"};
 
 Level level() { return static_cast<Level>(g_level.load(std::memory_order_relaxed)); }
 void set_level(Level l) { g_level = static_cast<int>(l); }
-void set_rank(int rank) { g_rank = rank; }
+void set_rank(int rank) {
+  g_rank = rank;
+  warn_bad_env();  // programs set the rank first thing: a bad TRIAX_LOG_* shows even if nothing logs
+}
 
 Format format() { return static_cast<Format>(g_format.load(std::memory_order_relaxed)); }
 void set_format(Format f) { g_format = static_cast<int>(f); }

@@ -19,8 +19,11 @@
 #include <map>
 #include <optional>
 
+#include "triax/core/clock.h"
+#include "triax/core/env.h"
 #include "triax/core/error.h"
 #include "triax/core/log.h"
+#include "triax/distributed/comm/comm.h"
 #include "triax/io/atomic_file.h"
 #include "triax/io/tensor_file.h"
 #include "triax/io/sha256.h"
@@ -34,8 +37,6 @@ namespace {
 
 volatile std::sig_atomic_t g_stop_signal = 0;
 extern "C" void on_stop_signal(int sig) { g_stop_signal = sig; }
-
-double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
 void fsync_dir(const std::string& dir) {
   const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY);
@@ -61,11 +62,9 @@ int64_t numel_of(const std::vector<int64_t>& s) {
 
 bool is_wte(const std::string& name) { return name == "transformer.wte.weight"; }
 
-// How long rank 0 waits for the other ranks' shards before giving the save up.
-std::chrono::seconds commit_timeout() {
-  if (const char* s = std::getenv("TRIAX_COMM_TIMEOUT_S")) return std::chrono::seconds(std::max(1, std::atoi(s)));
-  return std::chrono::seconds(600);
-}
+// How long rank 0 waits for the other ranks' shards before giving the save up: the collectives'
+// timeout (TRIAX_COMM_TIMEOUT_S has one reader, default_comm_timeout).
+std::chrono::milliseconds commit_timeout() { return default_comm_timeout(); }
 
 }  // namespace
 
@@ -105,15 +104,16 @@ struct SaveJob {
 
 // This rank's shard and its part of the manifest (rank_r.json), both committed atomically.
 void write_shard(SaveJob& job, const std::vector<std::byte>& payload, SaveStats& stats) {
-  if (const char* d = std::getenv("TRIAX_CHECKPOINT_TEST_DELAY_MS"))  // fault-injection hook for tests
-    std::this_thread::sleep_for(std::chrono::milliseconds(std::atoi(d)));
+  // Fault-injection hook for tests: hold the write back (tests/train/checkpoint_test.sh kill9).
+  if (const auto ms = env_int_opt("TRIAX_CHECKPOINT_TEST_DELAY_MS", 0, 3'600'000))
+    std::this_thread::sleep_for(std::chrono::milliseconds(*ms));
   const auto tw = Clock::now();
   {
     io::AtomicFile f((fs::path(job.tmp_dir) / job.file).string());
     f.write(payload);
     f.commit();
   }
-  stats.write_s = seconds_since(tw);
+  stats.write_s = since(tw);
   job.part.files.push_back({job.file, payload.size(), io::sha256_hex(payload)});
   write_text_atomic((fs::path(job.tmp_dir) / rank_file(job.rank, "json")).string(), checkpoint_manifest_json(job.part));
 }
@@ -129,7 +129,8 @@ CheckpointManifest merge_parts(const SaveJob& job, const std::atomic<bool>& canc
     while (!fs::exists(p)) {
       if (cancel) TRIAX_THROW(IoError, "{}: the run ended before every rank wrote its shard", job.tmp_dir);
       if (Clock::now() > deadline)
-        TRIAX_THROW(IoError, "{}: rank {} did not finish its shard within {} s", job.tmp_dir, r, commit_timeout().count());
+        TRIAX_THROW(IoError, "{}: rank {} did not finish its shard within {} s", job.tmp_dir, r,
+                    std::chrono::duration<double>(commit_timeout()).count());
       std::this_thread::sleep_for(std::chrono::milliseconds(2));
     }
     CheckpointManifest pr = parse_checkpoint_part(read_checkpoint_text(p), p);
@@ -209,7 +210,7 @@ void run_save_job(SaveJob& job, const std::vector<std::byte>& payload, SaveStats
   if (job.rank != 0) return;
   const CheckpointManifest man = merge_parts(job, cancel);
   commit(job, man);
-  stats.commit_s = seconds_since(job.t0);
+  stats.commit_s = since(job.t0);
   if (job.committed) {
     try {  // committed already: a metrics problem must not fail the save
       job.committed(std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count());
@@ -360,7 +361,7 @@ void Checkpointer::save() {
   job.final_dir = (fs::path(job.root) / checkpoint_dir_name(iteration)).string();
   job.tmp_dir = job.final_dir + ".tmp";
   prepare_save(job.tmp_dir, iteration);
-  const double t_sync = seconds_since(t0);
+  const double t_sync = since(t0);
 
   job.rank = world.rank(), job.nranks = world.size(), job.keep = cfg.keep_last;
   job.file = checkpoint_shard_name(job.rank);
@@ -390,7 +391,7 @@ void Checkpointer::save() {
   Pending* pd = pending_.get();
   pd->stats.iteration = iteration;
   pd->stats.bytes = staging_.size();
-  pd->stats.blocked_s = seconds_since(t0);
+  pd->stats.blocked_s = since(t0);
   pd->stats.wait_s = t_sync;
   pd->payload = std::move(staging_);
   pd->thread = std::thread([pd, job = std::move(job)]() mutable {

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <numeric>
 
+#include "triax/core/env.h"
 #include "triax/core/log.h"
 #include "triax/model/weight_file.h"
 
@@ -137,7 +138,7 @@ Trainer::Trainer(std::shared_ptr<Communicator> world, const TrainConfig& given) 
                                         GridOptions{cfg.allow_tp_across_hosts});
   // One thread pool per core: unless the user chose (OMP_NUM_THREADS), ranks sharing a host
   // split its cores, so oversubscribed runs do not spin against each other.
-  if (!std::getenv("OMP_NUM_THREADS")) {
+  if (!omp_threads_chosen_by_user()) {
     const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
     omp_set_num_threads(std::max(1, cores / std::max(1, grid_->local_size())));
   }

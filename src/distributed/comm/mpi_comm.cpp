@@ -14,6 +14,8 @@
 #include <exception>
 #include <numeric>
 
+#include "triax/core/env.h"
+
 namespace triax {
 namespace {
 
@@ -192,16 +194,7 @@ void progress_rings(const RingWork* except) {
 // TRIAX_MPI_RING_MIN_BYTES overrides the 64 KiB (the tests set 0 to run the ring on every size);
 // it must be the same on every rank.
 size_t ring_min_bytes() {
-  static const size_t v = [] {
-    if (const char* e = std::getenv("TRIAX_MPI_RING_MIN_BYTES")) {
-      char* end = nullptr;
-      const long long x = std::strtoll(e, &end, 10);
-      if (end == e || *end != '\0' || x < 0)
-        TRIAX_THROW(ConfigError, "TRIAX_MPI_RING_MIN_BYTES='{}' is not a byte count", e);
-      return static_cast<size_t>(x);
-    }
-    return size_t{64} << 10;
-  }();
+  static const size_t v = env_bytes("TRIAX_MPI_RING_MIN_BYTES", 0, uint64_t{1} << 40, uint64_t{64} << 10);
   return v;
 }
 

@@ -1,7 +1,8 @@
 // train_gpt: 3D-parallel GPT training on the CPU path, launched by mpirun.
 //   mpirun -np 8 train_gpt --tp 2 --pp 2 --dp 2
 // With no flags it trains the tiny model on a built-in generated language. Flags may also come
-// from a TOML file (--config FILE; keys are the flag names, e.g. micro-batch-size = 4); flags
+// from a TOML file (--config FILE; keys are the flag names in sections, e.g. [training]
+// micro-batch-size = 4; docs/TRAINING.md); flags
 // given on the command line win. Rank 0 prints the resolved configuration (itself a --config
 // file of this run), then one line per iteration (Megatron's field names) and, with
 // --metrics-jsonl, one JSON object per iteration. Exit codes: docs/ERRORS.md.

@@ -647,6 +647,31 @@ void check_model_sizes(const GptConfig& m, int tp) {
           m.vocab, m.vocab_pad_to, tp, pad, padded, kMaxInt);
 }
 
+// The batch plan for dp ranks (the default: micro-batch 4, 2 x pp micro-batches), checked for
+// what the step holds in ints and for the pipeline schedule (which bounds pp x vpp x micro-batches).
+BatchPlan resolve_train_batch(const TrainConfig& cfg, int dp, int seq) {
+  const int P = cfg.pp, V = cfg.vpp;
+  const ScheduleKind kind = cfg.schedule;
+  BatchConfig bc{cfg.global_batch.value_or(0), cfg.micro_batch.value_or(0), cfg.num_micro_batches.value_or(0)};
+  if (!bc.global_batch && !bc.micro_batch && !bc.num_micro_batches) {
+    bc.micro_batch = 4;
+    bc.num_micro_batches = 2 * static_cast<int64_t>(P);  // enough micro-batches to fill the pipeline
+  }
+  const BatchPlan plan = resolve_batch(bc, dp);
+  // The step counts micro-batches and their tokens in ints (the executor, the kernels' row counts).
+  constexpr int64_t kMaxInt = std::numeric_limits<int>::max();
+  require(plan.num_micro_batches <= kMaxInt, "{}: {} micro-batches per iteration is too many (at most {})",
+          plan.describe(), plan.num_micro_batches, kMaxInt);
+  const int tokens = checked_product<int>("micro-batch x seq-length (tokens per micro-batch)", {plan.micro_batch, seq});
+  require(!cfg.sequence_parallel || tokens % cfg.tp == 0,
+          "sequence parallelism splits micro-batch {} x seq {} = {} tokens over tp {}: not divisible",
+          plan.micro_batch, seq, tokens, cfg.tp);
+  const BatchSchedule batches(plan, cfg.rampup);
+  validate_schedule_config(kind, P, V, static_cast<int>(batches.num_micro_batches(0)));
+  validate_schedule_config(kind, P, V, static_cast<int>(plan.num_micro_batches));
+  return plan;
+}
+
 }  // namespace
 
 ResolvedTrainConfig resolve_train_config(const TrainConfig& cfg, int world_size) {
@@ -720,23 +745,7 @@ ResolvedTrainConfig resolve_train_config(const TrainConfig& cfg, int world_size)
     require(cfg.ep == 1, "--ep {} needs MoE layers (--moe-every K)", cfg.ep);
   }
 
-  BatchConfig bc{cfg.global_batch.value_or(0), cfg.micro_batch.value_or(0), cfg.num_micro_batches.value_or(0)};
-  if (!bc.global_batch && !bc.micro_batch && !bc.num_micro_batches) {
-    bc.micro_batch = 4;
-    bc.num_micro_batches = 2 * static_cast<int64_t>(P);  // enough micro-batches to fill the pipeline
-  }
-  r.batch = resolve_batch(bc, r.dp);
-  // The step counts micro-batches and their tokens in ints (the executor, the kernels' row counts).
-  constexpr int64_t kMaxInt = std::numeric_limits<int>::max();
-  require(r.batch.num_micro_batches <= kMaxInt, "{}: {} micro-batches per iteration is too many (at most {})",
-          r.batch.describe(), r.batch.num_micro_batches, kMaxInt);
-  const int tokens = checked_product<int>("micro-batch x seq-length (tokens per micro-batch)", {r.batch.micro_batch, r.seq});
-  require(!cfg.sequence_parallel || tokens % cfg.tp == 0,
-          "sequence parallelism splits micro-batch {} x seq {} = {} tokens over tp {}: not divisible",
-          r.batch.micro_batch, r.seq, tokens, cfg.tp);
-  const BatchSchedule batches(r.batch, cfg.rampup);
-  validate_schedule_config(kind, P, V, static_cast<int>(batches.num_micro_batches(0)));
-  validate_schedule_config(kind, P, V, static_cast<int>(r.batch.num_micro_batches));
+  r.batch = resolve_train_batch(cfg, r.dp, r.seq);
   // After the schedule's bound on pp x vpp x micro-batches: the list of virtual stages is small.
   if (r.stage_layers.empty()) r.stage_layers.assign(static_cast<size_t>(PV), L / PV);
   e.micro_batch = r.batch.micro_batch;

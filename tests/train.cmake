@@ -1,6 +1,7 @@
 # train_gpt end to end under mpirun, one ctest entry per case of a script:
 #   train.cli.*        tests/train/train_cli_test.sh: the README's main job, a TOML config, and the
-#                      clear errors for bad flags, layouts and data files.
+#                      clear errors for bad flags, layouts and data files; hostile sizes, huge shapes,
+#                      memory refusal, the metrics textfile and late errors (issue 24).
 #   train.checkpoint.* tests/train/checkpoint_test.sh: checkpoints (docs/CHECKPOINTS.md).
 # triax_add_train_script_tests(GROUP SCRIPT SESSION_PREFIX CASES case... [ARGS extra...]): runs
 # `bash SCRIPT train_gpt mpiexec CASE extra...`.
@@ -18,7 +19,8 @@ endfunction()
 
 if(TRIAX_WITH_MPI AND TRIAX_BUILD_EXAMPLES)
   triax_add_train_script_tests(cli train_cli_test.sh train
-    CASES main_job config errors moe config_file roundtrip ranges one_message writes inputs)
+    CASES main_job config errors moe config_file roundtrip ranges one_message writes inputs hostile huge_shapes memory
+          textfile late)
   triax_add_train_script_tests(checkpoint checkpoint_test.sh checkpoint
     CASES exact reshard moe kill9 sigterm sigusr1 bad prune wide batch startup init export_hf ARGS $<TARGET_FILE:gpt_eval> ${TRIAX_HF_PYTHON})
 endif()

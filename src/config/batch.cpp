@@ -5,6 +5,7 @@
 
 #include <algorithm>
 
+#include "triax/core/checked_math.h"
 #include "triax/core/error.h"
 
 namespace triax {
@@ -24,19 +25,19 @@ BatchPlan resolve_batch(const BatchConfig& c, int dp) {
   const int64_t d = dp;
   BatchPlan p{c.global_batch, c.micro_batch, c.num_micro_batches, dp};
   if (g && mb && n) {
-    const int64_t prod = c.micro_batch * d * c.num_micro_batches;
+    const int64_t prod = checked_product("micro-batch x dp x micro-batches", {c.micro_batch, d, c.num_micro_batches});
     if (prod != c.global_batch)
       TRIAX_THROW(ConfigError, "global batch {} != micro-batch {} x dp {} x micro-batches {} = {}", c.global_batch,
                   c.micro_batch, dp, c.num_micro_batches, prod);
   } else if (g && mb) {
-    const int64_t per = c.micro_batch * d;
+    const int64_t per = checked_product("micro-batch x dp", {c.micro_batch, d});
     if (c.global_batch % per != 0)
       TRIAX_THROW(ConfigError, "global batch {} is not divisible by micro-batch {} x dp {} = {} ({} = {} x {} + {})",
                   c.global_batch, c.micro_batch, dp, per, c.global_batch, c.global_batch / per, per,
                   c.global_batch % per);
     p.num_micro_batches = c.global_batch / per;
   } else if (g && n) {
-    const int64_t per = d * c.num_micro_batches;
+    const int64_t per = checked_product("dp x micro-batches", {d, c.num_micro_batches});
     if (c.global_batch % per != 0)
       TRIAX_THROW(ConfigError, "global batch {} is not divisible by dp {} x micro-batches {} = {} ({} = {} x {} + {})",
                   c.global_batch, dp, c.num_micro_batches, per, c.global_batch, c.global_batch / per, per,
@@ -44,7 +45,7 @@ BatchPlan resolve_batch(const BatchConfig& c, int dp) {
     p.micro_batch = c.global_batch / per;
   } else if (mb) {
     if (!n) p.num_micro_batches = 1;
-    p.global_batch = c.micro_batch * d * p.num_micro_batches;
+    p.global_batch = checked_product("global batch: micro-batch x dp x micro-batches", {c.micro_batch, d, p.num_micro_batches});
   } else {
     TRIAX_THROW(ConfigError,
                 "batch sizes: give the micro-batch size, or two of global batch, micro-batch size and number of "

@@ -17,6 +17,8 @@
 #include <sstream>
 #include <type_traits>
 
+#include "triax/core/checked_math.h"
+
 namespace triax {
 namespace {
 
@@ -26,6 +28,8 @@ template <class T>
 struct is_optional<std::optional<T>> : std::true_type {
   using type = T;
 };
+
+std::string toml_quote(std::string_view s);
 
 const toml::node* node_of(const OptionInput& in) { return static_cast<const toml::node*>(in.toml_node); }
 
@@ -134,11 +138,17 @@ bool read_bool(const OptionInput& in) {
 }
 
 std::string read_string(const OptionInput& in) {
+  std::string v;
   if (const auto* n = node_of(in)) {
     if (!n->is_string()) wrong_type(in, "a string");
-    return n->as_string()->get();
+    v = n->as_string()->get();
+  } else {
+    v = in.words.at(0);
   }
-  return in.words.at(0);
+  // TOML's \u0000 (a command line cannot carry one): it would cut every later message and path short.
+  if (const size_t nul = v.find('\0'); nul != std::string::npos)
+    bad(in, toml_quote(v), fmt::format("a NUL character (\\u0000) at position {}", nul), "text without NUL characters");
+  return v;
 }
 
 // The integers of a list: "3,5" on the command line, [3, 5] in TOML, or `count` separate words.
@@ -582,6 +592,18 @@ std::string nearest_train_option(std::string_view key) {
 }
 
 void apply_config_text(TrainConfig& cfg, std::string_view text, const std::string& source_name) {
+  // A raw NUL byte: toml++ would stop or describe it with the byte itself, which ends the printed
+  // message there. Name the line, the column and the key instead.
+  if (const size_t nul = text.find('\0'); nul != std::string_view::npos) {
+    const size_t line_start = text.rfind('\n', nul) == std::string_view::npos ? 0 : text.rfind('\n', nul) + 1;
+    const size_t line = 1 + static_cast<size_t>(std::count(text.begin(), text.begin() + static_cast<ptrdiff_t>(nul), '\n'));
+    std::string_view key = text.substr(line_start, nul - line_start);
+    key = key.substr(0, std::min(key.find('='), key.size()));
+    while (!key.empty() && (key.back() == ' ' || key.back() == '\t')) key.remove_suffix(1);
+    while (!key.empty() && (key.front() == ' ' || key.front() == '\t')) key.remove_prefix(1);
+    TRIAX_THROW(ConfigError, "{}:{}:{}: a NUL byte{}; a config file is UTF-8 text without NUL characters", source_name,
+                line, nul - line_start + 1, key.empty() ? std::string() : fmt::format(" in the value of key '{}'", key));
+  }
   toml::table root;
   try {
     root = toml::parse(text, source_name);
@@ -720,20 +742,61 @@ std::string to_toml(const TrainConfig& cfg, const std::function<std::string(std:
   return s;
 }
 
+namespace {
+
+// Products of sizes the model's code holds in an int (a dimension, a padded vocabulary), checked
+// before anything multiplies them unchecked: ConfigError naming the flags, never a wrapped size.
+void check_model_sizes(const GptConfig& m, int tp) {
+  constexpr int64_t kMaxInt = std::numeric_limits<int>::max();
+  if (m.ffn <= 0) checked_product<int>("the MLP size 4 x --hidden-size", {4, m.n_embd});
+  checked_product<int>("the QKV projection's rows 3 x --hidden-size", {3, m.n_embd});
+  const int64_t pad = std::lcm<int64_t>(std::max(1, m.vocab_pad_to), tp);
+  const int64_t padded = (static_cast<int64_t>(m.vocab) + pad - 1) / pad * pad;
+  require(padded <= kMaxInt, "--vocab-size {} padded to a multiple of lcm({}, tp {}) = {} is {}: too large (at most {})",
+          m.vocab, m.vocab_pad_to, tp, pad, padded, kMaxInt);
+}
+
+// The batch plan for dp ranks (the default: micro-batch 4, 2 x pp micro-batches), checked for
+// what the step holds in ints and for the pipeline schedule (which bounds pp x vpp x micro-batches).
+BatchPlan resolve_train_batch(const TrainConfig& cfg, int dp, int seq) {
+  const int P = cfg.pp, V = cfg.vpp;
+  const ScheduleKind kind = cfg.schedule;
+  BatchConfig bc{cfg.global_batch.value_or(0), cfg.micro_batch.value_or(0), cfg.num_micro_batches.value_or(0)};
+  if (!bc.global_batch && !bc.micro_batch && !bc.num_micro_batches) {
+    bc.micro_batch = 4;
+    bc.num_micro_batches = 2 * static_cast<int64_t>(P);  // enough micro-batches to fill the pipeline
+  }
+  const BatchPlan plan = resolve_batch(bc, dp);
+  // The step counts micro-batches and their tokens in ints (the executor, the kernels' row counts).
+  constexpr int64_t kMaxInt = std::numeric_limits<int>::max();
+  require(plan.num_micro_batches <= kMaxInt, "{}: {} micro-batches per iteration is too many (at most {})",
+          plan.describe(), plan.num_micro_batches, kMaxInt);
+  const int tokens = checked_product<int>("micro-batch x seq-length (tokens per micro-batch)", {plan.micro_batch, seq});
+  require(!cfg.sequence_parallel || tokens % cfg.tp == 0,
+          "sequence parallelism splits micro-batch {} x seq {} = {} tokens over tp {}: not divisible",
+          plan.micro_batch, seq, tokens, cfg.tp);
+  const BatchSchedule batches(plan, cfg.rampup);
+  validate_schedule_config(kind, P, V, static_cast<int>(batches.num_micro_batches(0)));
+  validate_schedule_config(kind, P, V, static_cast<int>(plan.num_micro_batches));
+  return plan;
+}
+
+}  // namespace
+
 ResolvedTrainConfig resolve_train_config(const TrainConfig& cfg, int world_size) {
   check_ranges(cfg);
   ResolvedTrainConfig r;
   TrainConfig& e = r.explicit_cfg;
   e = cfg;
   const int W = world_size;
+  const int64_t tp_pp = checked_product("tp x pp", {cfg.tp, cfg.pp});
   if (cfg.dp) {
-    require(static_cast<long long>(cfg.tp) * cfg.pp * *cfg.dp == W, "tp x pp x dp = {} x {} x {} = {} but the world has {} ranks",
-            cfg.tp, cfg.pp, *cfg.dp, static_cast<long long>(cfg.tp) * cfg.pp * *cfg.dp, W);
+    const int64_t ranks = checked_product("tp x pp x dp", {cfg.tp, cfg.pp, *cfg.dp});
+    require(ranks == W, "tp x pp x dp = {} x {} x {} = {} but the world has {} ranks", cfg.tp, cfg.pp, *cfg.dp, ranks, W);
     r.dp = *cfg.dp;
   } else {
-    require(W % (cfg.tp * cfg.pp) == 0, "the world of {} ranks is not divisible by tp {} x pp {} = {}", W, cfg.tp,
-            cfg.pp, cfg.tp * cfg.pp);
-    r.dp = W / (cfg.tp * cfg.pp);
+    require(W % tp_pp == 0, "the world of {} ranks is not divisible by tp {} x pp {} = {}", W, cfg.tp, cfg.pp, tp_pp);
+    r.dp = static_cast<int>(W / tp_pp);
   }
   e.dp = r.dp;
 
@@ -745,6 +808,7 @@ ResolvedTrainConfig resolve_train_config(const TrainConfig& cfg, int world_size)
   if (cfg.ffn) m.ffn = *cfg.ffn;
   if (cfg.vocab) m.vocab = *cfg.vocab;
   if (cfg.max_seq) m.max_seq = *cfg.max_seq;
+  check_model_sizes(m, cfg.tp);
   m.validate(cfg.tp);
   e.layers = m.n_layer, e.heads = m.n_head, e.hidden = m.n_embd, e.ffn = m.ffn_size(), e.vocab = m.vocab,
   e.max_seq = m.max_seq;
@@ -760,20 +824,20 @@ ResolvedTrainConfig resolve_train_config(const TrainConfig& cfg, int world_size)
           "the interleaved schedule needs --vpp >= 2 virtual chunks per stage (got {})", cfg.vpp);
 
   const int P = cfg.pp, V = cfg.vpp, L = m.n_layer;
+  const int PV = checked_product<int>("pp x vpp (virtual pipeline stages)", {P, V});
   if (!cfg.pipeline_layers.empty()) {
     require(V == 1, "--pipeline-layers gives one count per stage; it cannot be combined with --vpp {}", V);
     require(static_cast<int>(cfg.pipeline_layers.size()) == P, "--pipeline-layers has {} counts for pp {} stages",
             cfg.pipeline_layers.size(), P);
-    const int sum = std::accumulate(cfg.pipeline_layers.begin(), cfg.pipeline_layers.end(), 0);
+    const int64_t sum = std::accumulate(cfg.pipeline_layers.begin(), cfg.pipeline_layers.end(), int64_t{0});
     require(sum == L, "--pipeline-layers [{}] sum to {} but the model has {} layers", fmt::join(cfg.pipeline_layers, ","),
             sum, L);
     r.stage_layers = cfg.pipeline_layers;
   } else {
-    require(L % (P * V) == 0,
+    require(L % PV == 0,
             "{} layers cannot be split evenly over pp {} x vpp {} = {} virtual stages (give --pipeline-layers for an "
             "uneven split)",
-            L, P, V, P * V);
-    r.stage_layers.assign(static_cast<size_t>(P * V), L / (P * V));
+            L, P, V, PV);
   }
 
   if (cfg.moe_every > 0) {
@@ -791,18 +855,9 @@ ResolvedTrainConfig resolve_train_config(const TrainConfig& cfg, int world_size)
     require(cfg.ep == 1, "--ep {} needs MoE layers (--moe-every K)", cfg.ep);
   }
 
-  BatchConfig bc{cfg.global_batch.value_or(0), cfg.micro_batch.value_or(0), cfg.num_micro_batches.value_or(0)};
-  if (!bc.global_batch && !bc.micro_batch && !bc.num_micro_batches) {
-    bc.micro_batch = 4;
-    bc.num_micro_batches = 2 * P;  // enough micro-batches to fill the pipeline
-  }
-  r.batch = resolve_batch(bc, r.dp);
-  require(!cfg.sequence_parallel || (r.batch.micro_batch * r.seq) % cfg.tp == 0,
-          "sequence parallelism splits micro-batch {} x seq {} = {} tokens over tp {}: not divisible",
-          r.batch.micro_batch, r.seq, r.batch.micro_batch * r.seq, cfg.tp);
-  const BatchSchedule batches(r.batch, cfg.rampup);
-  validate_schedule_config(kind, P, V, static_cast<int>(batches.num_micro_batches(0)));
-  validate_schedule_config(kind, P, V, static_cast<int>(r.batch.num_micro_batches));
+  r.batch = resolve_train_batch(cfg, r.dp, r.seq);
+  // After the schedule's bound on pp x vpp x micro-batches: the list of virtual stages is small.
+  if (r.stage_layers.empty()) r.stage_layers.assign(static_cast<size_t>(PV), L / PV);
   e.micro_batch = r.batch.micro_batch;
   e.global_batch = r.batch.global_batch;
   e.num_micro_batches = r.batch.num_micro_batches;

@@ -4,17 +4,29 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
+#include <random>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <utility>
 
+#include <fmt/format.h>
+
 #include "triax/core/error.h"
 
 namespace triax::io {
 
-AtomicFile::AtomicFile(std::string path) : path_(std::move(path)), tmp_path_(path_ + ".tmp") {
+std::string unique_tmp_suffix() {
+  static std::atomic<uint64_t> counter{std::random_device{}()};
+  return fmt::format(".tmp.{}.{:016x}", ::getpid(), counter.fetch_add(0x9e3779b97f4a7c15ULL));
+}
+
+AtomicFile::AtomicFile(std::string path) : AtomicFile(std::move(path), ".tmp") {}
+
+AtomicFile::AtomicFile(std::string path, std::string_view tmp_suffix)
+    : path_(std::move(path)), tmp_path_(path_ + std::string(tmp_suffix)) {
   if (path_.empty()) TRIAX_THROW(IoError, "cannot write a file with an empty path");
   fd_ = ::open(tmp_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd_ < 0) {

@@ -1,6 +1,8 @@
 // Megatron-LM indexed dataset reader and writer (see indexed_dataset.h).
 #include "triax/io/indexed_dataset.h"
 
+#include <fmt/format.h>
+
 #include <cstring>
 #include <limits>
 #include <vector>
@@ -83,7 +85,44 @@ IndexedDataset::IndexedDataset(std::string prefix) : prefix_(std::move(prefix)) 
   if (bin_.size() % static_cast<size_t>(size_) != 0)
     TRIAX_THROW(IoError, "{}: {} bytes is not a whole number of {}-byte {} tokens (the index {} says {})", bin_path(),
                 bin_.size(), size_, dtype_name(dtype_), ip, dtype_name(dtype_));
+  validate_entries();
   tokens_ = S_ > 0 ? sequence_start(S_ - 1) + sequence_length(S_ - 1) : 0;
+}
+
+void IndexedDataset::validate_entries() const {
+  // Every entry, whatever the sampling mode (--data-respect-eod reads the document indices, the
+  // plain mode only the last sequence's end): a corrupt index must not train on overlapping or
+  // made-up token ranges. One pass over the mapped index; the token data is not read.
+  const std::string ip = idx_path();
+  const uint64_t lengths_at = kIndexedHeaderBytes, pointers_at = lengths_at + 4 * static_cast<uint64_t>(S_);
+  const unsigned __int128 bin_bytes = bin_.size();
+  unsigned __int128 prev_end = 0;  // byte where the previous sequence ends
+  for (int64_t s = 0; s < S_; ++s) {
+    const int64_t len = sequence_length(s), ptr = load<int64_t>(pointers_, s);
+    if (len < 0)
+      TRIAX_THROW(IoError, "{}: offset {}: sequence {} has a negative length {} (the first bad entry of {} sequences)",
+                  ip, lengths_at + 4 * static_cast<uint64_t>(s), s, len, S_);
+    const unsigned __int128 end = static_cast<unsigned __int128>(ptr) + static_cast<unsigned __int128>(len) * size_;
+    if (ptr < 0 || ptr % size_ != 0 || static_cast<unsigned __int128>(ptr) < prev_end || end > bin_bytes)
+      TRIAX_THROW(IoError, "{}: offset {}: sequence {} starts at byte {} with {} tokens of {} bytes: {} (the first bad "
+                  "entry of {} sequences; {} is {} bytes)", ip, pointers_at + 8 * static_cast<uint64_t>(s), s, ptr, len,
+                  size_,
+                  ptr < 0 || ptr % size_ != 0 ? "not a token-aligned offset"
+                  : static_cast<unsigned __int128>(ptr) < prev_end
+                      ? fmt::format("it overlaps sequence {}, which ends at byte {}", s - 1,
+                                    static_cast<uint64_t>(prev_end))
+                      : std::string("it points past its data file"),
+                  S_, bin_path(), bin_.size());
+    prev_end = end;
+  }
+  const uint64_t docs_at = pointers_at + 8 * static_cast<uint64_t>(S_);
+  for (int64_t d = 1; d < D_; ++d) {
+    const int64_t prev = load<int64_t>(docs_, d - 1), cur = load<int64_t>(docs_, d);
+    if (cur < prev || cur > S_)
+      TRIAX_THROW(IoError, "{}: offset {}: document index {} is {} after {}; expected a non-decreasing sequence index "
+                  "in [0, {}] (the first bad entry of {})", ip, docs_at + 8 * static_cast<uint64_t>(d), d, cur, prev,
+                  S_, D_);
+  }
 }
 
 int64_t IndexedDataset::sequence_length(int64_t s) const { return load<int32_t>(lengths_, s); }

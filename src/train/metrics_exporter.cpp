@@ -4,6 +4,8 @@
 #include "triax/train/metrics_exporter.h"
 
 #include <httplib.h>
+#include <netdb.h>
+#include <sys/socket.h>
 
 #include <chrono>
 #include <cmath>
@@ -21,6 +23,21 @@ double unix_now_s() {
 }
 
 namespace {
+// A bind address that does not resolve is a bad value (exit 2), said with the resolver's reason:
+// httplib would fail with whatever errno an earlier call left behind.
+void check_bind_address(const std::string& bind) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE;
+  addrinfo* res = nullptr;
+  const int rc = ::getaddrinfo(bind.c_str(), nullptr, &hints, &res);
+  if (res) ::freeaddrinfo(res);
+  if (rc != 0)
+    TRIAX_THROW(ConfigError, "--metrics-bind '{}': the address cannot be resolved ({}); expected a host name or an IP "
+                "address of this host, e.g. 0.0.0.0 or 127.0.0.1", bind, ::gai_strerror(rc));
+}
+
 prom::Family gauge(std::string name, std::string help, double v) {
   return {std::move(name), std::move(help), "gauge", {{{}, v}}};
 }
@@ -115,12 +132,15 @@ MetricsExporter::MetricsExporter(std::shared_ptr<Communicator> world, const Metr
   server_->http.Get("/", [](const httplib::Request&, httplib::Response& res) {
     res.set_content("triax metrics: /metrics\n", "text/plain");
   });
+  check_bind_address(cfg.bind);
+  errno = 0;
   port_ = cfg.port == 0 ? server_->http.bind_to_any_port(cfg.bind)
                         : (server_->http.bind_to_port(cfg.bind, cfg.port) ? cfg.port : -1);
   if (port_ < 0) {
     const int err = errno;
     server_.reset();
-    throw IoError(fmt::format("metrics endpoint: cannot listen on {}:{} ({})", cfg.bind, cfg.port, std::strerror(err)));
+    throw IoError(fmt::format("metrics endpoint: cannot listen on {}:{} ({})", cfg.bind, cfg.port,
+                              err ? std::strerror(err) : "the address could not be bound"));
   }
   server_->thread = std::thread([s = server_.get()] { s->http.listen_after_bind(); });
   log::info("metrics: serving Prometheus text on http://{}:{}/metrics", cfg.bind, port_);
@@ -183,9 +203,29 @@ void MetricsExporter::write_textfile() const {
   // the newest snapshot the one left on disk.
   std::lock_guard<std::mutex> lock(file_mu_);
   const std::string text = render();
-  io::AtomicFile f(cfg_.textfile);
-  f.write(std::as_bytes(std::span<const char>(text.data(), text.size())));
-  f.commit();
+  // A temporary name of this process's own: two jobs given one textfile must not rename each
+  // other's half-written file (or find it gone). A failed write is a warning: metrics never end
+  // a training run.
+  try {
+    io::AtomicFile f(cfg_.textfile, io::unique_tmp_suffix());
+    f.write(std::as_bytes(std::span<const char>(text.data(), text.size())));
+    f.commit();
+  } catch (const std::exception& e) {
+    ++textfile_failures_;
+    const double now = unix_now_s();
+    if (now - last_textfile_warning_s_ < kTextfileWarningInterval_s) return;
+    log::warn("--metrics-textfile: {} ({} failed write{} so far; training goes on; the next warning at most once "
+              "per {:.0f} s)", e.what(), textfile_failures_, textfile_failures_ == 1 ? "" : "s",
+              kTextfileWarningInterval_s);
+    last_textfile_warning_s_ = now;
+    return;
+  }
+  if (textfile_failures_ > 0 && last_textfile_warning_s_ > 0) {
+    log::info("--metrics-textfile {}: written again after {} failed write{}", cfg_.textfile, textfile_failures_,
+              textfile_failures_ == 1 ? "" : "s");
+    textfile_failures_ = 0;
+    last_textfile_warning_s_ = 0;
+  }
 }
 
 }  // namespace triax

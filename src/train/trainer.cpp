@@ -12,6 +12,8 @@
 
 #include "triax/core/env.h"
 #include "triax/core/log.h"
+#include "triax/core/memory_limit.h"
+#include "triax/train/memory_plan.h"
 #include "triax/model/weight_file.h"
 
 #include <omp.h>
@@ -64,36 +66,41 @@ std::string IterationMetrics::json() const {
 
 namespace {
 
-// Start-up memory of one rank as the trainer lays it out: fp32 parameters and gradients, AdamW's two
-// moments (sharded over dp by ZeRO-1), and the activations of the micro-batches in flight.
-std::string describe_start_up_oom(const ResolvedTrainConfig& r, int rank) {
+// What did not fit when an allocation failed after all (the prediction was under the limit, or the
+// limit unknown): the memory model's numbers for this rank and what the host reports.
+std::string describe_start_up_oom(const ResolvedTrainConfig& r, int world_size, int rank) {
   const TrainConfig& c = r.explicit_cfg;
-  const double params = static_cast<double>(r.model.num_params()) / (c.tp * c.pp);
-  const double mib = 1.0 / (1 << 20);
-  const double weights = params * 4, grads = params * 4, moments = params * 8 / (c.zero1 ? r.dp : 1);
-  // Korthikanti et al.'s per-layer activations without recompute: s*b*h*(34 + 5*a*s/h) bytes in
-  // 16-bit; fp32 doubles it. The first stage holds up to pp micro-batches in flight under 1F1B.
-  const double s = r.seq, b = static_cast<double>(r.batch.micro_batch), h = r.model.n_embd, a = r.model.n_head;
-  const double layers = static_cast<double>(r.model.n_layer) / c.pp;
-  const double act = 2 * s * b * h * (34 + 5 * a * s / h) / c.tp * layers *
-                     std::min<double>(static_cast<double>(r.batch.num_micro_batches), c.pp);
-  long long avail_kib = -1;
-  if (std::FILE* f = std::fopen("/proc/meminfo", "r")) {
-    char line[256];
-    while (std::fgets(line, sizeof line, f))
-      if (std::sscanf(line, "MemAvailable: %lld kB", &avail_kib) == 1) break;
-    std::fclose(f);
-  }
+  const int stage = GridLayout(world_size, GridShape{c.tp, c.pp, r.dp, c.ep, c.order}).coord(rank).pp;
+  const MemoryLimit limit = available_memory(Device::cpu());
   return fmt::format(
       "rank {}: out of memory while allocating the model, optimizer and pipeline buffers of {} (tp {} pp {} dp {}, "
-      "micro-batch {} x seq {}): this rank needs about {:.0f} MiB = parameters {:.0f} MiB ({:.0f} fp32 values) + "
-      "gradients {:.0f} MiB + AdamW moments {:.0f} MiB{} + activations {:.0f} MiB (memory model, docs/PLANNER.md); "
-      "{}. Use a smaller model, more tp/pp, --zero1 or --recompute full",
+      "micro-batch {} x seq {}): this rank needs about {} (memory model, docs/PLANNER.md); {}. Use a smaller model, "
+      "more tp/pp, --zero1 or --recompute full",
       rank, r.model.describe(), c.tp, c.pp, r.dp, r.batch.micro_batch, r.seq,
-      (weights + grads + moments + act) * mib, weights * mib, params, grads * mib, moments * mib,
-      c.zero1 ? " (ZeRO-1)" : "", act * mib,
-      avail_kib >= 0 ? fmt::format("the host reports {:.0f} MiB available", avail_kib / 1024.0)
-                     : std::string("the available memory is unknown"));
+      describe_rank_memory(predict_rank_memory(r, stage), c.zero1),
+      limit.bytes ? fmt::format("{:.0f} MiB are available ({})", static_cast<double>(*limit.bytes) / (1 << 20), limit.source)
+                  : std::string("the available memory is unknown"));
+}
+
+// The memory available, the same number on every rank (collective): the smallest measurement in
+// the job. Ranks of one host read MemAvailable at slightly different moments, and a refusal must
+// print one message per job, not one per rank.
+MemoryLimit job_memory_limit(Communicator& world) {
+  MemoryLimit limit = available_memory(Device::cpu());
+  double room = limit.bytes ? static_cast<double>(*limit.bytes) : std::numeric_limits<double>::infinity();
+  world.all_reduce(std::span<double>(&room, 1), ReduceOp::min).wait();
+  if (std::isfinite(room)) limit.bytes = static_cast<uint64_t>(room);
+  return limit;
+}
+
+// The pipeline stages of the ranks that share this rank's host (and its memory).
+std::vector<int> stages_on_my_host(const ProcessGrid& g) {
+  std::vector<int> stages;
+  const auto& hosts = g.hosts();
+  for (int r = 0; r < g.layout().world_size(); ++r)
+    if (hosts.empty() ? r == g.rank() : hosts[static_cast<size_t>(r)] == hosts[static_cast<size_t>(g.rank())])
+      stages.push_back(g.layout().coord(r).pp);
+  return stages;
 }
 
 }  // namespace
@@ -125,7 +132,7 @@ Trainer::Trainer(const std::shared_ptr<Communicator>& world, const ResolvedTrain
       stage_layers_(r.stage_layers),
       T_(r.seq),
       moe_layers_(r.moe_layers) {
-  start_rank(world, r.dp);
+  start_rank(world, r);
   data_ = open_dataset(cfg_.data, model_.vocab, cfg_.seed, DataOptions{cfg_.data_shuffle, cfg_.data_respect_eod});
   require(data_->vocab() <= model_.vocab, "the data's vocabulary {} exceeds the model's {}", data_->vocab(),
           model_.vocab);
@@ -138,13 +145,15 @@ Trainer::Trainer(const std::shared_ptr<Communicator>& world, const ResolvedTrain
                      6.0 * model_.n_layer * static_cast<double>(model_.n_embd) * T_;
 } catch (const std::bad_alloc&) {
   // Say what did not fit, and what it should have needed.
-  throw OutOfMemoryError(describe_start_up_oom(r, world->rank()));
+  throw OutOfMemoryError(describe_start_up_oom(r, world->size(), world->rank()));
+} catch (const MemoryRefused&) {
+  throw;  // the start-up refusal says it all already
 } catch (const OutOfMemoryError&) {
   // The same from the backend's allocator (the model's buffers are backend allocations).
-  throw OutOfMemoryError(describe_start_up_oom(r, world->rank()));
+  throw OutOfMemoryError(describe_start_up_oom(r, world->size(), world->rank()));
 }
 
-void Trainer::start_rank(const std::shared_ptr<Communicator>& world, int dp) {
+void Trainer::start_rank(const std::shared_ptr<Communicator>& world, const ResolvedTrainConfig& r) {
   const TrainConfig& cfg = cfg_;
   switch (parse_enum<BackendKind>(cfg.backend)) {
     case BackendKind::cpu: backend_ = make_cpu_backend(); break;
@@ -156,8 +165,12 @@ void Trainer::start_rank(const std::shared_ptr<Communicator>& world, int dp) {
   watchdog_ = std::make_unique<Watchdog>(cfg.stall_timeout, comm->rank());
   spikes_ = LossSpikeDetector(cfg.loss_spike_zscore);
   stragglers_ = StragglerDetector(cfg.straggler_factor);
-  grid_ = std::make_unique<ProcessGrid>(comm, GridShape{cfg.tp, cfg.pp, dp, cfg.ep, cfg.order},
+  grid_ = std::make_unique<ProcessGrid>(comm, GridShape{cfg.tp, cfg.pp, r.dp, cfg.ep, cfg.order},
                                         GridOptions{cfg.allow_tp_across_hosts});
+  // Refuse before allocating anything large when the ranks of this host would not fit
+  // (docs/ERRORS.md, "Memory at start-up").
+  refuse_if_over_memory(r, stages_on_my_host(*grid_), job_memory_limit(grid_->world()),
+                        grid_->hosts().empty() ? std::string("?") : grid_->hosts()[static_cast<size_t>(grid_->rank())]);
   // One thread pool per core: unless the user chose (OMP_NUM_THREADS), ranks sharing a host
   // split its cores, so oversubscribed runs do not spin against each other.
   if (!omp_threads_chosen_by_user()) {

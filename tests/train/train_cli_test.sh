@@ -33,7 +33,110 @@ expect_exit() {
   echo "ok: exit $code, one '$pattern' for: $*"
 }
 
+# expect_refusal CODE SECONDS PATTERN ARGS...: like expect_exit, within SECONDS of wall time, never a
+# signal, and no negative number in the message (a wrapped size).
+expect_refusal() {
+  local code=$1 secs=$2 pattern=$3; shift 3
+  local out rc t0 t1 line
+  t0=$(date +%s.%N)
+  out=$(run "$@" 2>&1); rc=$?
+  t1=$(date +%s.%N)
+  [ $rc -lt 128 ] || { echo "$out" | tail -8; fail "killed by signal $((rc - 128)) for: $*"; }
+  [ $rc -eq "$code" ] || { echo "$out" | tail -8; fail "exit $rc, expected $code for: $*"; }
+  line=$(grep -F -- "$pattern" <<<"$out")
+  [ "$(grep -c . <<<"$line")" -eq 1 ] || { echo "$out" | tail -8; fail "'$pattern' not printed exactly once for: $*"; }
+  ! grep -Eq '(^|[^0-9A-Za-z_^])-[0-9]' <<<"$line" || fail "a negative number in: $line"
+  python3 -c "import sys; sys.exit(0 if $t1 - $t0 <= $secs else 1)" ||
+    fail "took $(python3 -c "print(round($t1 - $t0, 1))") s, more than $secs s, for: $*"
+  echo "ok: exit $code within $secs s, one '$pattern' for: $*"
+}
+
 case $case_ in
+hostile)
+  # Sizes whose products overflowed (issue 24 item 6: SIGFPE, "-2147483648 virtual stages",
+  # "global batch -2", "dimension -16") are refused at resolution: exit 2, one message.
+  m=2147483647
+  expect_refusal 2 20 "not divisible by tp 65536 x pp 65536 = 4294967296" -np 4 "$exe" --tp 65536 --pp 65536
+  expect_refusal 2 20 "pp x vpp (virtual pipeline stages) = 4 x 1073741824 = 4294967296 is too large" \
+    -np 4 "$exe" --pp 4 --vpp 1073741824 --schedule interleaved
+  expect_refusal 2 20 "pp x vpp (virtual pipeline stages) = 2 x 1073741824 = 2147483648 is too large" \
+    -np 4 "$exe" --pp 2 --vpp 1073741824 --schedule interleaved
+  expect_refusal 2 20 "tp x pp x dp = $m x $m x $m = " -np 2 "$exe" --tp $m --pp $m --dp $m
+  expect_refusal 2 20 "micro-batch x dp x micro-batches = 4611686018427387904 x 2 x 2" \
+    -np 2 "$exe" --micro-batch-size 4611686018427387904 --num-micro-batches 2
+  expect_refusal 2 20 "micro-batches per iteration is too many" -np 2 "$exe" --global-batch-size 4611686018427387904 --micro-batch-size 1
+  expect_refusal 2 20 "micro-batch x seq-length (tokens per micro-batch) = 4 x $m" \
+    -np 2 "$exe" --seq-length $m --max-position-embeddings $m
+  expect_refusal 2 20 "the MLP size 4 x --hidden-size = 4 x 1073741824" -np 2 "$exe" --hidden-size 1073741824 --num-attention-heads 1
+  expect_refusal 2 20 "--vocab-size $m padded to a multiple of lcm(64, tp 1) = 64 is 2147483648: too large" -np 2 "$exe" --vocab-size $m
+  expect_refusal 2 20 "over 2^24" -np 4 "$exe" --pp 4 --vpp 268435456 --schedule interleaved --num-layers 1073741824
+  ;;
+huge_shapes)
+  # Shapes that built for minutes (issue 24 item 7) are refused from the memory model alone,
+  # before any allocation: singletons within 5 s, and once under mpirun.
+  for flags in "--num-layers 2147483647" "--moe-every 2 --experts 2147483647" "--vocab-size 2000000000" \
+               "--hidden-size 1048576 --num-attention-heads 1"; do
+    out=$( { /usr/bin/time -f "%e s %M KiB" timeout 60 "$exe" $flags --train-iters 1; } 2>&1); rc=$?
+    [ $rc -eq 5 ] || { echo "$out" | tail -5; fail "exit $rc, expected 5 for: $flags"; }
+    grep -q "out of memory, refused before allocating: the memory model" <<<"$out" || { echo "$out" | tail -3; fail "no refusal for: $flags"; }
+    secs=$(tail -1 <<<"$out" | cut -d' ' -f1); kib=$(tail -1 <<<"$out" | cut -d' ' -f3)
+    python3 -c "import sys; sys.exit(0 if $secs <= 5 and $kib < 1048576 else 1)" ||
+      fail "$flags: refused after $secs s at $kib KiB (expected within 5 s and 1 GiB)"
+    echo "ok: $flags refused in $secs s, $kib KiB"
+  done
+  expect_refusal 5 30 "out of memory, refused before allocating" -np 4 "$exe" --num-layers 2147483647
+  ;;
+memory)
+  # Issue 24 item 5: a prediction over the available memory is refused before allocating (exit 5)
+  # with the prediction, the limit and the flag to change. TRIAX_MEMORY_LIMIT_MIB stands in for a
+  # smaller machine; without it the same run trains.
+  expect_refusal 5 30 "MiB are available (TRIAX_MEMORY_LIMIT_MIB); the largest, a rank of pipeline stage 0, needs" \
+    -np 2 -x TRIAX_MEMORY_LIMIT_MIB=100 "$exe" --num-layers 2 --micro-batch-size 128 --train-iters 1
+  out=$(TRIAX_MEMORY_LIMIT_MIB=100 run -np 2 -x TRIAX_MEMORY_LIMIT_MIB "$exe" --num-layers 2 --micro-batch-size 128 --train-iters 1 2>&1)
+  grep -q "for the 2 ranks on host .* To fit: lower --micro-batch-size (now 128)" <<<"$out" || { echo "$out" | tail -3; fail "no prediction or flag"; }
+  run -np 2 "$exe" --num-layers 2 --micro-batch-size 128 --train-iters 1 >"$tmp/out" 2>&1 || { tail -5 "$tmp/out"; fail "the same run without the limit failed"; }
+  echo "ok: the same run trains without the limit"
+  # The issue's example: gpt2-124m, micro-batch 4096, ~1.4 TiB of activations on this host.
+  expect_refusal 5 60 "lower --micro-batch-size (now 4096)" -np 2 "$exe" --model gpt2-124m --tp 2 --micro-batch-size 4096
+  ;;
+textfile)
+  # Issue 24 item 8: two jobs rewriting one --metrics-textfile both finish (they raced on
+  # PATH.tmp: one died with exit 3), and an unwritable textfile is one warning, not the end.
+  small=(--num-layers 1 --hidden-size 16 --num-attention-heads 2 --seq-length 8 --micro-batch-size 1 --train-iters 400)
+  timeout 300 "$exe" "${small[@]}" --metrics-textfile "$tmp/job.prom" >"$tmp/a" 2>&1 & pa=$!
+  timeout 300 "$exe" "${small[@]}" --metrics-textfile "$tmp/job.prom" >"$tmp/b" 2>&1 & pb=$!
+  wait $pa; ra=$?; wait $pb; rb=$?
+  [ $ra -eq 0 ] && [ $rb -eq 0 ] || { tail -3 "$tmp/a" "$tmp/b"; fail "two writers of one textfile: exits $ra and $rb"; }
+  grep -q "^triax_iteration 400$" "$tmp/job.prom" || fail "the textfile does not end at iteration 400"
+  [ "$(ls "$tmp" | grep -c 'job.prom.tmp')" -eq 0 ] || fail "temporary files left behind"
+  echo "ok: two writers of one textfile both finished"
+  run -np 2 "$exe" --train-iters 5 --metrics-textfile "$tmp/missing/job.prom" >"$tmp/out" 2>&1 ||
+    { tail -5 "$tmp/out"; fail "an unwritable textfile ended the run"; }
+  [ "$(grep -c 'lm loss:' "$tmp/out")" -eq 5 ] || fail "expected 5 iterations"
+  [ "$(grep -c -- "--metrics-textfile: $tmp/missing/job.prom: cannot create temporary file" "$tmp/out")" -eq 1 ] ||
+    { grep -i textfile "$tmp/out"; fail "expected exactly one (rate-limited) warning"; }
+  echo "ok: an unwritable textfile is one warning"
+  ;;
+late)
+  # Late or unclear errors of issue 24: a NUL in a config file, an unresolvable --metrics-bind, a
+  # Megatron index with overlapping pointers (accepted before without --data-respect-eod).
+  printf 'tp = 1\ndata = "ab\000cd"\n' >"$tmp/nul.toml"
+  expect_exit 2 "$tmp/nul.toml:2:11: a NUL byte in the value of key 'data'" -np 2 "$exe" --config "$tmp/nul.toml"
+  printf 'data = "ab\\u0000cd"\n' >"$tmp/nul2.toml"
+  expect_exit 2 "$tmp/nul2.toml:1: data = \"ab\\u0000cd\": a NUL character (\\u0000) at position 2" -np 2 "$exe" --config "$tmp/nul2.toml"
+  expect_exit 2 "--metrics-bind 'not a host': the address cannot be resolved" -np 2 "$exe" --metrics-bind 'not a host' --metrics-port 0 --train-iters 1
+  python3 - "$tmp/zero" <<'PY'
+import struct, sys
+pre = sys.argv[1]
+lengths = [300, 300, 300]
+open(pre + ".bin", "wb").write(struct.pack("<1024H", *[(7 * i) % 256 for i in range(1024)]))  # valid tokens
+idx = b"MMIDIDX\0\0" + struct.pack("<QBQQ", 1, 8, len(lengths), len(lengths) + 1)
+idx += struct.pack("<3i", *lengths) + struct.pack("<3q", 0, 0, 0) + struct.pack("<4q", 0, 1, 2, 3)
+open(pre + ".idx", "wb").write(idx)
+PY
+  expect_exit 3 "$tmp/zero.idx: offset 54: sequence 1 starts at byte 0 with 300 tokens of 2 bytes: it overlaps sequence 0" \
+    -np 2 "$exe" --data "$tmp/zero" --train-iters 1
+  ;;
 config_file)
   # Unknown keys, typos, sections, malformed files and wrong types name the file, line and key.
   printf 'tp = 1\ntrain_iters = 3\n' >"$tmp/u.toml"
@@ -127,11 +230,12 @@ inputs)
     { grep epoch "$tmp/out"; fail "expected two epoch ends (at 24 and 40 samples of 18 per epoch)"; }
   grep -q "epoch 1 of .* ended at iteration 3 (18 samples of 17 tokens per epoch)" "$tmp/out" || { grep epoch "$tmp/out"; fail "epoch 1 end"; }
   echo "ok: epoch ends announced"
-  # gpt2-1.5b needs ~25 GB for its fp32 weights, gradients and moments: over a 3 GiB address space.
+  # gpt2-1.5b needs ~25 GB for its fp32 weights, gradients and moments: over a 3 GiB address space,
+  # refused before allocating (the address-space limit is one of the limits compared).
   out=$( (ulimit -v 3145728; timeout 300 "$exe" --model gpt2-1.5b --train-iters 1) 2>&1); rc=$?
   [ $rc -eq 5 ] || { echo "$out" | tail -5; fail "out of memory: exit $rc, expected 5"; }
-  grep -q "out of memory while allocating the model, optimizer and pipeline buffers of layers=48" <<<"$out" &&
-    grep -q "parameters [0-9]* MiB" <<<"$out" && grep -q "(memory model" <<<"$out" ||
+  grep -q "out of memory, refused before allocating" <<<"$out" && grep -q "the address-space limit (ulimit -v)" <<<"$out" &&
+    grep -q "parameters [0-9]* MiB" <<<"$out" && grep -q "the memory model (docs/PLANNER.md)" <<<"$out" ||
     { echo "$out"; fail "out-of-memory message lacks what, how much, or the prediction"; }
   echo "ok: out of memory at start-up"
   ;;

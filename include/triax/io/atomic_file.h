@@ -4,6 +4,7 @@
 #include <cstddef>
 #include <span>
 #include <string>
+#include <string_view>
 
 namespace triax::io {
 
@@ -11,6 +12,9 @@ class AtomicFile {
  public:
   // Creates (or truncates) PATH.tmp. IoError naming PATH.tmp if it cannot be created.
   explicit AtomicFile(std::string path);
+  // The same with PATH + tmp_suffix as the temporary file: writers that may race on one PATH (two
+  // jobs given the same metrics textfile) each pass a suffix of their own (unique_tmp_suffix()).
+  AtomicFile(std::string path, std::string_view tmp_suffix);
   // Without commit(): removes PATH.tmp and leaves PATH as it was.
   ~AtomicFile();
   AtomicFile(const AtomicFile&) = delete;
@@ -38,5 +42,8 @@ class AtomicFile {
   size_t written_ = 0;
   bool committed_ = false;
 };
+
+// ".tmp.<pid>.<random hex>": a temporary name no other process or writer of this one picks.
+std::string unique_tmp_suffix();
 
 }  // namespace triax::io

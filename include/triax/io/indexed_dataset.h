@@ -28,8 +28,9 @@ class IndexedDataset {
   // prefix: the path without ".idx"/".bin". IoError naming the file and byte offset for: a
   // missing file, a wrong magic or version, an unknown or non-integer dtype, an .idx size other
   // than its counts say, a .bin size that is not a whole number of tokens, document indices that
-  // do not start at 0, end at S and increase (checked where the index is touched: first and last
-  // entries at open), and a last sequence that ends past the end of .bin.
+  // do not start at 0, end at S and increase, a negative sequence length, and a sequence pointer
+  // that is not token-aligned, overlaps the previous sequence or ends past .bin (every entry is
+  // checked at open, naming the first bad one).
   explicit IndexedDataset(std::string prefix);
 
   const std::string& prefix() const { return prefix_; }
@@ -52,6 +53,7 @@ class IndexedDataset {
   const MappedFile& bin_file() const { return bin_; }
 
  private:
+  void validate_entries() const;
   std::string prefix_;
   MappedFile idx_, bin_;
   int dtype_ = 0, size_ = 0;

@@ -17,7 +17,8 @@ namespace triax {
 struct MetricsExporterConfig {
   int port = -1;                  // -1: no HTTP endpoint; 0: any free port (see port())
   std::string bind = "0.0.0.0";   // address to listen on
-  std::string textfile;           // "" : none; else rewritten atomically after each iteration
+  std::string textfile;           // "" : none; else rewritten atomically after each iteration (a failed
+                                  // write is a rate-limited warning, never an error)
   double checkpoint_interval_s = 0;  // > 0: exported, so an alert can compare the checkpoint age
 };
 
@@ -72,6 +73,10 @@ class MetricsExporter {
   MetricsExporterConfig cfg_;
   mutable std::mutex mu_;
   mutable std::mutex file_mu_;
+  // Failed textfile writes (under file_mu_): counted, warned about at most once per interval.
+  static constexpr double kTextfileWarningInterval_s = 60;
+  mutable int64_t textfile_failures_ = 0;
+  mutable double last_textfile_warning_s_ = 0;
   MetricsSnapshot snap_;
   int port_ = -1;
   struct Server;

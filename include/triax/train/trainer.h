@@ -124,7 +124,7 @@ class Trainer {
   Trainer(const std::shared_ptr<Communicator>& world, const ResolvedTrainConfig& r);
   // Construction steps, in order: backend, fault watchers and grid; model chunks and their
   // parameters; optimizer, executor and learning-rate schedule.
-  void start_rank(const std::shared_ptr<Communicator>& world, int dp);
+  void start_rank(const std::shared_ptr<Communicator>& world, const ResolvedTrainConfig& r);
   void build_model(const ResolvedTrainConfig& r);
   void build_optimizer(const ResolvedTrainConfig& r);
   void open_validation();  // trainer_eval.cpp

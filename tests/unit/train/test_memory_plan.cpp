@@ -1,0 +1,127 @@
+// The start-up memory model against the model it predicts: parameter counts equal to what the
+// built chunks register (dense, MoE, tp-split), activations equal to GptChunk's own count, the
+// schedule's in-flight bound; the refusal (exit 5's OutOfMemoryError) with the prediction, the
+// limit and the flag to change, and a Trainer that refuses before it allocates the model.
+#include <catch2/catch.hpp>
+
+#include <chrono>
+#include <cstdlib>
+
+#include "triax/distributed/comm/self_comm.h"
+#include "triax/train/memory_plan.h"
+#include "triax/train/trainer.h"
+
+using namespace triax;
+using Catch::Contains;
+
+namespace {
+TrainConfig small(int layers) {
+  TrainConfig c;
+  c.model = "tiny";
+  c.layers = layers;
+  c.seq = 32;
+  c.micro_batch = 3;
+  c.num_micro_batches = 2;
+  c.train_iters = 1;
+  return c;
+}
+
+std::string oom_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const OutOfMemoryError& e) {
+    return e.what();
+  }
+  FAIL("expected an OutOfMemoryError");
+  return {};
+}
+}  // namespace
+
+TEST_CASE("the memory model counts the parameters and activations the trainer builds", "[train]") {
+  for (const bool moe : {false, true}) {
+    for (const Recompute rc : {Recompute::none, Recompute::selective, Recompute::full}) {
+      TrainConfig c = small(4);
+      c.recompute = rc;
+      if (moe) c.moe_every = 2, c.experts = 3, c.topk = 1;
+      const std::string mode(recompute_name(rc));
+      CAPTURE(moe, mode);
+      Trainer t(std::shared_ptr<Communicator>(make_self_communicator()), c);
+      const RankMemory m = predict_rank_memory(resolve_train_config(c, 1), 0);
+      CHECK(m.params == static_cast<double>(t.store().numel()));
+      CHECK(m.weights == 4.0 * static_cast<double>(t.store().numel()));
+      REQUIRE(t.chunks().size() == 1);
+      CHECK(m.per_micro_batch == 4.0 * static_cast<double>(t.chunks()[0]->activation_floats(3, 32)));
+      CHECK(m.in_flight == 1);  // 1F1B on one stage: one micro-batch at a time
+      CHECK(m.data == 4.0 * 256);  // the synthetic successor table
+    }
+  }
+}
+
+TEST_CASE("per stage: the first stage holds pp micro-batches in flight, the last the head", "[train]") {
+  TrainConfig c = small(8);
+  c.pp = 4, c.tp = 2;
+  c.num_micro_batches = 8;
+  const ResolvedTrainConfig r = resolve_train_config(c, 8);
+  const RankMemory first = predict_rank_memory(r, 0), last = predict_rank_memory(r, 3), mid = predict_rank_memory(r, 1);
+  CHECK(first.in_flight == 4);
+  CHECK(last.in_flight == 1);
+  // tiny: C 64, padded vocab 256 over tp 2 = 128 rows; wpe 64 rows; each stage 2 layers.
+  const double C = 64, layer = 4 * C + (3 * C * C + 3 * C) / 2 + C * C / 2 + C + (4 * C * C + 4 * C + 4 * C * C) / 2 + C;
+  CHECK(mid.params == 2 * layer);
+  CHECK(first.params == 2 * layer + 128 * C + 64 * C);
+  CHECK(last.params == 2 * layer + 2 * C + 128 * C);  // ln_f and its own copy of the tied embedding
+  // ZeRO-1 shards the moments over dp (here 2 at pp 2 x tp 2 on 8 ranks), nothing else.
+  c.pp = 2;
+  const RankMemory plain = predict_rank_memory(resolve_train_config(c, 8), 0);
+  c.zero1 = true;
+  const RankMemory sharded = predict_rank_memory(resolve_train_config(c, 8), 0);
+  CHECK(sharded.moments * 2 == plain.moments);
+  CHECK(sharded.weights == plain.weights);
+}
+
+TEST_CASE("over the limit: refused with the prediction, the limit and the flag to change", "[train]") {
+  TrainConfig c = small(2);
+  c.micro_batch = 64;
+  const ResolvedTrainConfig r = resolve_train_config(c, 1);
+  const RankMemory m = predict_rank_memory(r, 0);
+  REQUIRE(m.activations > m.weights + m.grads + m.moments);  // activations dominate at micro-batch 64
+  // Exactly the prediction fits; one byte less does not.
+  MemoryLimit fits{static_cast<uint64_t>(m.total()) + 1, "a test"};
+  CHECK_NOTHROW(refuse_if_over_memory(r, {0}, fits, "h1"));
+  const MemoryLimit tight{static_cast<uint64_t>(m.total()) - 1, "a test limit"};
+  const std::string what = oom_of([&] { refuse_if_over_memory(r, {0}, tight, "h1"); });
+  CHECK_THAT(what, Contains("out of memory, refused before allocating") && Contains("for the 1 rank on host h1") &&
+                       Contains("(a test limit)") && Contains("lower --micro-batch-size (now 64)"));
+  // Four ranks on one host share its memory: each alone fits, together they do not.
+  MemoryLimit three{static_cast<uint64_t>(3 * m.total()), "a test"};
+  CHECK_NOTHROW(refuse_if_over_memory(r, {0, 0, 0}, three, "h1"));
+  CHECK_THAT(oom_of([&] { refuse_if_over_memory(r, {0, 0, 0, 0}, three, "h1"); }), Contains("the 4 ranks on host h1"));
+  // Unknown limit: nothing to compare with.
+  CHECK_NOTHROW(refuse_if_over_memory(r, {0}, MemoryLimit{}, "h1"));
+  // Parameters dominate: the advice is the layout or the model, not the micro-batch.
+  TrainConfig big = small(2);
+  big.hidden = 1024, big.heads = 8, big.micro_batch = 1, big.seq = 8;
+  const ResolvedTrainConfig rb = resolve_train_config(big, 1);
+  CHECK_THAT(oom_of([&] { refuse_if_over_memory(rb, {0}, MemoryLimit{1 << 20, "a test"}, "h1"); }),
+             Contains("use more --tp / --pp (now 1 / 1), --zero1, or a smaller model"));
+}
+
+TEST_CASE("the trainer refuses a config over the limit before building it, in well under a second", "[train]") {
+  ::setenv("TRIAX_MEMORY_LIMIT_MIB", "64", 1);
+  TrainConfig c = small(2);
+  c.micro_batch = 2048;  // about 2.4 GiB of activations
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::string what = oom_of([&] { Trainer t(std::shared_ptr<Communicator>(make_self_communicator()), c); });
+  ::unsetenv("TRIAX_MEMORY_LIMIT_MIB");
+  CHECK(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() < 1.0);
+  CHECK_THAT(what, Contains("but 64 MiB are available (TRIAX_MEMORY_LIMIT_MIB)") &&
+                       Contains("--micro-batch-size (now 2048)"));
+  // 2^31 - 1 layers: refused from the arithmetic alone (issue 24 item 7: 90 s of silence before).
+  TrainConfig huge = small(1);
+  huge.layers = 2147483647;
+  huge.micro_batch = 1;
+  const auto t1 = std::chrono::steady_clock::now();
+  CHECK_THAT(oom_of([&] { Trainer t(std::shared_ptr<Communicator>(make_self_communicator()), huge); }),
+             Contains("refused before allocating") && Contains("--num-layers 2147483647"));
+  CHECK(std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count() < 5.0);
+}

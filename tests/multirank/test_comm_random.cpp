@@ -8,7 +8,7 @@
 #include <numeric>
 
 #include "support/multirank.h"
-#include "multirank/comm_check.h"
+#include "../../benchmarks/comm_check.h"
 
 using namespace triax;
 using namespace triax::test;

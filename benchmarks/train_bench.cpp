@@ -32,6 +32,7 @@
 
 #include "bench_common.h"
 #include "triax/backend/backend.h"
+#include "triax/core/env.h"
 #include "triax/distributed/bootstrap/bootstrap.h"
 #include "triax/ops/attention.h"
 #include "triax/ops/gelu.h"
@@ -359,7 +360,7 @@ int main(int argc, char** argv) {
     // cpu-local prices one single-threaded rank per core: unless the user chose OMP_NUM_THREADS, a
     // --predict run trains and calibrates on one thread per rank (the trainer would give a lone rank
     // every core, and the calibration's CPU times would then miss the other threads' work).
-    if (predict && !std::getenv("OMP_NUM_THREADS")) {
+    if (predict && !triax::omp_threads_chosen_by_user()) {
       omp_set_num_threads(1);
       openblas_set_num_threads(1);
     }

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include <triax/backend/comm_ops.h>
+#include <triax/core/env.h>
 #include <triax/core/error.h>
 #include <triax/core/log.h>
 #include <triax/distributed/bootstrap/bootstrap.h>
@@ -110,8 +111,7 @@ Result evaluate(const Options& o, triax::ProcessGrid& grid, const triax::GptConf
 // --sample: one process; the launcher's world must be one rank.
 int sample_main(const Options& o, SampleRequest sr, const std::string& prompt_tokens) {
   try {
-    const char* np = std::getenv("OMPI_COMM_WORLD_SIZE");
-    if ((np && std::string(np) != "1") || o.tp != 1 || o.pp != 1)
+    if (triax::env_int("OMPI_COMM_WORLD_SIZE", 1, 1 << 20, 1) != 1 || o.tp != 1 || o.pp != 1)
       TRIAX_THROW(ConfigError, "--sample runs in one process with --tp 1 --pp 1");
     sr.weights = o.weights;
     sr.heads = o.heads;

@@ -1,7 +1,8 @@
 // train_gpt: 3D-parallel GPT training on the CPU path, launched by mpirun.
 //   mpirun -np 8 train_gpt --tp 2 --pp 2 --dp 2
 // With no flags it trains the tiny model on a built-in generated language. Flags may also come
-// from a TOML file (--config FILE; keys are the flag names, e.g. micro-batch-size = 4); flags
+// from a TOML file (--config FILE; keys are the flag names in sections, e.g. [training]
+// micro-batch-size = 4; docs/TRAINING.md); flags
 // given on the command line win. Rank 0 prints the resolved configuration (itself a --config
 // file of this run), then one line per iteration (Megatron's field names) and, with
 // --metrics-jsonl, one JSON object per iteration. Exit codes: docs/ERRORS.md.
@@ -103,7 +104,10 @@ int main(int argc, char** argv) {
     triax::log::set_rank(world->size() > 1 ? rank : -1);
     // Before the trainer exists: a signal during start-up must not kill the job either.
     if (!c.save.empty()) triax::install_stop_signal_handlers();
-    triax::Trainer trainer(world, c);
+    // An unusable --save or --load ends the job now, not at the first save; a resume keeps the
+    // checkpoint's batch settings unless the flags give others.
+    triax::check_checkpoint_paths(c, *world);
+    triax::Trainer trainer(world, triax::with_checkpoint_batch(c, rank == 0));
     // A stall (--stall-timeout): every rank's watchdog has dumped its flight recorder; rank 0
     // waits for the others' dumps and prints triax-fr's verdict, then the job ends (exit 4).
     const auto started = std::chrono::system_clock::now();

@@ -3,14 +3,20 @@
 // memory from code outside the backend faults at once; the SIGSEGV handler names the address and
 // the buffer before the process dies. Pages carry reference counts, so overlapping opens (an op
 // while a DP bucket's all-reduce is in flight on the same flat gradient buffer) nest correctly.
+// A communicator call's Work that is destroyed (or overwritten) before wait() or test() saw it
+// complete is a missing wait: it is named on stderr at once, and the next communicator call on
+// this backend's memory throws CommError naming it. Open MPI completes small sends eagerly over
+// shared memory, so without this check a missing wait on a pipeline send passes every MPI run.
 #include <signal.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
 #include <cstdio>
 #include <cstring>
+#include <exception>
 #include <map>
 #include <mutex>
+#include <string>
 #include <unordered_map>
 #include <vector>
 
@@ -125,6 +131,25 @@ class PageGuard {
     std::lock_guard<std::mutex> lr(registry().mu);
     registry().regions[a] = bytes;
   }
+  // A Work destroyed before it was seen complete (a missing wait): said on stderr now, thrown by
+  // the next communicator call (throw_if_dropped).
+  void dropped(const std::string& call) {
+    fmt::print(stderr, "triax checked backend: {} was destroyed before wait() or test() saw it complete\n", call);
+    std::lock_guard<std::mutex> lk(mu_);
+    if (dropped_.empty()) dropped_ = call;
+  }
+  void throw_if_dropped(const char* op) {
+    std::string call;
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      call.swap(dropped_);
+    }
+    if (!call.empty())
+      TRIAX_THROW(CommError,
+                  "checked backend: before {}: {} was destroyed before wait() or test() saw it complete: a missing "
+                  "wait (the transport may still read or write its buffer)",
+                  op, call);
+  }
   void remove_region(uintptr_t a, size_t bytes) {
     std::lock_guard<std::mutex> lk(mu_);
     regions_.erase(a);
@@ -147,6 +172,7 @@ class PageGuard {
   std::mutex mu_;
   std::map<uintptr_t, size_t> regions_;
   std::unordered_map<uintptr_t, int> count_;
+  std::string dropped_;  // the first dropped call not yet thrown
 };
 
 namespace {
@@ -172,6 +198,7 @@ class CheckedComm final : public Communicator {
     Work inner;
     std::shared_ptr<PageGuard> guard;
     std::vector<std::pair<uintptr_t, size_t>> ranges;
+    std::string call;  // "send #3 (float32 x 64, peer 1 (world rank 1)) on group 'pp' ..."
     bool closed = false;
     bool test() override {
       if (!inner.test()) return false;
@@ -183,12 +210,22 @@ class CheckedComm final : public Communicator {
       closed = true;
       for (auto [a, n] : ranges) guard->close(a, n);
     }
-    ~Opened() override { close(); }
+    // Not complete and no exception on its way (unwinding drops Works legitimately): a missing wait.
+    ~Opened() override {
+      if (!closed && std::uncaught_exceptions() == 0) guard->dropped(call);
+      close();
+    }
   };
-  template <class Start>
-  Work run(std::initializer_list<Buffer> bufs, CallInfo info, Start&& start) {
+  std::shared_ptr<Opened> opened(const CallInfo& info) {
+    guard_->throw_if_dropped(info.op.c_str());
     auto w = std::make_shared<Opened>();
     w->guard = guard_;
+    w->call = fmt::format("{} #{} ({}) on {}", info.op, info.seq, info.detail, describe());
+    return w;
+  }
+  template <class Start>
+  Work run(std::initializer_list<Buffer> bufs, CallInfo info, Start&& start) {
+    auto w = opened(info);
     for (const auto& b : bufs) guard_->open(b.data, b.bytes(), &w->ranges);
     w->inner = start();
     return make_work(std::move(w), std::move(info));
@@ -244,8 +281,7 @@ class CheckedComm final : public Communicator {
     return run({d}, std::move(info), [&] { return with_span(d, [&](auto s) { return inner_->recv(s, peer, tag); }); });
   }
   Work batch_impl(std::span<const P2POp> ops, CallInfo info) override {
-    auto w = std::make_shared<Opened>();
-    w->guard = guard_;
+    auto w = opened(info);
     for (const auto& o : ops) guard_->open(o.buf.data, o.buf.bytes(), &w->ranges);
     w->inner = inner_->batch_send_recv(ops);
     return make_work(std::move(w), std::move(info));

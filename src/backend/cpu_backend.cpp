@@ -12,6 +12,7 @@
 #include <cstring>
 #include <limits>
 
+#include "triax/core/cpu_isa.h"
 #include "triax/core/error.h"
 #include "triax/ops/attention.h"
 #include "triax/ops/embedding.h"
@@ -85,6 +86,7 @@ class CpuBackend::Alloc : public Allocator {
 CpuBackend::CpuBackend(DType compute) : compute_(compute), alloc_(std::make_unique<Alloc>(*this)) {
   if (compute != DType::f32 && compute != DType::f64)
     TRIAX_THROW(ConfigError, "the cpu backend computes in float32 or float64, not {}", dtype_name(compute));
+  cpu_isa();  // reads TRIAX_CPU_ISA now: a bad value fails here, not inside an OpenMP loop
 }
 
 CpuBackend::~CpuBackend() = default;

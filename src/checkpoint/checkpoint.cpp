@@ -1,9 +1,12 @@
-// Saving (host copy, background write, rank 0's atomic commit), resuming with resharding and
-// fallback, and the stop signals. The format is in checkpoint_manifest.h and docs/CHECKPOINTS.md.
+// Saving (host copy, background write, rank 0's atomic commit and pruning), resuming with
+// resharding and fallback, the start-up checks of --save and --load, and the stop signals. The
+// format is in manifest.h and docs/CHECKPOINTS.md.
 #include "triax/checkpoint/checkpoint.h"
 
 #include <fcntl.h>
 #include <unistd.h>
+
+#include <fmt/ranges.h>
 
 #include <array>
 #include <atomic>
@@ -12,12 +15,15 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
+#include <functional>
 #include <map>
-#include <sstream>
+#include <optional>
 
+#include "triax/core/clock.h"
+#include "triax/core/env.h"
 #include "triax/core/error.h"
 #include "triax/core/log.h"
+#include "triax/distributed/comm/comm.h"
 #include "triax/io/atomic_file.h"
 #include "triax/io/tensor_file.h"
 #include "triax/io/sha256.h"
@@ -32,22 +38,12 @@ namespace {
 volatile std::sig_atomic_t g_stop_signal = 0;
 extern "C" void on_stop_signal(int sig) { g_stop_signal = sig; }
 
-double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
-
 void fsync_dir(const std::string& dir) {
   const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY);
   if (fd < 0) TRIAX_THROW(IoError, "{}: cannot open the directory to fsync it: {}", dir, std::strerror(errno));
   const int rc = ::fsync(fd);
   ::close(fd);
   if (rc != 0) TRIAX_THROW(IoError, "{}: fsync of the directory failed: {}", dir, std::strerror(errno));
-}
-
-std::string read_text(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) TRIAX_THROW(IoError, "{}: cannot be opened", path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
 }
 
 void write_text_atomic(const std::string& path, const std::string& text) {
@@ -66,11 +62,9 @@ int64_t numel_of(const std::vector<int64_t>& s) {
 
 bool is_wte(const std::string& name) { return name == "transformer.wte.weight"; }
 
-// How long rank 0 waits for the other ranks' shards before giving the save up.
-std::chrono::seconds commit_timeout() {
-  if (const char* s = std::getenv("TRIAX_COMM_TIMEOUT_S")) return std::chrono::seconds(std::max(1, std::atoi(s)));
-  return std::chrono::seconds(600);
-}
+// How long rank 0 waits for the other ranks' shards before giving the save up: the collectives'
+// timeout (TRIAX_COMM_TIMEOUT_S has one reader, default_comm_timeout).
+std::chrono::milliseconds commit_timeout() { return default_comm_timeout(); }
 
 }  // namespace
 
@@ -94,6 +88,141 @@ struct Checkpointer::Pending {
   std::vector<std::byte> payload;  // this rank's shard file, back to staging_ when done
   std::atomic<bool> cancel{false};  // set when the run ends by an error: rank 0 stops waiting
 };
+
+namespace {
+
+// What the background thread of one save needs; rank 0's part also commits and prunes.
+struct SaveJob {
+  std::string root, tmp_dir, final_dir, file;
+  int rank = 0, nranks = 1, keep = 0;
+  CheckpointManifest part;                // this rank's files and slices, the scalars
+  std::string resumed_dir;                // never pruned
+  std::vector<std::string> damaged_dirs;  // set aside after the commit
+  std::function<void(double)> committed;
+  Clock::time_point t0;
+};
+
+// This rank's shard and its part of the manifest (rank_r.json), both committed atomically.
+void write_shard(SaveJob& job, const std::vector<std::byte>& payload, SaveStats& stats) {
+  // Fault-injection hook for tests: hold the write back (tests/train/checkpoint_test.sh kill9).
+  if (const auto ms = env_int_opt("TRIAX_CHECKPOINT_TEST_DELAY_MS", 0, 3'600'000))
+    std::this_thread::sleep_for(std::chrono::milliseconds(*ms));
+  const auto tw = Clock::now();
+  {
+    io::AtomicFile f((fs::path(job.tmp_dir) / job.file).string());
+    f.write(payload);
+    f.commit();
+  }
+  stats.write_s = since(tw);
+  job.part.files.push_back({job.file, payload.size(), io::sha256_hex(payload)});
+  write_text_atomic((fs::path(job.tmp_dir) / rank_file(job.rank, "json")).string(), checkpoint_manifest_json(job.part));
+}
+
+// Rank 0: every rank's part, in rank order, merged into the manifest and checked as a reader will.
+CheckpointManifest merge_parts(const SaveJob& job, const std::atomic<bool>& cancel) {
+  CheckpointManifest man = job.part;
+  man.files.clear();
+  man.slices.clear();
+  const auto deadline = Clock::now() + commit_timeout();
+  for (int r = 0; r < job.nranks; ++r) {
+    const std::string p = (fs::path(job.tmp_dir) / rank_file(r, "json")).string();
+    while (!fs::exists(p)) {
+      if (cancel) TRIAX_THROW(IoError, "{}: the run ended before every rank wrote its shard", job.tmp_dir);
+      if (Clock::now() > deadline)
+        TRIAX_THROW(IoError, "{}: rank {} did not finish its shard within {} s", job.tmp_dir, r,
+                    std::chrono::duration<double>(commit_timeout()).count());
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+    CheckpointManifest pr = parse_checkpoint_part(read_checkpoint_text(p), p);
+    for (auto& f : pr.files) man.files.push_back(std::move(f));
+    for (auto& s : pr.slices) man.slices.push_back(std::move(s));
+  }
+  check_checkpoint_manifest_structure(man, job.tmp_dir + " (being saved)");
+  return man;
+}
+
+// Rank 0: manifest.json, then its digest (each atomic: a torn manifest never has a matching
+// digest), then the rename that makes the checkpoint exist.
+void commit(const SaveJob& job, const CheckpointManifest& man) {
+  const std::string text = checkpoint_manifest_json(man);
+  write_text_atomic((fs::path(job.tmp_dir) / kManifestName).string(), text);
+  write_text_atomic((fs::path(job.tmp_dir) / kManifestDigestName).string(), checkpoint_manifest_digest(text));
+  for (int r = 0; r < job.nranks; ++r) fs::remove(fs::path(job.tmp_dir) / rank_file(r, "json"));
+  fsync_dir(job.tmp_dir);
+  if (fs::exists(job.final_dir)) fs::remove_all(job.final_dir);  // an older save of this iteration
+  fs::rename(job.tmp_dir, job.final_dir);
+  fsync_dir(job.root);
+}
+
+void log_saved(const SaveJob& job, const CheckpointManifest& man, const SaveStats& st) {
+  uint64_t total = 0;
+  for (const auto& f : man.files) total += f.bytes;
+  log::info("saved checkpoint {} ({:.2f} MiB in {} files): training blocked {:.1f} ms ({:.1f} ms waiting for "
+            "the previous save, {:.1f} ms host copy), rank 0 wrote {:.2f} MiB in {:.1f} ms ({:.0f} MiB/s), "
+            "committed {:.1f} ms after the save began",
+            job.final_dir, total / 1048576.0, man.files.size(), st.blocked_s * 1e3, st.wait_s * 1e3,
+            (st.blocked_s - st.wait_s) * 1e3, st.bytes / 1048576.0, st.write_s * 1e3,
+            st.bytes / 1048576.0 / std::max(st.write_s, 1e-9), st.commit_s * 1e3);
+}
+
+bool same_path(const std::string& a, const std::string& b) {
+  std::error_code ec;
+  return !a.empty() && !b.empty() && fs::equivalent(a, b, ec) && !ec;
+}
+
+// Rank 0, after a commit: the checkpoints the resume refused as damaged are set aside (renamed
+// iter_N.refused: never listed, loaded or pruned; a person decides), then all but the newest
+// --keep-last are removed, except the one just committed and the one this run resumed from.
+void prune(const SaveJob& job) {
+  for (const auto& dir : job.damaged_dirs) {
+    std::error_code ec;
+    if (!fs::is_directory(dir, ec)) continue;
+    if (!same_path(fs::path(dir).parent_path().string(), job.root)) {
+      log::warn("left {} in place (it failed verification when this run resumed, but is not under --save {})", dir,
+                job.root);
+      continue;
+    }
+    std::string to = dir + ".refused";
+    for (int k = 2; fs::exists(to, ec); ++k) to = fmt::format("{}.refused.{}", dir, k);
+    fs::rename(dir, to);
+    log::warn("set aside {} as {}: it failed verification when this run resumed (the log above says why); it is "
+              "never loaded or pruned: inspect it, then remove it by hand", dir, to);
+  }
+  if (job.keep <= 0) return;
+  int kept = 0;
+  for (const auto& [it, dir] : list_checkpoints(job.root)) {
+    const bool newest = kept < job.keep;
+    if (newest || dir == job.final_dir) {
+      ++kept;
+      continue;
+    }
+    if (same_path(dir, job.resumed_dir)) {
+      log::info("kept {} beyond --keep-last {}: this run resumed from it", dir, job.keep);
+      continue;
+    }
+    fs::remove_all(dir);
+  }
+}
+
+void run_save_job(SaveJob& job, const std::vector<std::byte>& payload, SaveStats& stats,
+                  const std::atomic<bool>& cancel) {
+  write_shard(job, payload, stats);
+  if (job.rank != 0) return;
+  const CheckpointManifest man = merge_parts(job, cancel);
+  commit(job, man);
+  stats.commit_s = since(job.t0);
+  if (job.committed) {
+    try {  // committed already: a metrics problem must not fail the save
+      job.committed(std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count());
+    } catch (const std::exception& e) {
+      log::warn("checkpoint {} committed, but reporting it to the metrics failed: {}", job.final_dir, e.what());
+    }
+  }
+  log_saved(job, man, stats);
+  prune(job);  // old checkpoints go only now that the new one is committed
+}
+
+}  // namespace
 
 Checkpointer::Checkpointer(Trainer& trainer) : t_(trainer) {}
 
@@ -138,19 +267,14 @@ void Checkpointer::finish() {
                 t_.config().save, last_.iteration);
 }
 
-void Checkpointer::save() {
-  const auto t0 = Clock::now();
-  const TrainConfig& cfg = t_.config();
-  ProcessGrid& grid = t_.grid();
-  Communicator& world = grid.world();
-  const int rank = world.rank(), nranks = world.size();
-  const int64_t iteration = t_.iteration();
-  const std::string root = cfg.save;
-  const std::string final_dir = (fs::path(root) / checkpoint_dir_name(iteration)).string();
-  const std::string tmp_dir = final_dir + ".tmp";
-
-  bool ok = join();
-  if (rank == 0 && ok) {
+// Waits for the previous save and (rank 0) creates tmp_dir. The message names the iteration whose
+// save failed: the previous one when its background write failed (a full disk), not this one.
+void Checkpointer::prepare_save(const std::string& tmp_dir, int64_t iteration) {
+  const std::string& root = t_.config().save;
+  const bool had_previous = pending_ != nullptr;
+  const bool previous_ok = join();
+  bool ok = true;
+  if (t_.grid().world().rank() == 0 && previous_ok) {
     try {
       fs::create_directories(root);
       // Saves that crashed earlier left iter_*.tmp directories: never loaded, removed here.
@@ -164,22 +288,28 @@ void Checkpointer::save() {
       ok = false;
     }
   }
-  double bad = ok ? 0.0 : 1.0;
-  world.all_reduce(std::span<double>(&bad, 1), ReduceOp::max).wait();  // also: tmp_dir exists now
-  if (bad > 0) TRIAX_THROW(IoError, "--save {}: the checkpoint of iteration {} cannot be written (see the log)", root, iteration);
+  double bad[2] = {previous_ok ? 0.0 : 1.0, ok ? 0.0 : 1.0};
+  t_.grid().world().all_reduce(std::span<double>(bad, 2), ReduceOp::max).wait();  // also: tmp_dir exists now
+  if (bad[0] > 0 && had_previous)
+    TRIAX_THROW(IoError, "--save {}: the checkpoint of iteration {} was not written (the failing rank says why); "
+                "stopped at iteration {}", root, last_.iteration, iteration);
+  if (bad[0] > 0 || bad[1] > 0)
+    TRIAX_THROW(IoError, "--save {}: the checkpoint of iteration {} cannot be written (see the log)", root, iteration);
+}
 
-  const double t_sync = seconds_since(t0);
-  // Copy what this rank owns into one host buffer: the blocking part of a save.
+// What this rank owns, copied into one host buffer (staging_, kept from save to save: fresh
+// pages are what makes a first copy slow): the blocking part of a save. Per parameter, runs
+// (begin, end) of its local tensor and where each run starts in the Adam state. Replicated
+// tensors are written by tp rank 0, the tied embedding by the first stage; without ZeRO-1 DP
+// rank 0 writes, with it each its own shard. A MoE expert lives on one rank of each
+// expert-parallel group: expert-DP rank 0 writes it (under its global name, so any other ep can
+// load it; ZeRO-1 runs only with ep 1).
+CheckpointManifest Checkpointer::stage_shard(const std::string& file) {
   ParamStore& store = t_.store();
   Optimizer& opt = t_.optimizer();
+  ProcessGrid& grid = t_.grid();
   const auto coord = grid.coord();
   const int tp = grid.tp().size();
-  const bool zero1 = opt.zero1();
-  // What this rank writes: per parameter, runs (begin, end) of its local tensor and where each
-  // run starts in the Adam state. Replicated tensors are written by tp rank 0, the tied
-  // embedding by the first stage; without ZeRO-1 DP rank 0 writes, with it each its own shard.
-  // A MoE expert lives on one rank of each expert-parallel group: expert-DP rank 0 writes it
-  // (under its global name, so any other ep can load it; ZeRO-1 runs only with ep 1).
   const int edp_rank = grid.expert_dp().rank();
   std::vector<std::pair<size_t, std::vector<std::array<size_t, 3>>>> plan;
   size_t total = kCheckpointShardMagic.size();
@@ -188,7 +318,7 @@ void Checkpointer::save() {
     if (info.spec.split == TpSplit::none && coord.tp != 0) continue;
     if (is_wte(info.spec.name) && coord.pp != 0) continue;
     std::vector<std::array<size_t, 3>> runs;
-    if (!zero1) {
+    if (!opt.zero1()) {
       if ((info.spec.expert ? edp_rank : coord.dp) == 0) runs.push_back({0, info.numel, info.offset});
     } else {
       for (const auto& r : opt.ranges()) {
@@ -199,12 +329,9 @@ void Checkpointer::save() {
     for (const auto& run : runs) total += 3 * (run[1] - run[0]) * sizeof(float);
     if (!runs.empty()) plan.emplace_back(i, std::move(runs));
   }
-  // One host buffer, kept from save to save: fresh pages are what makes a first copy slow.
-  std::vector<std::byte> payload = std::move(staging_);
-  payload.resize(total);
-  std::memcpy(payload.data(), kCheckpointShardMagic.data(), kCheckpointShardMagic.size());
+  staging_.resize(total);
+  std::memcpy(staging_.data(), kCheckpointShardMagic.data(), kCheckpointShardMagic.size());
   CheckpointManifest part;
-  const std::string file = rank_file(rank, "bin");
   size_t at = kCheckpointShardMagic.size();
   for (const auto& [i, runs] : plan) {
     const ParamInfo& info = store.info(i);
@@ -214,15 +341,34 @@ void Checkpointer::save() {
       for (const StateKind kind : {StateKind::param, StateKind::exp_avg, StateKind::exp_avg_sq}) {
         part.slices.push_back({info.spec.name, kind, info.spec.full_shape, info.spec.split, coord.tp, tp,
                                static_cast<int64_t>(b), static_cast<int64_t>(e), file, at});
-        const std::span<std::byte> dst(payload.data() + at, nbytes);
+        const std::span<std::byte> dst(staging_.data() + at, nbytes);
         if (kind == StateKind::param) store.param_to_host(i, b, e, dst);
         else opt.state_to_host(kind == StateKind::exp_avg ? 0 : 1, so, so + (e - b), dst);
         at += nbytes;
       }
     }
   }
+  return part;
+}
 
+void Checkpointer::save() {
+  const auto t0 = Clock::now();
+  const TrainConfig& cfg = t_.config();
+  Communicator& world = t_.grid().world();
+  const int64_t iteration = t_.iteration();
+  SaveJob job;
+  job.root = cfg.save;
+  job.final_dir = (fs::path(job.root) / checkpoint_dir_name(iteration)).string();
+  job.tmp_dir = job.final_dir + ".tmp";
+  prepare_save(job.tmp_dir, iteration);
+  const double t_sync = since(t0);
+
+  job.rank = world.rank(), job.nranks = world.size(), job.keep = cfg.keep_last;
+  job.file = checkpoint_shard_name(job.rank);
+  job.part = stage_shard(job.file);
   // The scalars of the whole state (the same on every rank; rank 0's copy becomes the manifest).
+  CheckpointManifest& part = job.part;
+  Optimizer& opt = t_.optimizer();
   part.iteration = iteration;
   part.consumed_samples = t_.consumed_samples();
   part.applied_steps = opt.applied_steps();
@@ -230,79 +376,27 @@ void Checkpointer::save() {
   part.seed = cfg.seed;
   part.seq = *cfg.seq;
   part.model = t_.model_config();
-  part.tp = cfg.tp, part.pp = cfg.pp, part.dp = grid.dp().size(), part.vpp = cfg.vpp, part.zero1 = zero1;
+  part.tp = cfg.tp, part.pp = cfg.pp, part.dp = t_.grid().dp().size(), part.vpp = cfg.vpp, part.zero1 = opt.zero1();
   part.schedule = std::string(schedule_kind_name(cfg.schedule));
   part.config_toml = to_toml(cfg);
+  part.batch = CheckpointBatch{*cfg.global_batch, *cfg.micro_batch, *cfg.num_micro_batches, cfg.rampup,
+                               batch_since_iteration_, batch_since_consumed_};
+  job.resumed_dir = resumed_dir_;
+  job.damaged_dirs = std::move(damaged_dirs_);  // set aside once, by the first commit
+  damaged_dirs_.clear();
+  job.committed = on_commit_;
+  job.t0 = t0;
 
   pending_ = std::make_unique<Pending>();
-  pending_->stats.iteration = iteration;
-  pending_->stats.bytes = total;
-  pending_->stats.blocked_s = seconds_since(t0);
-  pending_->stats.wait_s = t_sync;
   Pending* pd = pending_.get();
-  const int keep = cfg.keep_last;
-  pd->payload = std::move(payload);
-  pd->thread = std::thread([=, part = std::move(part), committed = on_commit_]() mutable {
-    const std::vector<std::byte>& payload = pd->payload;
+  pd->stats.iteration = iteration;
+  pd->stats.bytes = staging_.size();
+  pd->stats.blocked_s = since(t0);
+  pd->stats.wait_s = t_sync;
+  pd->payload = std::move(staging_);
+  pd->thread = std::thread([pd, job = std::move(job)]() mutable {
     try {
-      if (const char* d = std::getenv("TRIAX_CHECKPOINT_TEST_DELAY_MS"))  // fault-injection hook for tests
-        std::this_thread::sleep_for(std::chrono::milliseconds(std::atoi(d)));
-      const auto tw = Clock::now();
-      {
-        io::AtomicFile f((fs::path(tmp_dir) / file).string());
-        f.write(payload);
-        f.commit();
-      }
-      pd->stats.write_s = seconds_since(tw);
-      part.files.push_back({file, payload.size(), io::sha256_hex(payload)});
-      write_text_atomic((fs::path(tmp_dir) / rank_file(rank, "json")).string(), checkpoint_manifest_json(part));
-      if (rank != 0) return;
-
-      // Rank 0 commits: every rank's list of slices, then the manifest, then the rename.
-      CheckpointManifest man = part;
-      man.files.clear();
-      man.slices.clear();
-      const auto deadline = Clock::now() + commit_timeout();
-      for (int r = 0; r < nranks; ++r) {
-        const std::string p = (fs::path(tmp_dir) / rank_file(r, "json")).string();
-        while (!fs::exists(p)) {
-          if (pd->cancel) TRIAX_THROW(IoError, "{}: the run ended before every rank wrote its shard", tmp_dir);
-          if (Clock::now() > deadline)
-            TRIAX_THROW(IoError, "{}: rank {} did not finish its shard within {} s", tmp_dir, r, commit_timeout().count());
-          std::this_thread::sleep_for(std::chrono::milliseconds(2));
-        }
-        CheckpointManifest pr = parse_checkpoint_manifest(read_text(p), p);
-        for (auto& f : pr.files) man.files.push_back(std::move(f));
-        for (auto& s : pr.slices) man.slices.push_back(std::move(s));
-      }
-      write_text_atomic((fs::path(tmp_dir) / "manifest.json").string(), checkpoint_manifest_json(man));
-      for (int r = 0; r < nranks; ++r) fs::remove(fs::path(tmp_dir) / rank_file(r, "json"));
-      fsync_dir(tmp_dir);
-      if (fs::exists(final_dir)) fs::remove_all(final_dir);  // an older save of this iteration
-      fs::rename(tmp_dir, final_dir);
-      fsync_dir(root);
-      pd->stats.commit_s = seconds_since(t0);
-      if (committed) {
-        try {  // committed already: a metrics problem must not fail the save
-          committed(std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count());
-        } catch (const std::exception& e) {
-          log::warn("checkpoint {} committed, but reporting it to the metrics failed: {}", final_dir, e.what());
-        }
-      }
-      uint64_t total = 0;
-      for (const auto& f : man.files) total += f.bytes;
-      log::info("saved checkpoint {} ({:.2f} MiB in {} files): training blocked {:.1f} ms ({:.1f} ms waiting for "
-                "the previous save, {:.1f} ms host copy), rank 0 wrote {:.2f} MiB in {:.1f} ms ({:.0f} MiB/s), "
-                "committed {:.1f} ms after the save began",
-                final_dir, total / 1048576.0, man.files.size(), pd->stats.blocked_s * 1e3, pd->stats.wait_s * 1e3,
-                (pd->stats.blocked_s - pd->stats.wait_s) * 1e3,
-                pd->stats.bytes / 1048576.0, pd->stats.write_s * 1e3,
-                pd->stats.bytes / 1048576.0 / std::max(pd->stats.write_s, 1e-9), pd->stats.commit_s * 1e3);
-      // Old checkpoints go only now that the new one is committed.
-      if (keep > 0) {
-        const auto all = list_checkpoints(root);
-        for (size_t k = static_cast<size_t>(keep); k < all.size(); ++k) fs::remove_all(all[k].second);
-      }
+      run_save_job(job, pd->payload, pd->stats, pd->cancel);
     } catch (...) {
       pd->error = std::current_exception();
     }
@@ -332,6 +426,13 @@ namespace {
 
 using SliceIndex = std::map<std::pair<std::string, int>, std::vector<const CheckpointSlice*>>;
 
+// A checkpoint that failed verification (its digest, structure or files), as opposed to one that
+// is intact but does not fit this run: only the damaged are set aside.
+class DamagedCheckpoint : public IoError {
+ public:
+  using IoError::IoError;
+};
+
 struct Restored {
   std::vector<std::vector<float>> params;  // per store index
   std::vector<float> m, v;                 // the optimizer's layout
@@ -340,13 +441,17 @@ struct Restored {
 
 class CheckpointReader {
  public:
-  explicit CheckpointReader(std::string dir) : dir_(std::move(dir)) {
-    const std::string path = (fs::path(dir_) / "manifest.json").string();
-    man_ = parse_checkpoint_manifest(read_text(path), path);
+  CheckpointReader(std::string dir, int64_t dir_iteration) : dir_(std::move(dir)) {
+    try {
+      man_ = read_checkpoint_manifest(dir_, dir_iteration, &digest_checked_);
+    } catch (const IoError& e) {
+      throw DamagedCheckpoint(e.what());
+    }
     for (const auto& s : man_.slices) index_[{s.name, static_cast<int>(s.kind)}].push_back(&s);
     for (const auto& f : man_.files) files_[f.name] = &f;
   }
   const CheckpointManifest& manifest() const { return man_; }
+  bool digest_checked() const { return digest_checked_; }
   // Every file is verified by some rank, also those no rank needs slices from: file k by rank k % n.
   void verify_share(int rank, int nranks) {
     for (size_t k = 0; k < man_.files.size(); ++k)
@@ -354,42 +459,29 @@ class CheckpointReader {
   }
 
   // The tensor `name` of `kind` at its full shape `want` (assembled from the slices of every old
-  // tp rank; the padded vocabulary rows may differ in number).
+  // tp rank, which the manifest's structure check proved to cover each element once; the padded
+  // vocabulary rows may differ in number).
   std::vector<float> full(const std::string& name, StateKind kind, const std::vector<int64_t>& want, TpSplit split) {
     auto it = index_.find({name, static_cast<int>(kind)});
     if (it == index_.end())
-      TRIAX_THROW(IoError, "{}: no slice of tensor '{}' ({}) in the manifest: a missing shard, or a checkpoint of "
-                           "another model", dir_, name, state_kind_name(kind));
+      TRIAX_THROW(IoError, "{}: no slice of tensor '{}' ({}) in the manifest: a checkpoint of another model", dir_,
+                  name, state_kind_name(kind));
     const CheckpointSlice& s0 = *it->second.front();
-    for (const auto* s : it->second)
-      if (s->full_shape != s0.full_shape || s->split != s0.split || s->tp_size != s0.tp_size)
-        TRIAX_THROW(IoError, "{}: the slices of tensor '{}' disagree on its shape, split or tp size", dir_, name);
     if (s0.split != split)
       TRIAX_THROW(IoError, "{}: tensor '{}' is split differently in the checkpoint than in this model: an "
                            "incompatible layout or another model", dir_, name);
     const auto& old = s0.full_shape;
     const int old_tp = s0.tp_size;
-    const auto local_shape = shard_shape(old, split, old_tp, name);
-    const size_t local_n = static_cast<size_t>(numel_of(local_shape));
+    const size_t local_n = static_cast<size_t>(numel_of(shard_shape(old, split, old_tp, name)));
     std::vector<float> full(static_cast<size_t>(numel_of(old)));
     const int ranks = split == TpSplit::none ? 1 : old_tp;
     for (int r = 0; r < ranks; ++r) {
       std::vector<float> local(local_n);
-      std::vector<uint8_t> seen(local_n, 0);
       for (const auto* s : it->second) {
         if (s->tp_rank != r) continue;
         const auto vals = checkpoint_slice_values(bytes(s->file), *s);
-        for (int64_t k = s->begin; k < s->end; ++k) {
-          if (seen[static_cast<size_t>(k)])
-            TRIAX_THROW(IoError, "{}: element {} of tensor '{}' ({}) of tp rank {} is in two slices", dir_, k, name,
-                        state_kind_name(kind), r);
-          seen[static_cast<size_t>(k)] = 1;
-        }
         std::copy(vals.begin(), vals.end(), local.begin() + s->begin);
       }
-      if (const auto hole = std::find(seen.begin(), seen.end(), 0); hole != seen.end())
-        TRIAX_THROW(IoError, "{}: element {} of tensor '{}' ({}) of tp rank {} of {} is in no file: a missing shard",
-                    dir_, hole - seen.begin(), name, state_kind_name(kind), r, old_tp);
       if (split == TpSplit::none) full = std::move(local);
       else place_shard(local, full, old, split, r, old_tp);
     }
@@ -411,10 +503,15 @@ class CheckpointReader {
   const std::vector<std::byte>& bytes(const std::string& file) {
     auto c = cache_.find(file);
     if (c != cache_.end()) return c->second;
-    return cache_.emplace(file, read_checkpoint_file(dir_, *files_.at(file))).first->second;
+    try {
+      return cache_.emplace(file, read_checkpoint_file(dir_, *files_.at(file))).first->second;
+    } catch (const IoError& e) {
+      throw DamagedCheckpoint(e.what());
+    }
   }
   std::string dir_;
   CheckpointManifest man_;
+  bool digest_checked_ = false;
   SliceIndex index_;
   std::map<std::string, const CheckpointFileInfo*> files_;
   std::map<std::string, std::vector<std::byte>> cache_;
@@ -423,16 +520,8 @@ class CheckpointReader {
 // Everything this rank needs from checkpoint `dir`, read and checked before anything changes.
 Restored read_state(CheckpointReader& rd, Trainer& t, const std::string& dir) {
   const CheckpointManifest& man = rd.manifest();
-  const GptConfig& a = man.model;
-  const GptConfig& b = t.model_config();
-  if (a.n_layer != b.n_layer || a.n_head != b.n_head || a.n_embd != b.n_embd || a.ffn_size() != b.ffn_size() ||
-      a.vocab != b.vocab || a.max_seq != b.max_seq || a.tied_embeddings != b.tied_embeddings)
-    TRIAX_THROW(IoError, "{}: a checkpoint of another model: it holds {}, this run trains {}", dir, a.describe(),
-                b.describe());
   const TrainConfig& cfg = t.config();
-  if (man.seed != cfg.seed || man.seq != *cfg.seq)
-    TRIAX_THROW(IoError, "{}: written with --seed {} and --seq-length {}, this run has --seed {} and --seq-length {} "
-                         "(the data order and position depend on both)", dir, man.seed, man.seq, cfg.seed, *cfg.seq);
+  check_checkpoint_matches_run(man, t.model_config(), cfg.seed, *cfg.seq, dir);
   ParamStore& store = t.store();
   Optimizer& opt = t.optimizer();
   ProcessGrid& grid = t.grid();
@@ -465,13 +554,58 @@ Restored read_state(CheckpointReader& rd, Trainer& t, const std::string& dir) {
   return r;
 }
 
+std::string describe_batch(int64_t global_batch, int64_t micro_batch, const std::optional<BatchRampup>& ramp) {
+  return fmt::format("global batch {}, micro-batch {}{}", global_batch, micro_batch,
+                     ramp ? fmt::format(", ramp-up {} {} {}", ramp->start, ramp->increment, ramp->samples) : "");
+}
+
+bool same_ramp(const std::optional<BatchRampup>& a, const std::optional<BatchRampup>& b) {
+  if (!a || !b) return !a && !b;
+  return a->start == b->start && a->increment == b->increment && a->samples == b->samples;
+}
+
+// A rank's verdict on a checkpoint, all-reduced by max: loaded; refused, intact but not for this
+// run; refused, damaged.
+constexpr double kLoaded = 0, kIncompatible = 1, kDamaged = 2;
+
 }  // namespace
+
+// The log of a resume (rank 0), and where this run's batch settings began: a change of the batch
+// against the checkpoint's is announced and restarts the consumed-samples count.
+void Checkpointer::announce_resume(const std::string& dir, const CheckpointManifest& m) {
+  const TrainConfig& cfg = t_.config();
+  const bool root = t_.grid().world().rank() == 0;
+  const std::string now = describe_batch(*cfg.global_batch, *cfg.micro_batch, cfg.rampup);
+  batch_since_iteration_ = m.iteration;
+  batch_since_consumed_ = m.consumed_samples;
+  if (m.batch && *cfg.global_batch == m.batch->global_batch && same_ramp(cfg.rampup, m.batch->rampup)) {
+    batch_since_iteration_ = m.batch->since_iteration;
+    batch_since_consumed_ = m.batch->since_consumed_samples;
+  }
+  if (!root) return;
+  log::info("resumed from {}: iteration {}, {} consumed samples (written at tp {} pp {} dp {}{}, loaded at tp "
+            "{} pp {} dp {}{})", dir, m.iteration, m.consumed_samples, m.tp, m.pp, m.dp, m.zero1 ? " zero1" : "",
+            cfg.tp, cfg.pp, t_.grid().dp().size(), cfg.zero1 ? " zero1" : "");
+  if (!m.batch)
+    log::warn("{} (format version 1) does not record its batch settings: this run uses {} (give the original run's "
+              "--global-batch-size to keep its batch)", dir, now);
+  else if (const std::string then = describe_batch(m.batch->global_batch, m.batch->micro_batch, m.batch->rampup); then != now)
+    log::warn("the batch settings change on resume: the checkpoint was trained with {}, this run uses {} (given on "
+              "the command line or in --config)", then, now);
+  if (m.iteration >= cfg.train_iters)
+    log::warn("{} is already at iteration {}, {} --train-iters {}: nothing to train (raise --train-iters to "
+              "continue)", dir, m.iteration, m.iteration == cfg.train_iters ? "which is" : "past", cfg.train_iters);
+}
 
 int64_t Checkpointer::resume() {
   const TrainConfig& cfg = t_.config();
   if (cfg.load.empty()) return -1;
   Communicator& world = t_.grid().world();
   const bool root = world.rank() == 0;
+  std::error_code ec;
+  if (fs::exists(cfg.load, ec) && !fs::is_directory(cfg.load, ec))
+    TRIAX_THROW(IoError, "--load {}: not a directory (give the directory --save wrote, which holds iter_N/ "
+                         "checkpoints)", cfg.load);
   const auto found = list_checkpoints(cfg.load);
   double n = static_cast<double>(found.size()), nmax = n;
   world.all_reduce(std::span<double>(&n, 1), ReduceOp::min).wait();
@@ -483,20 +617,22 @@ int64_t Checkpointer::resume() {
     return -1;
   }
   for (size_t k = 0; k < found.size(); ++k) {
-    const std::string& dir = found[k].second;
+    const auto& [iteration, dir] = found[k];
     std::string err;
+    double verdict = kLoaded;
     std::optional<CheckpointReader> rd;
     Restored r;
     try {
-      rd.emplace(dir);
+      rd.emplace(dir, iteration);
       r = read_state(*rd, t_, dir);
       rd->verify_share(world.rank(), world.size());
+    } catch (const DamagedCheckpoint& e) {
+      err = e.what(), verdict = kDamaged;
     } catch (const Error& e) {
-      err = e.what();
+      err = e.what(), verdict = kIncompatible;
     }
-    double bad = err.empty() ? 0.0 : 1.0;
-    world.all_reduce(std::span<double>(&bad, 1), ReduceOp::max).wait();
-    if (bad == 0) {
+    world.all_reduce(std::span<double>(&verdict, 1), ReduceOp::max).wait();
+    if (verdict == kLoaded) {
       const CheckpointManifest& m = *r.manifest;
       ParamStore& store = t_.store();
       for (size_t i = 0; i < store.size(); ++i) store.param_from_host(i, r.params[i]);
@@ -504,25 +640,84 @@ int64_t Checkpointer::resume() {
       t_.optimizer().state_from_host(1, r.v);
       t_.optimizer().set_step_counts(m.applied_steps, m.skipped_steps);
       t_.restore_progress(m.iteration, m.consumed_samples);
+      resumed_dir_ = dir;
       if (root) {
-        std::error_code ec;  // the manifest is written last: its time is the commit time
-        const auto mt = fs::last_write_time(fs::path(dir) / "manifest.json", ec);
+        const auto mt = fs::last_write_time(fs::path(dir) / kManifestName, ec);  // the commit time
         if (!ec)
           loaded_commit_unix_s_ = std::chrono::duration<double>(
               std::chrono::file_clock::to_sys(mt).time_since_epoch()).count();
+        if (!rd->digest_checked())
+          log::warn("{}: no {} (written by a triax before manifest digests, format version 1): its structure was "
+                    "checked, its manifest's integrity cannot be", dir, kManifestDigestName);
       }
-      if (root)
-        log::info("resumed from {}: iteration {}, {} consumed samples (written at tp {} pp {} dp {}{}, loaded at tp "
-                  "{} pp {} dp {}{})", dir, m.iteration, m.consumed_samples, m.tp, m.pp, m.dp,
-                  m.zero1 ? " zero1" : "", cfg.tp, cfg.pp, t_.grid().dp().size(), cfg.zero1 ? " zero1" : "");
+      announce_resume(dir, m);
       return m.iteration;
     }
-    if (!err.empty()) log::warn("checkpoint {} refused: {}", dir, err);
+    if (verdict == kDamaged) damaged_dirs_.push_back(dir);
+    if (!err.empty()) log::warn("checkpoint {} refused{}: {}", dir, verdict == kDamaged ? " as damaged" : "", err);
     else if (root) log::warn("checkpoint {} refused by another rank (its log says why)", dir);
     if (root && k + 1 < found.size()) log::warn("falling back to the previous checkpoint {}", found[k + 1].second);
   }
   TRIAX_THROW(IoError, "--load {}: none of its {} checkpoints can be loaded (the log names each problem)", cfg.load,
               found.size());
+}
+
+void check_checkpoint_paths(const TrainConfig& cfg, Communicator& world) {
+  std::string err;
+  std::error_code ec;
+  if (!cfg.load.empty() && fs::exists(cfg.load, ec) && !fs::is_directory(cfg.load, ec))
+    err = fmt::format("--load {}: not a directory (give the directory --save wrote, which holds iter_N/ "
+                      "checkpoints)", cfg.load);
+  if (err.empty() && !cfg.save.empty()) {
+    // Every rank writes its shard there: each one proves it can create a file, now rather than at
+    // the first save after hours of training.
+    const fs::path probe = fs::path(cfg.save) / fmt::format(".triax-write-test.{}.{}", world.rank(), ::getpid());
+    std::error_code isdir;
+    if (fs::create_directories(cfg.save, ec); ec && !fs::is_directory(cfg.save, isdir))
+      err = fmt::format("--save {}: cannot create the directory: {}", cfg.save, ec.message());
+    else if (const int fd = ::open(probe.c_str(), O_CREAT | O_WRONLY | O_TRUNC, 0644); fd < 0)
+      err = fmt::format("--save {}: cannot create files there: {}", cfg.save, std::strerror(errno));
+    else
+      ::close(fd), fs::remove(probe, ec);
+  }
+  double bad = err.empty() ? 0.0 : 1.0;
+  world.all_reduce(std::span<double>(&bad, 1), ReduceOp::max).wait();
+  if (!err.empty()) throw IoError(err + " (checked at start-up, before training)");
+  if (bad > 0) TRIAX_THROW(IoError, "--save {} / --load {}: refused on another rank (its message says why)", cfg.save,
+                           cfg.load);
+}
+
+TrainConfig with_checkpoint_batch(const TrainConfig& cfg, bool announce) {
+  if (cfg.load.empty()) return cfg;
+  for (const auto& [iteration, dir] : list_checkpoints(cfg.load)) {
+    CheckpointManifest m;
+    try {
+      m = read_checkpoint_manifest(dir, iteration);
+    } catch (const Error&) {
+      continue;  // resume() refuses it and says why
+    }
+    if (!m.batch) return cfg;  // version 1: resume() says so
+    TrainConfig out = cfg;
+    std::vector<std::string> taken;
+    const CheckpointBatch& b = *m.batch;
+    if (!cfg.global_batch) {
+      out.global_batch = b.global_batch;
+      taken.push_back(fmt::format("--global-batch-size {}", b.global_batch));
+    }
+    if (!cfg.micro_batch && !cfg.num_micro_batches) {
+      out.micro_batch = b.micro_batch;
+      taken.push_back(fmt::format("--micro-batch-size {}", b.micro_batch));
+    }
+    if (!cfg.rampup && b.rampup) {
+      out.rampup = b.rampup;
+      taken.push_back(fmt::format("--rampup-batch-size {} {} {}", b.rampup->start, b.rampup->increment, b.rampup->samples));
+    }
+    if (announce && !taken.empty())
+      log::info("--load {}: batch settings from {} (not given for this run): {}", cfg.load, dir,
+                fmt::join(taken, " "));
+    return out;
+  }
+  return cfg;
 }
 
 }  // namespace triax

@@ -1,4 +1,5 @@
-// manifest.json of a checkpoint: writing, and a reader that trusts nothing in the file.
+// manifest.json of a checkpoint: writing, and a reader that trusts nothing in the file: its
+// digest, every field's type and range, and the structure the writer always produces.
 #include "triax/checkpoint/manifest.h"
 
 #include <fmt/format.h>
@@ -11,6 +12,8 @@
 #include <fstream>
 #include <limits>
 #include <set>
+#include <sstream>
+#include <tuple>
 
 #include "triax/core/error.h"
 #include "triax/io/sha256.h"
@@ -25,6 +28,11 @@ namespace {
 constexpr std::string_view kSplitNames[] = {"none", "rows", "cols", "qkv_rows"};
 constexpr int64_t kMaxDim = int64_t{1} << 32;
 constexpr int64_t kMaxNumel = int64_t{1} << 40;
+constexpr int64_t kMaxBatch = int64_t{1} << 40;
+constexpr int64_t kMaxRampSteps = int64_t{1} << 24;  // increments of a batch ramp (real ones: tens)
+constexpr int64_t kI64 = std::numeric_limits<int64_t>::max();
+constexpr int64_t kInt = std::numeric_limits<int>::max();
+constexpr uint64_t kF32 = 4;  // bytes per element (format versions 1 and 2 hold F32 only)
 
 std::string_view split_name(TpSplit s) { return kSplitNames[static_cast<int>(s)]; }
 
@@ -76,67 +84,9 @@ int64_t numel_of(const std::vector<int64_t>& s) {
   return n;
 }
 
-}  // namespace
+// ---- parsing, part by part
 
-std::string_view state_kind_name(StateKind k) {
-  switch (k) {
-    case StateKind::param: return "param";
-    case StateKind::exp_avg: return "exp_avg";
-    case StateKind::exp_avg_sq: return "exp_avg_sq";
-  }
-  return "?";
-}
-
-std::string checkpoint_dir_name(int64_t iteration) { return fmt::format("iter_{:07d}", iteration); }
-
-std::string checkpoint_manifest_json(const CheckpointManifest& m) {
-  json j;
-  j["format"] = "triax-checkpoint";
-  j["format_version"] = m.format_version;
-  j["iteration"] = m.iteration;
-  j["consumed_samples"] = m.consumed_samples;
-  j["applied_steps"] = m.applied_steps;
-  j["skipped_steps"] = m.skipped_steps;
-  j["seed"] = m.seed;
-  j["seq_length"] = m.seq;
-  j["loss_scaler"] = m.loss_scaler;
-  j["model"] = {{"n_layer", m.model.n_layer}, {"n_head", m.model.n_head}, {"n_embd", m.model.n_embd},
-                {"ffn", m.model.ffn_size()},  {"vocab", m.model.vocab},   {"max_seq", m.model.max_seq},
-                {"vocab_pad_to", m.model.vocab_pad_to}, {"tied_embeddings", m.model.tied_embeddings}};
-  j["layout"] = {{"tp", m.tp}, {"pp", m.pp}, {"dp", m.dp}, {"vpp", m.vpp}, {"zero1", m.zero1},
-                 {"schedule", m.schedule}};
-  j["config"] = m.config_toml;
-  json files = json::array();
-  for (const auto& f : m.files) files.push_back({{"name", f.name}, {"bytes", f.bytes}, {"sha256", f.sha256}});
-  j["files"] = std::move(files);
-  json slices = json::array();
-  for (const auto& s : m.slices)
-    slices.push_back({{"name", s.name}, {"kind", state_kind_name(s.kind)}, {"dtype", "F32"},
-                      {"full_shape", s.full_shape}, {"split", split_name(s.split)}, {"tp_rank", s.tp_rank},
-                      {"tp_size", s.tp_size}, {"begin", s.begin}, {"end", s.end}, {"file", s.file},
-                      {"offset", s.offset}});
-  j["slices"] = std::move(slices);
-  return j.dump(1);
-}
-
-CheckpointManifest parse_checkpoint_manifest(std::string_view text, const std::string& source) {
-  const Reader r{source};
-  json j;
-  try {
-    j = json::parse(text.begin(), text.end());
-  } catch (const json::exception& e) {
-    r.fail(fmt::format("not valid JSON: {}", e.what()));
-  }
-  if (!j.is_object()) r.fail("the manifest is not a JSON object");
-  if (r.string(j, "format", "manifest") != "triax-checkpoint") r.fail("field 'format' is not \"triax-checkpoint\"");
-  CheckpointManifest m;
-  const int64_t version = r.integer(j, "format_version", "manifest", 1, std::numeric_limits<int>::max());
-  if (version > kCheckpointFormatVersion)
-    r.fail(fmt::format("format version {} is newer than this build of triax reads (up to {}); use a newer triax",
-                       version, kCheckpointFormatVersion));
-  m.format_version = static_cast<int>(version);
-  constexpr int64_t kI64 = std::numeric_limits<int64_t>::max();
-  constexpr int64_t kInt = std::numeric_limits<int>::max();
+void parse_scalars(const Reader& r, const json& j, CheckpointManifest& m) {
   m.iteration = r.integer(j, "iteration", "manifest", 0, kI64);
   m.consumed_samples = r.integer(j, "consumed_samples", "manifest", 0, kI64);
   m.applied_steps = r.integer(j, "applied_steps", "manifest", 0, kI64);
@@ -166,8 +116,34 @@ CheckpointManifest parse_checkpoint_manifest(std::string_view text, const std::s
   m.zero1 = r.boolean(lo, "zero1", "layout");
   m.schedule = r.string(lo, "schedule", "layout");
   m.config_toml = r.string(j, "config", "manifest");
+}
 
-  std::map<std::string, size_t> file_index;
+// Version 2's "batch"; version 1 has none (and may not: a version edited down is refused).
+void parse_batch(const Reader& r, const json& j, CheckpointManifest& m) {
+  if (m.format_version < 2) {
+    if (j.contains("batch")) r.fail("a version 1 manifest has no field 'batch' (edited format_version?)");
+    return;
+  }
+  const json& b = r.field(j, "batch", "manifest");
+  CheckpointBatch c;
+  c.global_batch = r.integer(b, "global_batch", "batch", 1, kMaxBatch);
+  c.micro_batch = r.integer(b, "micro_batch", "batch", 1, kMaxBatch);
+  c.num_micro_batches = r.integer(b, "num_micro_batches", "batch", 1, kMaxBatch);
+  const json& ramp = r.field(b, "rampup", "batch");
+  if (!ramp.is_null()) {
+    BatchRampup u;
+    u.start = r.integer(ramp, "start", "batch.rampup", 1, kMaxBatch);
+    u.increment = r.integer(ramp, "increment", "batch.rampup", 1, kMaxBatch);
+    u.samples = r.integer(ramp, "samples", "batch.rampup", 0, kI64);
+    c.rampup = u;
+  }
+  c.since_iteration = r.integer(b, "since_iteration", "batch", 0, kI64);
+  c.since_consumed_samples = r.integer(b, "since_consumed_samples", "batch", 0, kI64);
+  m.batch = c;
+}
+
+void parse_files(const Reader& r, const json& j, CheckpointManifest& m) {
+  std::set<std::string> names;
   const json& files = r.array(j, "files", "manifest");
   for (size_t i = 0; i < files.size(); ++i) {
     const std::string where = fmt::format("files[{}]", i);
@@ -179,59 +155,330 @@ CheckpointManifest parse_checkpoint_manifest(std::string_view text, const std::s
     f.sha256 = r.string(files[i], "sha256", where);
     if (f.sha256.size() != 64 || f.sha256.find_first_not_of("0123456789abcdef") != std::string::npos)
       r.fail(fmt::format("{}.sha256 is not 64 lowercase hex digits", where));
-    if (!file_index.emplace(f.name, i).second) r.fail(fmt::format("file '{}' is listed twice", f.name));
+    if (!names.insert(f.name).second) r.fail(fmt::format("file '{}' is listed twice", f.name));
     m.files.push_back(std::move(f));
   }
-  const json& slices = r.array(j, "slices", "manifest");
-  for (size_t i = 0; i < slices.size(); ++i) {
-    const std::string where = fmt::format("slices[{}]", i);
-    const json& e = slices[i];
-    CheckpointSlice s;
-    s.name = r.string(e, "name", where);
-    const std::string kind = r.string(e, "kind", where);
-    if (kind == "param") s.kind = StateKind::param;
-    else if (kind == "exp_avg") s.kind = StateKind::exp_avg;
-    else if (kind == "exp_avg_sq") s.kind = StateKind::exp_avg_sq;
-    else r.fail(fmt::format("{}.kind '{}' is not param, exp_avg or exp_avg_sq", where, kind));
-    if (r.string(e, "dtype", where) != "F32") r.fail(fmt::format("{}.dtype is not F32 (format version 1)", where));
-    const json& shape = r.array(e, "full_shape", where);
-    if (shape.empty() || shape.size() > 4) r.fail(fmt::format("{}.full_shape has {} dimensions, expected 1 to 4", where, shape.size()));
-    int64_t numel = 1;
-    for (const auto& d : shape) {
-      if (!d.is_number_integer() || d.get<int64_t>() < 1 || d.get<int64_t>() > kMaxDim)
-        r.fail(fmt::format("{}.full_shape has a dimension that is not an integer in [1, {}]", where, kMaxDim));
-      s.full_shape.push_back(d.get<int64_t>());
-      numel *= s.full_shape.back();
-      if (numel > kMaxNumel) r.fail(fmt::format("{}.full_shape has more than {} elements", where, kMaxNumel));
-    }
-    const std::string split = r.string(e, "split", where);
-    const auto sp = std::find(std::begin(kSplitNames), std::end(kSplitNames), split);
-    if (sp == std::end(kSplitNames)) r.fail(fmt::format("{}.split '{}' is not none, rows, cols or qkv_rows", where, split));
-    s.split = static_cast<TpSplit>(sp - std::begin(kSplitNames));
-    if (s.split == TpSplit::cols && s.full_shape.size() < 2)
-      r.fail(fmt::format("{}: split cols needs 2 dimensions, full_shape has 1", where));
-    s.tp_size = static_cast<int>(r.integer(e, "tp_size", where, 1, 1 << 20));
-    s.tp_rank = static_cast<int>(r.integer(e, "tp_rank", where, 0, s.tp_size - 1));
-    int64_t local = 0;
-    try {
-      local = numel_of(shard_shape(s.full_shape, s.split, s.tp_size, s.name));
-    } catch (const ConfigError& err) {
-      r.fail(fmt::format("{}: tensor '{}' cannot be split over tp {}: {}", where, s.name, s.tp_size, err.what()));
-    }
-    s.begin = r.integer(e, "begin", where, 0, local - 1);
-    s.end = r.integer(e, "end", where, s.begin + 1, local);
-    s.file = r.string(e, "file", where);
-    auto fi = file_index.find(s.file);
-    if (fi == file_index.end()) r.fail(fmt::format("{}.file '{}' is not in the list of files", where, s.file));
-    s.offset = r.uinteger(e, "offset", where);
-    const uint64_t bytes = static_cast<uint64_t>(s.end - s.begin) * 4;
-    const uint64_t fsize = m.files[fi->second].bytes;
-    if (s.offset < kCheckpointShardMagic.size() || s.offset > fsize || bytes > fsize - s.offset)
-      r.fail(fmt::format("{}: bytes [{}, {}) lie outside file '{}' of {} bytes", where, s.offset, s.offset + bytes,
-                         s.file, fsize));
-    m.slices.push_back(std::move(s));
+}
+
+CheckpointSlice parse_slice(const Reader& r, const json& e, const std::string& where, const CheckpointManifest& m) {
+  CheckpointSlice s;
+  s.name = r.string(e, "name", where);
+  const std::string kind = r.string(e, "kind", where);
+  if (kind == "param") s.kind = StateKind::param;
+  else if (kind == "exp_avg") s.kind = StateKind::exp_avg;
+  else if (kind == "exp_avg_sq") s.kind = StateKind::exp_avg_sq;
+  else r.fail(fmt::format("{}.kind '{}' is not param, exp_avg or exp_avg_sq", where, kind));
+  if (r.string(e, "dtype", where) != "F32") r.fail(fmt::format("{}.dtype is not F32", where));
+  const json& shape = r.array(e, "full_shape", where);
+  if (shape.empty() || shape.size() > 4) r.fail(fmt::format("{}.full_shape has {} dimensions, expected 1 to 4", where, shape.size()));
+  int64_t numel = 1;
+  for (const auto& d : shape) {
+    if (!d.is_number_integer() || d.get<int64_t>() < 1 || d.get<int64_t>() > kMaxDim)
+      r.fail(fmt::format("{}.full_shape has a dimension that is not an integer in [1, {}]", where, kMaxDim));
+    s.full_shape.push_back(d.get<int64_t>());
+    numel *= s.full_shape.back();
+    if (numel > kMaxNumel) r.fail(fmt::format("{}.full_shape has more than {} elements", where, kMaxNumel));
   }
+  const std::string split = r.string(e, "split", where);
+  const auto sp = std::find(std::begin(kSplitNames), std::end(kSplitNames), split);
+  if (sp == std::end(kSplitNames)) r.fail(fmt::format("{}.split '{}' is not none, rows, cols or qkv_rows", where, split));
+  s.split = static_cast<TpSplit>(sp - std::begin(kSplitNames));
+  if (s.split == TpSplit::cols && s.full_shape.size() < 2)
+    r.fail(fmt::format("{}: split cols needs 2 dimensions, full_shape has 1", where));
+  s.tp_size = static_cast<int>(r.integer(e, "tp_size", where, 1, 1 << 20));
+  s.tp_rank = static_cast<int>(r.integer(e, "tp_rank", where, 0, s.tp_size - 1));
+  int64_t local = 0;
+  try {
+    local = numel_of(shard_shape(s.full_shape, s.split, s.tp_size, s.name));
+  } catch (const ConfigError& err) {
+    r.fail(fmt::format("{}: tensor '{}' cannot be split over tp {}: {}", where, s.name, s.tp_size, err.what()));
+  }
+  s.begin = r.integer(e, "begin", where, 0, local - 1);
+  s.end = r.integer(e, "end", where, s.begin + 1, local);
+  s.file = r.string(e, "file", where);
+  const auto fi = std::find_if(m.files.begin(), m.files.end(), [&](const auto& f) { return f.name == s.file; });
+  if (fi == m.files.end()) r.fail(fmt::format("{}.file '{}' is not in the list of files", where, s.file));
+  s.offset = r.uinteger(e, "offset", where);
+  const uint64_t bytes = static_cast<uint64_t>(s.end - s.begin) * kF32;
+  if (s.offset < kCheckpointShardMagic.size() || s.offset > fi->bytes || bytes > fi->bytes - s.offset)
+    r.fail(fmt::format("{}: bytes [{}, {}) lie outside file '{}' of {} bytes", where, s.offset, s.offset + bytes,
+                       s.file, fi->bytes));
+  if (s.offset % kF32 != 0)
+    r.fail(fmt::format("{}.offset {} is not a multiple of {} (the size of an F32)", where, s.offset, kF32));
+  return s;
+}
+
+// ---- structure
+
+// Each file: its slices back to back from the magic to its last byte.
+void check_tiling(const Reader& r, const CheckpointManifest& m) {
+  std::map<std::string, std::vector<std::pair<uint64_t, uint64_t>>> runs;  // file -> (offset, bytes)
+  for (const auto& s : m.slices) runs[s.file].emplace_back(s.offset, static_cast<uint64_t>(s.end - s.begin) * kF32);
+  for (const auto& f : m.files) {
+    auto& v = runs[f.name];
+    std::sort(v.begin(), v.end());
+    uint64_t at = kCheckpointShardMagic.size();
+    for (const auto& [off, n] : v) {
+      if (off != at)
+        r.fail(fmt::format("file '{}': {} at byte {} (a slice starts at {}; slices must tile the file)", f.name,
+                           off < at ? "two slices overlap" : "a gap", std::min(off, at), off));
+      at += n;
+    }
+    if (at != f.bytes)
+      r.fail(fmt::format("file '{}' has {} bytes but its slices end at byte {} (slices must tile the file)", f.name,
+                         f.bytes, at));
+  }
+}
+
+// Every tensor: one shape, split and tp size (the layout's); each kind of each tp rank that holds
+// it covered exactly once.
+void check_coverage(const Reader& r, const CheckpointManifest& m) {
+  std::map<std::string, const CheckpointSlice*> first;
+  std::map<std::tuple<std::string, int, int>, std::vector<std::pair<int64_t, int64_t>>> cover;
+  for (const auto& s : m.slices) {
+    const auto* f = first.emplace(s.name, &s).first->second;
+    if (s.full_shape != f->full_shape || s.split != f->split || s.tp_size != f->tp_size)
+      r.fail(fmt::format("the slices of tensor '{}' disagree on its shape, split or tp size", s.name));
+    if (s.tp_size != m.tp)
+      r.fail(fmt::format("tensor '{}' is sliced for tp {}, the layout says tp {}", s.name, s.tp_size, m.tp));
+    if (s.split == TpSplit::none && s.tp_rank != 0)
+      r.fail(fmt::format("tensor '{}' is not split but has a slice of tp rank {} (only tp rank 0 writes it)", s.name,
+                         s.tp_rank));
+    cover[{s.name, static_cast<int>(s.kind), s.tp_rank}].emplace_back(s.begin, s.end);
+  }
+  for (const auto& [name, s] : first) {
+    const int64_t local = numel_of(shard_shape(s->full_shape, s->split, s->tp_size, name));
+    const int ranks = s->split == TpSplit::none ? 1 : s->tp_size;
+    for (const StateKind k : {StateKind::param, StateKind::exp_avg, StateKind::exp_avg_sq})
+      for (int tr = 0; tr < ranks; ++tr) {
+        auto it = cover.find({name, static_cast<int>(k), tr});
+        if (it == cover.end())
+          r.fail(fmt::format("tensor '{}' ({}) has no slice of tp rank {}", name, state_kind_name(k), tr));
+        auto& v = it->second;
+        std::sort(v.begin(), v.end());
+        int64_t at = 0;
+        for (const auto& [b, e] : v) {
+          if (b != at)
+            r.fail(fmt::format("tensor '{}' ({}) of tp rank {}: {} at element {}", name, state_kind_name(k), tr,
+                               b < at ? "two slices overlap" : "no slice holds the elements", std::min(b, at)));
+          at = e;
+        }
+        if (at != local)
+          r.fail(fmt::format("tensor '{}' ({}) of tp rank {}: elements [{}, {}) are in no slice", name,
+                             state_kind_name(k), tr, at, local));
+      }
+  }
+}
+
+// The consumed samples after `steps` steps from `consumed` with batch settings b (the trainer adds
+// the ramp's global batch at the samples consumed so far each step); nullopt past int64.
+std::optional<int64_t> consumed_after(int64_t consumed, int64_t steps, const CheckpointBatch& b) {
+  const BatchSchedule sched(BatchPlan{b.global_batch, 1, b.global_batch, 1}, b.rampup);  // the ramp's arithmetic only
+  const auto& u = b.rampup;
+  const int64_t incs = sched.num_increments();
+  while (steps > 0) {
+    const int64_t g = sched.global_batch(consumed);
+    int64_t n = steps;  // steps at this global batch
+    if (u && incs > 0 && u->samples > 0 && consumed < u->samples) {
+      // Increment k lasts until consumed x incs >= (k + 1) x samples.
+      const __int128 k = static_cast<__int128>(consumed) * incs / u->samples;
+      const __int128 next = ((k + 1) * u->samples + incs - 1) / incs;
+      n = static_cast<int64_t>(std::min<__int128>(steps, (next - consumed + g - 1) / g));
+    }
+    const __int128 c = static_cast<__int128>(consumed) + static_cast<__int128>(n) * g;
+    if (c > kI64) return std::nullopt;
+    consumed = static_cast<int64_t>(c);
+    steps -= n;
+  }
+  return consumed;
+}
+
+void check_scalars(const Reader& r, const CheckpointManifest& m) {
+  if (m.applied_steps > kI64 - m.skipped_steps || m.applied_steps + m.skipped_steps != m.iteration)
+    r.fail(fmt::format("applied_steps {} + skipped_steps {} != iteration {} (one optimizer step per iteration)",
+                       m.applied_steps, m.skipped_steps, m.iteration));
+  if ((m.iteration == 0) != (m.consumed_samples == 0) || m.consumed_samples < m.iteration)
+    r.fail(fmt::format("consumed_samples {} does not fit iteration {} (every iteration consumes at least one sample)",
+                       m.consumed_samples, m.iteration));
+  if (m.seq > m.model.max_seq)
+    r.fail(fmt::format("seq_length {} exceeds the model's max_seq {}", m.seq, m.model.max_seq));
+  if (static_cast<int64_t>(m.pp) * m.vpp > m.model.n_layer)
+    r.fail(fmt::format("layout pp {} x vpp {} exceeds the model's {} layers", m.pp, m.vpp, m.model.n_layer));
+  if (!m.batch) return;
+  const CheckpointBatch& b = *m.batch;
+  const __int128 prod = static_cast<__int128>(b.micro_batch) * m.dp * b.num_micro_batches;
+  if (prod != b.global_batch)
+    r.fail(fmt::format("batch: global_batch {} != micro_batch {} x dp {} x num_micro_batches {}", b.global_batch,
+                       b.micro_batch, m.dp, b.num_micro_batches));
+  if (b.rampup && (b.global_batch - b.rampup->start) / b.rampup->increment > kMaxRampSteps)
+    r.fail(fmt::format("batch.rampup has more than {} increments", kMaxRampSteps));
+  if (b.since_iteration > m.iteration || b.since_consumed_samples > m.consumed_samples ||
+      (b.since_iteration == 0) != (b.since_consumed_samples == 0))
+    r.fail(fmt::format("batch: since_iteration {} and since_consumed_samples {} do not fit iteration {} and "
+                       "consumed_samples {}", b.since_iteration, b.since_consumed_samples, m.iteration,
+                       m.consumed_samples));
+  std::optional<int64_t> want;
+  try {
+    want = consumed_after(b.since_consumed_samples, m.iteration - b.since_iteration, b);
+  } catch (const ConfigError& e) {
+    r.fail(fmt::format("batch.rampup is not valid: {}", e.what()));
+  }
+  if (want != m.consumed_samples)
+    r.fail(fmt::format("consumed_samples {} != {} (from {} samples at iteration {} and {} more iterations at global "
+                       "batch {}{})", m.consumed_samples, want ? fmt::format("{}", *want) : "an overflow",
+                       b.since_consumed_samples, b.since_iteration, m.iteration - b.since_iteration, b.global_batch,
+                       b.rampup ? " with its ramp-up" : ""));
+}
+
+}  // namespace
+
+std::string_view state_kind_name(StateKind k) {
+  switch (k) {
+    case StateKind::param: return "param";
+    case StateKind::exp_avg: return "exp_avg";
+    case StateKind::exp_avg_sq: return "exp_avg_sq";
+  }
+  return "?";
+}
+
+std::string read_checkpoint_text(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) TRIAX_THROW(IoError, "{}: cannot be opened", path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  if (in.bad()) TRIAX_THROW(IoError, "{}: read failed", path);
+  return ss.str();
+}
+
+std::string checkpoint_dir_name(int64_t iteration) { return fmt::format("iter_{:07d}", iteration); }
+std::string checkpoint_shard_name(int rank) { return fmt::format("rank_{:05d}.bin", rank); }
+
+std::string checkpoint_manifest_json(const CheckpointManifest& m) {
+  json j;
+  j["format"] = "triax-checkpoint";
+  j["format_version"] = m.format_version;
+  j["iteration"] = m.iteration;
+  j["consumed_samples"] = m.consumed_samples;
+  j["applied_steps"] = m.applied_steps;
+  j["skipped_steps"] = m.skipped_steps;
+  j["seed"] = m.seed;
+  j["seq_length"] = m.seq;
+  j["loss_scaler"] = m.loss_scaler;
+  j["model"] = {{"n_layer", m.model.n_layer}, {"n_head", m.model.n_head}, {"n_embd", m.model.n_embd},
+                {"ffn", m.model.ffn_size()},  {"vocab", m.model.vocab},   {"max_seq", m.model.max_seq},
+                {"vocab_pad_to", m.model.vocab_pad_to}, {"tied_embeddings", m.model.tied_embeddings}};
+  j["layout"] = {{"tp", m.tp}, {"pp", m.pp}, {"dp", m.dp}, {"vpp", m.vpp}, {"zero1", m.zero1},
+                 {"schedule", m.schedule}};
+  if (m.batch) {
+    const CheckpointBatch& b = *m.batch;
+    json ramp = nullptr;
+    if (b.rampup) ramp = {{"start", b.rampup->start}, {"increment", b.rampup->increment}, {"samples", b.rampup->samples}};
+    j["batch"] = {{"global_batch", b.global_batch}, {"micro_batch", b.micro_batch},
+                  {"num_micro_batches", b.num_micro_batches}, {"rampup", std::move(ramp)},
+                  {"since_iteration", b.since_iteration}, {"since_consumed_samples", b.since_consumed_samples}};
+  }
+  j["config"] = m.config_toml;
+  json files = json::array();
+  for (const auto& f : m.files) files.push_back({{"name", f.name}, {"bytes", f.bytes}, {"sha256", f.sha256}});
+  j["files"] = std::move(files);
+  json slices = json::array();
+  for (const auto& s : m.slices)
+    slices.push_back({{"name", s.name}, {"kind", state_kind_name(s.kind)}, {"dtype", "F32"},
+                      {"full_shape", s.full_shape}, {"split", split_name(s.split)}, {"tp_rank", s.tp_rank},
+                      {"tp_size", s.tp_size}, {"begin", s.begin}, {"end", s.end}, {"file", s.file},
+                      {"offset", s.offset}});
+  j["slices"] = std::move(slices);
+  return j.dump(1);
+}
+
+CheckpointManifest parse_checkpoint_manifest(std::string_view text, const std::string& source) {
+  CheckpointManifest m = parse_checkpoint_part(text, source);
+  check_checkpoint_manifest_structure(m, source);
   return m;
+}
+
+CheckpointManifest parse_checkpoint_part(std::string_view text, const std::string& source) {
+  const Reader r{source};
+  json j;
+  try {
+    j = json::parse(text.begin(), text.end());
+  } catch (const json::exception& e) {
+    r.fail(fmt::format("not valid JSON: {}", e.what()));
+  }
+  if (!j.is_object()) r.fail("the manifest is not a JSON object");
+  if (r.string(j, "format", "manifest") != "triax-checkpoint") r.fail("field 'format' is not \"triax-checkpoint\"");
+  CheckpointManifest m;
+  const int64_t version = r.integer(j, "format_version", "manifest", 1, kInt);
+  if (version > kCheckpointFormatVersion)
+    r.fail(fmt::format("format version {} is newer than this build of triax reads (up to {}); use a newer triax",
+                       version, kCheckpointFormatVersion));
+  m.format_version = static_cast<int>(version);
+  parse_scalars(r, j, m);
+  parse_batch(r, j, m);
+  parse_files(r, j, m);
+  const json& slices = r.array(j, "slices", "manifest");
+  for (size_t i = 0; i < slices.size(); ++i) m.slices.push_back(parse_slice(r, slices[i], fmt::format("slices[{}]", i), m));
+  return m;
+}
+
+void check_checkpoint_manifest_structure(const CheckpointManifest& m, const std::string& source) {
+  const Reader r{source};
+  const int64_t world = static_cast<int64_t>(m.tp) * m.pp * m.dp;
+  if (static_cast<int64_t>(m.files.size()) != world)
+    r.fail(fmt::format("{} files for the layout tp {} x pp {} x dp {} = {} ranks (one file per rank)", m.files.size(),
+                       m.tp, m.pp, m.dp, world));
+  for (size_t k = 0; k < m.files.size(); ++k)
+    if (m.files[k].name != checkpoint_shard_name(static_cast<int>(k)))
+      r.fail(fmt::format("files[{}] is '{}', expected '{}'", k, m.files[k].name, checkpoint_shard_name(static_cast<int>(k))));
+  check_tiling(r, m);
+  check_coverage(r, m);
+  check_scalars(r, m);
+}
+
+std::string checkpoint_manifest_digest(std::string_view manifest_text) {
+  return fmt::format("{}  {}\n", io::sha256_hex(std::as_bytes(std::span<const char>(manifest_text))), kManifestName);
+}
+
+void check_checkpoint_manifest_digest(std::string_view manifest_text, std::string_view digest_text,
+                                      const std::string& where) {
+  const std::string want = checkpoint_manifest_digest(manifest_text);
+  if (digest_text == want) return;
+  const std::string_view listed = digest_text.substr(0, 64);
+  if (digest_text.size() != want.size() || digest_text.substr(64) != std::string_view(want).substr(64) ||
+      listed.find_first_not_of("0123456789abcdef") != std::string_view::npos)
+    TRIAX_THROW(IoError, "{}: not a manifest digest (expected one line '<64 hex digits>  {}')", where, kManifestName);
+  TRIAX_THROW(IoError, "{}: SHA-256 mismatch: {} hashes to {}, the digest lists {} (the manifest was edited or "
+                       "corrupted)", where, kManifestName, want.substr(0, 64), listed);
+}
+
+CheckpointManifest read_checkpoint_manifest(const std::string& dir, int64_t dir_iteration, bool* digest_checked) {
+  const std::string path = (fs::path(dir) / kManifestName).string();
+  const std::string digest_path = (fs::path(dir) / kManifestDigestName).string();
+  const std::string text = read_checkpoint_text(path);
+  std::error_code ec;
+  const bool has_digest = fs::exists(digest_path, ec);
+  if (has_digest) check_checkpoint_manifest_digest(text, read_checkpoint_text(digest_path), digest_path);
+  CheckpointManifest m = parse_checkpoint_manifest(text, path);
+  if (!has_digest && m.format_version >= 2)
+    TRIAX_THROW(IoError, "{}: missing: a version {} checkpoint always has its manifest's digest there (removed, or "
+                         "not copied)", digest_path, m.format_version);
+  if (dir_iteration >= 0 && m.iteration != dir_iteration)
+    TRIAX_THROW(IoError, "{}: iteration {}, but the directory is named for iteration {}", path, m.iteration,
+                dir_iteration);
+  if (digest_checked) *digest_checked = has_digest;
+  return m;
+}
+
+void check_checkpoint_matches_run(const CheckpointManifest& a, const GptConfig& b, uint64_t seed, int seq,
+                                  const std::string& where) {
+  const GptConfig& h = a.model;
+  if (h.n_layer != b.n_layer || h.n_head != b.n_head || h.n_embd != b.n_embd || h.ffn_size() != b.ffn_size() ||
+      h.vocab != b.vocab || h.max_seq != b.max_seq || h.tied_embeddings != b.tied_embeddings)
+    TRIAX_THROW(IoError, "{}: a checkpoint of another model: it holds {}, this run trains {}", where, h.describe(),
+                b.describe());
+  if (a.seed != seed || a.seq != seq)
+    TRIAX_THROW(IoError, "{}: written with --seed {} and --seq-length {}, this run has --seed {} and --seq-length {} "
+                         "(the data order and position depend on both)", where, a.seed, a.seq, seed, seq);
 }
 
 void check_checkpoint_file(std::span<const std::byte> bytes, const CheckpointFileInfo& f, const std::string& where) {
@@ -279,11 +526,13 @@ std::vector<std::pair<int64_t, std::string>> list_checkpoints(const std::string&
   if (!fs::is_directory(dir, ec)) return out;
   for (const auto& e : fs::directory_iterator(dir, ec)) {
     const std::string n = e.path().filename().string();
-    if (!n.starts_with("iter_") || n.size() != 12) continue;
+    // Any width: iteration 10,000,000 has 8 digits. Only the name checkpoint_dir_name writes, so
+    // "iter_42" next to "iter_0000042" is not a second checkpoint 42.
+    if (!n.starts_with("iter_") || n.size() < 6 || n[5] < '0' || n[5] > '9') continue;
     int64_t it = 0;
     const auto [p, err] = std::from_chars(n.data() + 5, n.data() + n.size(), it);
-    if (err != std::errc() || p != n.data() + n.size()) continue;
-    if (!fs::is_regular_file(e.path() / "manifest.json", ec)) continue;
+    if (err != std::errc() || p != n.data() + n.size() || n != checkpoint_dir_name(it)) continue;
+    if (!fs::is_regular_file(e.path() / kManifestName, ec)) continue;
     out.emplace_back(it, e.path().string());
   }
   std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.first > b.first; });

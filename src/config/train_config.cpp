@@ -12,6 +12,7 @@
 #include <cstring>
 #include <cmath>
 #include <limits>
+#include <map>
 #include <numeric>
 #include <sstream>
 #include <type_traits>
@@ -274,129 +275,92 @@ ConfigOption string_opt(std::string key, std::string help, Get get, std::vector<
   return o;
 }
 
-template <class E, class Get>
-ConfigOption enum_opt(std::string key, std::string help, Get get, std::vector<std::pair<std::string, E>> names) {
+// An enum option: its names are the enum's one table (EnumNames<E>, next to the enum).
+template <class Get>
+ConfigOption enum_opt(std::string key, std::string help, Get get) {
+  using E = std::remove_reference_t<decltype(get(std::declval<TrainConfig&>()))>;
   ConfigOption o;
   o.key = std::move(key);
   o.help = std::move(help);
-  std::vector<std::string> keys;
-  for (auto& [n, e] : names) keys.push_back(n);
-  o.range = fmt::format("one of {}", fmt::join(keys, ", "));
+  o.range = fmt::format("one of {}", enum_choices<E>());
   o.set = [=, range = o.range](TrainConfig& c, const OptionInput& in) {
     const std::string v = read_string(in);
-    for (auto& [n, e] : names)
-      if (n == v) return void(get(c) = e);
-    bad(in, toml_quote(v), "not a known value", range);
+    const std::optional<E> e = find_enum<E>(v);
+    if (!e) bad(in, toml_quote(v), "not a known value", range);
+    get(c) = *e;
   };
   o.check = [](const TrainConfig&) { return std::string(); };
   o.toml = [=](const TrainConfig& c) -> std::optional<std::string> {
-    const E v = get(const_cast<TrainConfig&>(c));
-    for (auto& [n, e] : names)
-      if (e == v) return toml_quote(n);
-    return std::nullopt;
+    return toml_quote(enum_name(get(const_cast<TrainConfig&>(c))));
   };
   return o;
 }
 
 #define TRIAX_FIELD(expr) [](TrainConfig& c) -> auto& { return c.expr; }
 
-std::vector<ConfigOption> build_options() {
-  constexpr long long kMaxInt = std::numeric_limits<int>::max();
-  constexpr long long kMaxI64 = std::numeric_limits<long long>::max();
-  std::vector<ConfigOption> t;
-  t.push_back(string_opt("model", "model preset", TRIAX_FIELD(model),
-                         GptConfig::preset_names()));
+constexpr long long kMaxInt = std::numeric_limits<int>::max();
+constexpr long long kMaxI64 = std::numeric_limits<long long>::max();
+
+ConfigOption pipeline_layers_opt() {
+  ConfigOption o;
+  o.key = "pipeline-layers";
+  o.help = "layers per stage for an uneven split, e.g. 3,5";
+  o.range = "a list of integers >= 1 (e.g. 3,5 or [3, 5])";
+  o.set = [range = o.range](TrainConfig& c, const OptionInput& in) {
+    c.pipeline_layers.clear();
+    for (long long v : read_ints(in, 1, 0, range)) {
+      if (v > kMaxInt) bad(in, std::to_string(v), "out of range", range);
+      c.pipeline_layers.push_back(static_cast<int>(v));
+    }
+  };
+  o.check = [range = o.range](const TrainConfig& c) -> std::string {
+    for (int v : c.pipeline_layers)
+      if (v < 1) return fmt::format("pipeline-layers = [{}]: out of range; expected {}", fmt::join(c.pipeline_layers, ", "), range);
+    return {};
+  };
+  o.toml = [](const TrainConfig& c) -> std::optional<std::string> {
+    if (c.pipeline_layers.empty()) return std::nullopt;
+    return fmt::format("[{}]", fmt::join(c.pipeline_layers, ", "));
+  };
+  return o;
+}
+
+ConfigOption rampup_opt() {
+  ConfigOption o;
+  o.key = "rampup-batch-size";
+  o.help = "START INCREMENT SAMPLES: grow the global batch";
+  o.range = "three integers: start >= 1, increment >= 1, samples >= 0";
+  o.arity = 3;
+  o.set = [range = o.range](TrainConfig& c, const OptionInput& in) {
+    const auto v = read_ints(in, 0, 3, range);
+    if (v[0] < 1 || v[1] < 1) bad(in, fmt::format("[{}]", fmt::join(v, ", ")), "out of range", range);
+    c.rampup = BatchRampup{v[0], v[1], v[2]};
+  };
+  o.check = [range = o.range](const TrainConfig& c) -> std::string {
+    if (c.rampup && (c.rampup->start < 1 || c.rampup->increment < 1 || c.rampup->samples < 0))
+      return fmt::format("rampup-batch-size = [{}, {}, {}]: out of range; expected {}", c.rampup->start,
+                         c.rampup->increment, c.rampup->samples, range);
+    return {};
+  };
+  o.toml = [](const TrainConfig& c) -> std::optional<std::string> {
+    if (!c.rampup) return std::nullopt;
+    return fmt::format("[{}, {}, {}]", c.rampup->start, c.rampup->increment, c.rampup->samples);
+  };
+  return o;
+}
+
+// The table, one function per section (the order here is the order of --help and of the printed
+// file; the flag names are fixed whatever the section).
+using Options = std::vector<ConfigOption>;
+
+void model_options(Options& t) {
+  t.push_back(string_opt("model", "model preset", TRIAX_FIELD(model), GptConfig::preset_names()));
   t.push_back(int_opt("num-layers", "override the preset's layer count", TRIAX_FIELD(layers), 1, kMaxInt));
   t.push_back(int_opt("num-attention-heads", "override the preset's heads", TRIAX_FIELD(heads), 1, kMaxInt));
   t.push_back(int_opt("hidden-size", "override the preset's hidden size", TRIAX_FIELD(hidden), 1, kMaxInt));
   t.push_back(int_opt("ffn-hidden-size", "override the MLP size (default 4 x hidden)", TRIAX_FIELD(ffn), 1, kMaxInt));
   t.push_back(int_opt("vocab-size", "override the vocabulary", TRIAX_FIELD(vocab), 2, kMaxInt));
   t.push_back(int_opt("max-position-embeddings", "override the position table size", TRIAX_FIELD(max_seq), 1, kMaxInt));
-  t.push_back(int_opt("seq-length", "tokens per sample (default: max positions)", TRIAX_FIELD(seq), 1, kMaxInt));
-  t.push_back(int_opt("tp", "tensor-parallel size", TRIAX_FIELD(tp), 1, kMaxInt));
-  t.push_back(int_opt("pp", "pipeline-parallel size", TRIAX_FIELD(pp), 1, kMaxInt));
-  t.push_back(int_opt("dp", "data-parallel size (default world / (tp x pp))", TRIAX_FIELD(dp), 1, kMaxInt));
-  t.push_back(int_opt("vpp", "virtual chunks per pipeline stage (interleaved schedule)", TRIAX_FIELD(vpp), 1, kMaxInt));
-  t.push_back(string_opt("order", "grid axis order, fastest first", TRIAX_FIELD(order),
-                         {"tp-dp-pp", "tp-pp-dp", "dp-tp-pp", "dp-pp-tp", "pp-tp-dp", "pp-dp-tp"}));
-  t.push_back(bool_opt("allow-tp-across-hosts", "allow TP groups spanning hosts", TRIAX_FIELD(allow_tp_across_hosts)));
-  {
-    ConfigOption o;
-    o.key = "pipeline-layers";
-    o.help = "layers per stage for an uneven split, e.g. 3,5";
-    o.range = "a list of integers >= 1 (e.g. 3,5 or [3, 5])";
-    o.set = [range = o.range](TrainConfig& c, const OptionInput& in) {
-      c.pipeline_layers.clear();
-      for (long long v : read_ints(in, 1, 0, range)) {
-        if (v > kMaxInt) bad(in, std::to_string(v), "out of range", range);
-        c.pipeline_layers.push_back(static_cast<int>(v));
-      }
-    };
-    o.check = [range = o.range](const TrainConfig& c) -> std::string {
-      for (int v : c.pipeline_layers)
-        if (v < 1) return fmt::format("pipeline-layers = [{}]: out of range; expected {}", fmt::join(c.pipeline_layers, ", "), range);
-      return {};
-    };
-    o.toml = [](const TrainConfig& c) -> std::optional<std::string> {
-      if (c.pipeline_layers.empty()) return std::nullopt;
-      return fmt::format("[{}]", fmt::join(c.pipeline_layers, ", "));
-    };
-    t.push_back(std::move(o));
-  }
-  t.push_back(enum_opt<ScheduleKind>("schedule", "pipeline schedule", TRIAX_FIELD(schedule),
-                                     {{"gpipe", ScheduleKind::gpipe},
-                                      {"1f1b", ScheduleKind::one_f_one_b},
-                                      {"interleaved", ScheduleKind::interleaved},
-                                      {"zb-h1", ScheduleKind::zb_h1}}));
-  t.push_back(int_opt("micro-batch-size", "samples per micro-batch", TRIAX_FIELD(micro_batch), 1, kMaxI64));
-  t.push_back(int_opt("global-batch-size", "samples per iteration over all DP ranks", TRIAX_FIELD(global_batch), 1, kMaxI64));
-  t.push_back(int_opt("num-micro-batches", "micro-batches per iteration (gradient accumulation)",
-                      TRIAX_FIELD(num_micro_batches), 1, kMaxI64));
-  {
-    ConfigOption o;
-    o.key = "rampup-batch-size";
-    o.help = "START INCREMENT SAMPLES: grow the global batch";
-    o.range = "three integers: start >= 1, increment >= 1, samples >= 0";
-    o.arity = 3;
-    o.set = [range = o.range](TrainConfig& c, const OptionInput& in) {
-      const auto v = read_ints(in, 0, 3, range);
-      if (v[0] < 1 || v[1] < 1) bad(in, fmt::format("[{}]", fmt::join(v, ", ")), "out of range", range);
-      c.rampup = BatchRampup{v[0], v[1], v[2]};
-    };
-    o.check = [range = o.range](const TrainConfig& c) -> std::string {
-      if (c.rampup && (c.rampup->start < 1 || c.rampup->increment < 1 || c.rampup->samples < 0))
-        return fmt::format("rampup-batch-size = [{}, {}, {}]: out of range; expected {}", c.rampup->start,
-                           c.rampup->increment, c.rampup->samples, range);
-      return {};
-    };
-    o.toml = [](const TrainConfig& c) -> std::optional<std::string> {
-      if (!c.rampup) return std::nullopt;
-      return fmt::format("[{}, {}, {}]", c.rampup->start, c.rampup->increment, c.rampup->samples);
-    };
-    t.push_back(std::move(o));
-  }
-  t.push_back(int_opt("train-iters", "iterations", TRIAX_FIELD(train_iters), 1, kMaxI64));
-  t.push_back(int_opt("seed", "seed of initialisation and generated data", TRIAX_FIELD(seed), 0, kMaxI64));
-  t.push_back(real_opt("lr", "peak learning rate", TRIAX_FIELD(lr), {0, 1e6, false, false}));
-  t.push_back(real_opt("min-lr", "final learning rate", TRIAX_FIELD(min_lr), {0, 1e6, false, false}));
-  t.push_back(int_opt("lr-warmup-iters", "linear warm-up iterations", TRIAX_FIELD(warmup_iters), 0, kMaxI64));
-  t.push_back(int_opt("lr-decay-iters", "iteration where decay reaches min-lr (default train-iters)",
-                      TRIAX_FIELD(decay_iters), 1, kMaxI64));
-  t.push_back(enum_opt<LrDecay>("lr-decay-style", "learning-rate decay", TRIAX_FIELD(lr_decay),
-                                {{"cosine", LrDecay::cosine}, {"linear", LrDecay::linear}, {"constant", LrDecay::constant}}));
-  t.push_back(real_opt("weight-decay", "AdamW decoupled weight decay", TRIAX_FIELD(adamw.weight_decay), {0, 1e6}));
-  t.push_back(real_opt("adam-beta1", "AdamW beta1", TRIAX_FIELD(adamw.beta1), {0, 1, false, true}));
-  t.push_back(real_opt("adam-beta2", "AdamW beta2", TRIAX_FIELD(adamw.beta2), {0, 1, false, true}));
-  t.push_back(real_opt("adam-eps", "AdamW epsilon", TRIAX_FIELD(adamw.eps), {0, 1, true, false}));
-  t.push_back(real_opt("clip-grad", "clip the global gradient norm (0: off)", TRIAX_FIELD(clip_grad), {0, 1e12}));
-  t.push_back(bool_opt("zero1", "ZeRO-1 distributed optimizer", TRIAX_FIELD(zero1)));
-  t.push_back(real_opt("bucket-mb", "DP gradient bucket size (MiB)", TRIAX_FIELD(bucket_mb), {0, 1 << 20, true, false}));
-  t.push_back(bool_opt("no-overlap-grad-reduce", "reduce gradients after backward instead of during it",
-                       TRIAX_FIELD(overlap_grad_reduce), /*invert=*/true));
-  t.push_back(bool_opt("sequence-parallel", "split LayerNorm/residual regions over TP by tokens",
-                       TRIAX_FIELD(sequence_parallel)));
-  t.push_back(enum_opt<Recompute>("recompute", "activation recomputation", TRIAX_FIELD(recompute),
-                                  {{"none", Recompute::none}, {"selective", Recompute::selective}, {"full", Recompute::full}}));
   t.push_back(int_opt("moe-every", "every K-th layer is a mixture-of-experts layer (0: none)", TRIAX_FIELD(moe_every), 0,
                       kMaxInt));
   t.push_back(int_opt("experts", "experts per MoE layer", TRIAX_FIELD(experts), 1, kMaxInt));
@@ -404,9 +368,58 @@ std::vector<ConfigOption> build_options() {
   t.push_back(real_opt("capacity-factor", "expert capacity factor", TRIAX_FIELD(capacity_factor), {0, 1e6, true, false}));
   t.push_back(bool_opt("no-drop", "no token dropping (capacity = the largest load)", TRIAX_FIELD(no_drop)));
   t.push_back(real_opt("moe-aux-coef", "weight of the load-balancing loss", TRIAX_FIELD(moe_aux_coef), {0, 1e6}));
+}
+
+void parallel_options(Options& t) {
+  t.push_back(int_opt("tp", "tensor-parallel size", TRIAX_FIELD(tp), 1, kMaxInt));
+  t.push_back(int_opt("pp", "pipeline-parallel size", TRIAX_FIELD(pp), 1, kMaxInt));
+  t.push_back(int_opt("dp", "data-parallel size (default world / (tp x pp))", TRIAX_FIELD(dp), 1, kMaxInt));
+  t.push_back(int_opt("vpp", "virtual chunks per pipeline stage (interleaved schedule)", TRIAX_FIELD(vpp), 1, kMaxInt));
+  t.push_back(int_opt("ep", "expert-parallel size (divides dp)", TRIAX_FIELD(ep), 1, kMaxInt));
+  t.push_back(string_opt("order", "grid axis order, fastest first", TRIAX_FIELD(order),
+                         {"tp-dp-pp", "tp-pp-dp", "dp-tp-pp", "dp-pp-tp", "pp-tp-dp", "pp-dp-tp"}));
+  t.push_back(bool_opt("allow-tp-across-hosts", "allow TP groups spanning hosts", TRIAX_FIELD(allow_tp_across_hosts)));
+  t.push_back(pipeline_layers_opt());
+  t.push_back(enum_opt("schedule", "pipeline schedule", TRIAX_FIELD(schedule)));
+  t.push_back(bool_opt("sequence-parallel", "split LayerNorm/residual regions over TP by tokens",
+                       TRIAX_FIELD(sequence_parallel)));
+  t.push_back(enum_opt("recompute", "activation recomputation", TRIAX_FIELD(recompute)));
+  t.push_back(bool_opt("zero1", "ZeRO-1 distributed optimizer", TRIAX_FIELD(zero1)));
+  t.push_back(real_opt("bucket-mb", "DP gradient bucket size (MiB)", TRIAX_FIELD(bucket_mb), {0, 1 << 20, true, false}));
+  t.push_back(bool_opt("no-overlap-grad-reduce", "reduce gradients after backward instead of during it",
+                       TRIAX_FIELD(overlap_grad_reduce), /*invert=*/true));
   t.push_back(int_opt("moe-chunks", "token chunks overlapping all-to-all with expert compute", TRIAX_FIELD(moe_chunks), 1,
                       kMaxInt));
-  t.push_back(int_opt("ep", "expert-parallel size (divides dp)", TRIAX_FIELD(ep), 1, kMaxInt));
+}
+
+void training_options(Options& t) {
+  t.push_back(int_opt("seq-length", "tokens per sample (default: max positions)", TRIAX_FIELD(seq), 1, kMaxInt));
+  t.push_back(int_opt("micro-batch-size", "samples per micro-batch", TRIAX_FIELD(micro_batch), 1, kMaxI64));
+  t.push_back(int_opt("global-batch-size", "samples per iteration over all DP ranks", TRIAX_FIELD(global_batch), 1, kMaxI64));
+  t.push_back(int_opt("num-micro-batches", "micro-batches per iteration (gradient accumulation)",
+                      TRIAX_FIELD(num_micro_batches), 1, kMaxI64));
+  t.push_back(rampup_opt());
+  t.push_back(int_opt("train-iters", "iterations", TRIAX_FIELD(train_iters), 1, kMaxI64));
+  t.push_back(int_opt("seed", "seed of initialisation and generated data", TRIAX_FIELD(seed), 0, kMaxI64));
+  t.push_back(string_opt("backend", "where the step runs: cpu, or cpu-checked (buffers inaccessible outside the "
+                         "backend: a check, slower)", TRIAX_FIELD(backend), enum_names<BackendKind>()));
+}
+
+void optimizer_options(Options& t) {
+  t.push_back(real_opt("lr", "peak learning rate", TRIAX_FIELD(lr), {0, 1e6, false, false}));
+  t.push_back(real_opt("min-lr", "final learning rate", TRIAX_FIELD(min_lr), {0, 1e6, false, false}));
+  t.push_back(int_opt("lr-warmup-iters", "linear warm-up iterations", TRIAX_FIELD(warmup_iters), 0, kMaxI64));
+  t.push_back(int_opt("lr-decay-iters", "iteration where decay reaches min-lr (default train-iters)",
+                      TRIAX_FIELD(decay_iters), 1, kMaxI64));
+  t.push_back(enum_opt("lr-decay-style", "learning-rate decay", TRIAX_FIELD(lr_decay)));
+  t.push_back(real_opt("weight-decay", "AdamW decoupled weight decay", TRIAX_FIELD(adamw.weight_decay), {0, 1e6}));
+  t.push_back(real_opt("adam-beta1", "AdamW beta1", TRIAX_FIELD(adamw.beta1), {0, 1, false, true}));
+  t.push_back(real_opt("adam-beta2", "AdamW beta2", TRIAX_FIELD(adamw.beta2), {0, 1, false, true}));
+  t.push_back(real_opt("adam-eps", "AdamW epsilon", TRIAX_FIELD(adamw.eps), {0, 1, true, false}));
+  t.push_back(real_opt("clip-grad", "clip the global gradient norm (0: off)", TRIAX_FIELD(clip_grad), {0, 1e12}));
+}
+
+void data_options(Options& t) {
   t.push_back(string_opt("data", "llm.c token shards (a.bin,b.bin or 'train_*.bin'), a Megatron indexed dataset "
                          "(PREFIX[.bin|.idx]), a text file, or synthetic (default); docs/DATA.md", TRIAX_FIELD(data)));
   t.push_back(bool_opt("no-data-shuffle", "visit training samples in file order (default: seeded shuffle per epoch)",
@@ -417,24 +430,9 @@ std::vector<ConfigOption> build_options() {
   t.push_back(int_opt("eval-interval", "validation loss every N iterations (0: never)", TRIAX_FIELD(eval_interval), 0,
                       kMaxI64));
   t.push_back(int_opt("eval-iters", "global batches per validation", TRIAX_FIELD(eval_iters), 1, kMaxI64));
-  t.push_back(string_opt("metrics-jsonl", "write one JSON object per iteration here", TRIAX_FIELD(metrics_jsonl)));
-  t.push_back(string_opt("backend", "where the step runs: cpu, or cpu-checked (buffers inaccessible outside the "
-                         "backend: a check, slower)", TRIAX_FIELD(backend), {"cpu", "cpu-checked"}));
-  t.push_back(real_opt("stall-timeout", "seconds without a finished iteration before the watchdog dumps the flight "
-                       "recorder and ends the job (0: off; docs/FAULTS.md)", TRIAX_FIELD(stall_timeout), {0, 1e9}));
-  t.push_back(int_opt("max-skipped-iterations", "end the run after K consecutive iterations skipped for a non-finite "
-                      "gradient norm (0: never)", TRIAX_FIELD(max_skipped_iterations), 0, kMaxI64));
-  t.push_back(real_opt("straggler-factor", "report a rank whose compute time stays above this factor times the "
-                       "median", TRIAX_FIELD(straggler_factor), {1, 1e6}));
-  t.push_back(real_opt("loss-spike-zscore", "log a loss more than this many standard deviations above the recent "
-                       "window (0: off)", TRIAX_FIELD(loss_spike_zscore), {0, 1e6}));
-  t.push_back(int_opt("metrics-port", "rank 0 serves Prometheus /metrics on this port (0: any free port)",
-                      TRIAX_FIELD(metrics_port), 0, 65535));
-  t.push_back(string_opt("metrics-bind", "address the metrics endpoint listens on", TRIAX_FIELD(metrics_bind)));
-  t.push_back(string_opt("metrics-textfile", "rewrite this Prometheus textfile atomically after each iteration",
-                         TRIAX_FIELD(metrics_textfile)));
-  t.push_back(real_opt("metrics-linger", "keep serving /metrics this many seconds after the last iteration",
-                       TRIAX_FIELD(metrics_linger), {0, 86400}));
+}
+
+void checkpoint_options(Options& t) {
   t.push_back(string_opt("save", "directory to save checkpoints in (docs/CHECKPOINTS.md)", TRIAX_FIELD(save)));
   t.push_back(int_opt("save-interval", "save every N iterations (0: only at the end and on SIGTERM/SIGUSR1)",
                       TRIAX_FIELD(save_interval), 0, kMaxI64));
@@ -444,10 +442,46 @@ std::vector<ConfigOption> build_options() {
                          TRIAX_FIELD(init_from)));
   t.push_back(string_opt("export-hf", "at the end, write the model as HF GPT2LMHeadModel safetensors",
                          TRIAX_FIELD(export_hf)));
-  return t;
+}
+
+void metrics_options(Options& t) {
+  t.push_back(string_opt("metrics-jsonl", "write one JSON object per iteration here", TRIAX_FIELD(metrics_jsonl)));
+  t.push_back(int_opt("metrics-port", "rank 0 serves Prometheus /metrics on this port (0: any free port)",
+                      TRIAX_FIELD(metrics_port), 0, 65535));
+  t.push_back(string_opt("metrics-bind", "address the metrics endpoint listens on", TRIAX_FIELD(metrics_bind)));
+  t.push_back(string_opt("metrics-textfile", "rewrite this Prometheus textfile atomically after each iteration",
+                         TRIAX_FIELD(metrics_textfile)));
+  t.push_back(real_opt("metrics-linger", "keep serving /metrics this many seconds after the last iteration",
+                       TRIAX_FIELD(metrics_linger), {0, 86400}));
+}
+
+void faults_options(Options& t) {
+  t.push_back(real_opt("stall-timeout", "seconds without a finished iteration before the watchdog dumps the flight "
+                       "recorder and ends the job (0: off; docs/FAULTS.md)", TRIAX_FIELD(stall_timeout), {0, 1e9}));
+  t.push_back(int_opt("max-skipped-iterations", "end the run after K consecutive iterations skipped for a non-finite "
+                      "gradient norm (0: never)", TRIAX_FIELD(max_skipped_iterations), 0, kMaxI64));
+  t.push_back(real_opt("straggler-factor", "report a rank whose compute time stays above this factor times the "
+                       "median", TRIAX_FIELD(straggler_factor), {1, 1e6}));
+  t.push_back(real_opt("loss-spike-zscore", "log a loss more than this many standard deviations above the recent "
+                       "window (0: off)", TRIAX_FIELD(loss_spike_zscore), {0, 1e6}));
 }
 
 #undef TRIAX_FIELD
+
+std::vector<ConfigOption> build_options() {
+  const std::pair<ConfigSection, void (*)(Options&)> sections[] = {
+      {ConfigSection::model, model_options},         {ConfigSection::parallel, parallel_options},
+      {ConfigSection::training, training_options},   {ConfigSection::optimizer, optimizer_options},
+      {ConfigSection::data, data_options},           {ConfigSection::checkpoint, checkpoint_options},
+      {ConfigSection::metrics, metrics_options},     {ConfigSection::faults, faults_options}};
+  Options t;
+  for (const auto& [section, add] : sections) {
+    const size_t first = t.size();
+    add(t);
+    for (size_t i = first; i < t.size(); ++i) t[i].section = section;
+  }
+  return t;
+}
 
 size_t edit_distance(std::string_view a, std::string_view b) {
   std::vector<size_t> prev(b.size() + 1), cur(b.size() + 1);
@@ -461,9 +495,71 @@ size_t edit_distance(std::string_view a, std::string_view b) {
   return prev[b.size()];
 }
 
+// The candidate nearest to a misspelled name ("train_iters" -> "train-iters"), or "" when none is near.
+std::string nearest(std::string_view name, const std::vector<std::string_view>& candidates) {
+  std::string k(name);
+  std::replace(k.begin(), k.end(), '_', '-');
+  std::string best;
+  size_t best_d = std::numeric_limits<size_t>::max();
+  for (const std::string_view c : candidates) {
+    size_t d = edit_distance(k, c);
+    if (k.size() >= 4 && c.rfind(k, 0) == 0) d = std::min<size_t>(d, 1);  // a truncated name
+    if (d < best_d) best_d = d, best = c;
+  }
+  return best_d <= std::max<size_t>(2, k.size() / 3) ? best : std::string();
+}
+
 std::string did_you_mean(std::string_view key, std::string_view prefix) {
   const std::string near = nearest_train_option(key);
   return near.empty() ? std::string() : fmt::format(" (did you mean '{}{}'?)", prefix, near);
+}
+
+std::string section_list() {
+  std::string s;
+  for (const auto& e : EnumNames<ConfigSection>::table) s += fmt::format("{}[{}]", s.empty() ? "" : ", ", e.name);
+  return s;
+}
+
+// A top-level table that is not a section: a typo of one, or an option written as a table.
+[[noreturn]] void unknown_section(const std::string& source, int64_t line, const std::string& name) {
+  std::vector<std::string_view> names;
+  for (const auto& e : EnumNames<ConfigSection>::table) names.push_back(e.name);
+  std::string hint;
+  if (const std::string near = nearest(name, names); !near.empty()) hint = fmt::format(" (did you mean [{}]?)", near);
+  else if (const ConfigOption* o = find_train_option(name))
+    hint = fmt::format(" ('{}' is a key: write `{} = ...` under [{}])", name, name, enum_name(o->section));
+  TRIAX_THROW(ConfigError, "{}:{}: unknown section [{}]{}; the sections are {}", source, line, name, hint,
+              section_list());
+}
+
+// One `key = value` of a config file, at the top level (section == nullopt) or inside a section.
+// first_line[option] remembers where each option was given, so that a second time is refused
+// (TOML itself refuses a key twice in one table, not once flat and once in its section).
+void apply_config_key(TrainConfig& cfg, const toml::node& node, const std::string& key, const std::string& source,
+                      std::optional<ConfigSection> section, std::map<const ConfigOption*, int64_t>& first_line) {
+  const int64_t line = node.source().begin.line;
+  const std::string in_section = section ? fmt::format(" in [{}]", enum_name(*section)) : std::string();
+  if (node.is_table())
+    TRIAX_THROW(ConfigError, "{}:{}: '{}'{} is a table; inside a section every line is `key = value` (e.g. "
+                "[training] train-iters = 3)", source, line, key, in_section);
+  const ConfigOption* o = find_train_option(key);
+  if (!o) {
+    std::string hint = did_you_mean(key, "");
+    if (const ConfigOption* near = find_train_option(nearest_train_option(key)); near && section &&
+                                                                              near->section != *section)
+      hint = fmt::format(" (did you mean '{}' in [{}]?)", near->key, enum_name(near->section));
+    TRIAX_THROW(ConfigError, "{}:{}: unknown key '{}'{}{}", source, line, key, in_section, hint);
+  }
+  if (section && o->section != *section)
+    TRIAX_THROW(ConfigError, "{}:{}: '{}' belongs in [{}], not [{}]", source, line, key, enum_name(o->section),
+                enum_name(*section));
+  if (const auto [it, fresh] = first_line.emplace(o, line); !fresh)  // at the top level and in its section
+    TRIAX_THROW(ConfigError, "{}:{}: '{}' is given twice (also on line {})", source, std::max(line, it->second), key,
+                std::min(line, it->second));
+  OptionInput in;
+  in.toml_node = &node;
+  in.where = fmt::format("{}:{}: {}", source, line, key);
+  o->set(cfg, in);
 }
 
 }  // namespace
@@ -480,16 +576,9 @@ const ConfigOption* find_train_option(std::string_view key) {
 }
 
 std::string nearest_train_option(std::string_view key) {
-  std::string k(key);
-  std::replace(k.begin(), k.end(), '_', '-');
-  std::string best;
-  size_t best_d = std::numeric_limits<size_t>::max();
-  for (const auto& o : train_options()) {
-    size_t d = edit_distance(k, o.key);
-    if (k.size() >= 4 && o.key.rfind(k, 0) == 0) d = std::min<size_t>(d, 1);  // a truncated key
-    if (d < best_d) best_d = d, best = o.key;
-  }
-  return best_d <= std::max<size_t>(2, k.size() / 3) ? best : std::string();
+  std::vector<std::string_view> keys;
+  for (const auto& o : train_options()) keys.push_back(o.key);
+  return nearest(key, keys);
 }
 
 void apply_config_text(TrainConfig& cfg, std::string_view text, const std::string& source_name) {
@@ -500,20 +589,20 @@ void apply_config_text(TrainConfig& cfg, std::string_view text, const std::strin
     TRIAX_THROW(ConfigError, "{}:{}:{}: malformed TOML: {}", source_name, e.source().begin.line,
                 e.source().begin.column, e.description());
   }
+  std::map<const ConfigOption*, int64_t> first_line;
   for (const auto& [k, node] : root) {
-    const std::string key(k.str());
-    const auto line = node.source().begin.line;
-    if (node.is_table())
-      TRIAX_THROW(ConfigError,
-                  "{}:{}: [{}] is a table; a triax config file is flat `key = value` lines whose keys are the flag "
-                  "names (e.g. train-iters = 3){}",
-                  source_name, line, key, did_you_mean(key, ""));
-    const ConfigOption* o = find_train_option(key);
-    if (!o) TRIAX_THROW(ConfigError, "{}:{}: unknown key '{}'{}", source_name, line, key, did_you_mean(key, ""));
-    OptionInput in;
-    in.toml_node = &node;
-    in.where = fmt::format("{}:{}: {}", source_name, line, key);
-    o->set(cfg, in);
+    const std::string name(k.str());
+    if (node.is_array_of_tables())
+      TRIAX_THROW(ConfigError, "{}:{}: [[{}]] is an array of tables; a section is written [{}]", source_name,
+                  node.source().begin.line, name, name);
+    if (!node.is_table()) {  // a flat file (written before sections), or a key before the first section
+      apply_config_key(cfg, node, name, source_name, std::nullopt, first_line);
+      continue;
+    }
+    const std::optional<ConfigSection> section = find_enum<ConfigSection>(name);
+    if (!section) unknown_section(source_name, node.source().begin.line, name);
+    for (const auto& [key, value] : *node.as_table())
+      apply_config_key(cfg, value, std::string(key.str()), source_name, section, first_line);
   }
 }
 
@@ -529,6 +618,28 @@ void apply_config_file(TrainConfig& cfg, const std::string& path) {
   if (failed) TRIAX_THROW(IoError, "--config {}: read failed (is it a directory?)", path);
   apply_config_text(cfg, text, path);
 }
+
+namespace {
+
+// --help: every flag under the heading of the section its key goes in within a --config file.
+std::string help_text(std::string_view program, std::string_view description) {
+  std::string h = fmt::format("{}\nusage: {} [--config FILE.toml] [--flag value ...]\n\n", description, program);
+  h += fmt::format("  {:<28} {}\n", "--config FILE",
+                   "TOML file of `flag-name = value` lines, each under its [section] below (or all at the top "
+                   "level); flags given here win");
+  for (const auto& sec : EnumNames<ConfigSection>::table) {
+    h += fmt::format("\n[{}]\n", sec.name);
+    for (const auto& o : train_options()) {
+      if (o.section != sec.value) continue;
+      const auto def = o.toml(TrainConfig{});
+      h += fmt::format("  --{:<26} {} ({}{})\n", o.key + (o.arity == 0 ? "" : o.arity == 3 ? " A B C" : " V"), o.help,
+                       o.range, def ? fmt::format("; default {}", *def) : "");
+    }
+  }
+  return h;
+}
+
+}  // namespace
 
 CommandLine parse_train_command_line(int argc, const char* const* argv, std::string_view program,
                                      std::string_view description) {
@@ -580,14 +691,7 @@ CommandLine parse_train_command_line(int argc, const char* const* argv, std::str
     given.push_back(std::move(g));
   }
   if (out.help) {
-    std::string h = fmt::format("{}\nusage: {} [--config FILE.toml] [--flag value ...]\n\n", description, program);
-    h += fmt::format("  {:<28} {}\n", "--config FILE", "TOML file of `flag-name = value` lines; flags given here win");
-    for (const auto& o : train_options()) {
-      const auto def = o.toml(TrainConfig{});
-      h += fmt::format("  --{:<26} {} ({}{})\n", o.key + (o.arity == 0 ? "" : o.arity == 3 ? " A B C" : " V"), o.help,
-                       o.range, def ? fmt::format("; default {}", *def) : "");
-    }
-    out.help_text = h;
+    out.help_text = help_text(program, description);
     return out;
   }
   if (config_file) apply_config_file(out.cfg, *config_file);
@@ -602,11 +706,16 @@ void check_ranges(const TrainConfig& cfg) {
 
 std::string to_toml(const TrainConfig& cfg, const std::function<std::string(std::string_view)>& comment) {
   std::string s;
-  for (const auto& o : train_options()) {
-    const auto v = o.toml(cfg);
-    if (!v) continue;
-    const std::string note = comment ? comment(o.key) : std::string();
-    s += fmt::format("{} = {}{}\n", o.key, *v, note.empty() ? "" : "  # " + note);
+  for (const auto& sec : EnumNames<ConfigSection>::table) {
+    std::string lines;
+    for (const auto& o : train_options()) {
+      if (o.section != sec.value) continue;
+      const auto v = o.toml(cfg);
+      if (!v) continue;
+      const std::string note = comment ? comment(o.key) : std::string();
+      lines += fmt::format("{} = {}{}\n", o.key, *v, note.empty() ? "" : "  # " + note);
+    }
+    if (!lines.empty()) s += fmt::format("{}[{}]\n{}", s.empty() ? "" : "\n", sec.name, lines);
   }
   return s;
 }
@@ -669,7 +778,7 @@ ResolvedTrainConfig resolve_train_config(const TrainConfig& cfg, int world_size)
 
   if (cfg.moe_every > 0) {
     require(r.dp % cfg.ep == 0, "expert-parallel size ep={} must divide dp={}", cfg.ep, r.dp);
-    MoeConfig mc;
+    MoeConfig& mc = r.moe;
     mc.experts = cfg.experts;
     mc.top_k = cfg.topk;
     mc.capacity_factor = cfg.capacity_factor;
@@ -677,6 +786,7 @@ ResolvedTrainConfig resolve_train_config(const TrainConfig& cfg, int world_size)
     mc.aux_loss_coef = static_cast<float>(cfg.moe_aux_coef);
     mc.chunks = cfg.moe_chunks;
     mc.validate(cfg.ep);
+    for (int l = 0; l < L; ++l) r.moe_layers += (l + 1) % cfg.moe_every == 0;
   } else {
     require(cfg.ep == 1, "--ep {} needs MoE layers (--moe-every K)", cfg.ep);
   }
@@ -698,7 +808,7 @@ ResolvedTrainConfig resolve_train_config(const TrainConfig& cfg, int world_size)
   e.num_micro_batches = r.batch.num_micro_batches;
 
   validate(cfg.adamw);
-  LrScheduleConfig lc;
+  LrScheduleConfig& lc = r.lr;
   lc.max_lr = cfg.lr;
   lc.min_lr = cfg.min_lr;
   lc.warmup_iters = cfg.warmup_iters;

@@ -2,16 +2,15 @@
 #include "triax/core/cpu_isa.h"
 
 #include <atomic>
-#include <cstdlib>
 #include <string_view>
 
+#include "triax/core/env.h"
 #include "triax/core/error.h"
 
 namespace triax {
 namespace {
 CpuIsa detect() {
-  const char* force = std::getenv("TRIAX_CPU_ISA");
-  if (force && std::string_view(force) == "baseline") return CpuIsa::baseline;
+  if (env_choice("TRIAX_CPU_ISA", {"auto", "baseline"}, "auto") == "baseline") return CpuIsa::baseline;
   return cpu_supports_avx2() ? CpuIsa::avx2 : CpuIsa::baseline;
 }
 std::atomic<CpuIsa>& chosen() {

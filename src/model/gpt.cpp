@@ -15,23 +15,6 @@
 
 namespace triax {
 
-Recompute parse_recompute(const std::string& s) {
-  if (s == "none") return Recompute::none;
-  if (s == "selective") return Recompute::selective;
-  if (s == "full") return Recompute::full;
-  TRIAX_THROW(ConfigError, "unknown recompute mode '{}' (none, selective, full)", s);
-}
-
-std::string_view recompute_name(Recompute r) {
-  switch (r) {
-    case Recompute::none: return "none";
-    case Recompute::selective: return "selective";
-    case Recompute::full: return "full";
-  }
-  return "?";
-}
-
-
 struct GptChunk::Layer {
   int index;
   size_t ln1w, ln1b, qkvw, qkvb, projw, projb, ln2w, ln2b;

@@ -14,6 +14,7 @@
 #include <cmath>
 
 #include "triax/backend/comm_ops.h"
+#include "triax/core/clock.h"
 #include "triax/model/param_shards.h"
 
 namespace triax {
@@ -24,7 +25,6 @@ using Clock = std::chrono::steady_clock;
 // blocks: MPI moves a nonblocking all-to-all only inside MPI calls, so without these polls the
 // next chunk's dispatch would make no progress while the experts compute.
 constexpr int kPollRows = 128;
-double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
 // Row indices that move one chunk's blocks between the layout the exchange delivers (source rank
 // major: for src, for local expert) and the layout the expert GEMMs want (expert major: for local

@@ -8,6 +8,7 @@
 #include <atomic>
 #include <chrono>
 
+#include "triax/core/clock.h"
 #include "triax/core/error.h"
 
 namespace triax::ops {
@@ -45,7 +46,7 @@ void observed(F&& blas, Trans ta, Trans tb, int M, int N, int K, int lda, int ld
   }
   const auto t0 = std::chrono::steady_clock::now();
   blas();
-  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const double s = since(t0);
   obs->on_gemm(GemmCall{ta, tb, M, N, K, lda, ldb, ldc, accumulate, is_double, omp_get_num_threads(), s});
 }
 

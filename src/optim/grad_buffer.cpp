@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <limits>
 
+#include "triax/core/clock.h"
 #include "triax/core/log.h"
 
 namespace triax {
@@ -185,7 +186,7 @@ double GradBuffer::presync_nonfinite() const {
 }
 
 double GradBuffer::now_s() const {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count();
+  return since(t0_);
 }
 
 void GradBuffer::reset() {
@@ -294,7 +295,7 @@ void GradBuffer::progress() {
   const auto a = std::chrono::steady_clock::now();
   poll();
   try_start(false);
-  progress_s_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - a).count();
+  progress_s_ += since(a);
 }
 
 GradSyncStats GradBuffer::finish() {
@@ -314,7 +315,7 @@ GradSyncStats GradBuffer::finish() {
     }
   }
   GradSyncStats st;
-  st.exposed_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - enter).count();
+  st.exposed_s = since(enter);
   st.buckets = buckets_.size();
   st.progress_s = progress_s_;
   double first = std::numeric_limits<double>::max(), last = 0;

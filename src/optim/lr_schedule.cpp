@@ -8,22 +8,6 @@
 
 namespace triax {
 
-LrDecay parse_lr_decay(std::string_view s) {
-  if (s == "constant") return LrDecay::constant;
-  if (s == "linear") return LrDecay::linear;
-  if (s == "cosine") return LrDecay::cosine;
-  TRIAX_THROW(ConfigError, "unknown learning-rate decay '{}': expected constant, linear or cosine", s);
-}
-
-std::string_view lr_decay_name(LrDecay d) {
-  switch (d) {
-    case LrDecay::constant: return "constant";
-    case LrDecay::linear: return "linear";
-    case LrDecay::cosine: return "cosine";
-  }
-  return "?";
-}
-
 LrSchedule::LrSchedule(const LrScheduleConfig& c) : cfg_(c) {
   if (!(std::isfinite(c.max_lr) && std::isfinite(c.min_lr) && c.min_lr >= 0.0 && c.min_lr <= c.max_lr))
     TRIAX_THROW(ConfigError, "learning rates must satisfy 0 <= min_lr ({}) <= max_lr ({})", c.min_lr, c.max_lr);

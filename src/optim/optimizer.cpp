@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cmath>
 
+#include "triax/core/clock.h"
 #include "triax/optim/grad_norm.h"
 
 namespace triax {
@@ -77,7 +78,7 @@ StepReport Optimizer::step(double lr) {
     rep.skipped = true;
     rep.applied_steps = applied_;
     rep.skipped_steps = skipped_;
-    rep.update_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    rep.update_s = since(t0);
     return rep;
   }
   rep.clip_coef = clip_coefficient(rep.grad_norm, cfg_.max_grad_norm);
@@ -92,7 +93,7 @@ StepReport Optimizer::step(double lr) {
   for (const auto& r : ranges_)
     be.adamw(at(params, r.flat_offset, r.count), at(grads, r.state_offset, r.count), at(m_, r.state_offset, r.count),
              at(v_, r.state_offset, r.count), cfg_.adamw, r.decay ? cfg_.adamw.weight_decay : 0.0f, s);
-  rep.update_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  rep.update_s = since(t0);
   if (cfg_.zero1) rep.gather_s = zero_all_gather_params(grads_, staging_);
   rep.applied_steps = applied_;
   rep.skipped_steps = skipped_;

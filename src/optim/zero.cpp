@@ -2,6 +2,7 @@
 #include "triax/optim/zero.h"
 
 #include "triax/backend/comm_ops.h"
+#include "triax/core/clock.h"
 
 #include <algorithm>
 #include <chrono>
@@ -58,7 +59,7 @@ double zero_all_gather_params(GradBuffer& zero, Tensor& staging) {
     works.push_back(all_gather(zero.dp(), be, mine, at(params, bk.begin, bk.size())));
   }
   wait_all(works);
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return since(t0);
 }
 
 }  // namespace triax

@@ -8,11 +8,11 @@
 #include <ctime>
 
 #include "triax/backend/comm_ops.h"
+#include "triax/core/clock.h"
 
 namespace triax {
 namespace {
 using Clock = std::chrono::steady_clock;
-double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 // CPU seconds of this thread (the one running the compute: BLAS and ops use the caller's thread
 // when OMP_NUM_THREADS=1, as under mpirun).
 double thread_cpu_s() {

@@ -58,22 +58,6 @@ std::string describe(const PipeInstr& in) {
   return fmt::format("{}(mb={}, chunk={})", pipe_op_name(in.op), in.mb, in.chunk);
 }
 
-std::string_view schedule_kind_name(ScheduleKind k) {
-  switch (k) {
-    case ScheduleKind::gpipe: return "gpipe";
-    case ScheduleKind::one_f_one_b: return "1f1b";
-    case ScheduleKind::interleaved: return "interleaved";
-    case ScheduleKind::zb_h1: return "zb-h1";
-  }
-  return "?";
-}
-
-ScheduleKind parse_schedule_kind(std::string_view name) {
-  for (auto k : {ScheduleKind::gpipe, ScheduleKind::one_f_one_b, ScheduleKind::interleaved, ScheduleKind::zb_h1})
-    if (name == schedule_kind_name(k)) return k;
-  TRIAX_THROW(ConfigError, "unknown pipeline schedule '{}' (known: gpipe, 1f1b, interleaved, zb-h1)", name);
-}
-
 std::string Schedule::label() const {
   return fmt::format("{} p={} v={} m={}", forward_only ? std::string_view("forward-only") : schedule_kind_name(kind),
                      stages, chunks, micro_batches);

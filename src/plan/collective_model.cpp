@@ -13,39 +13,40 @@
 #include <set>
 #include <utility>
 
+#include "triax/core/enum_names.h"
 #include "triax/core/error.h"
 
 #ifdef TRIAX_HAVE_TOML
 #include <toml++/toml.h>
 #endif
 
+namespace triax {
+// Names of the collective model's enums (the print/parse functions are core/enum_names.h's).
+template <>
+struct EnumNames<plan::LinkClass> {
+  static constexpr std::string_view what = "link class";
+  static constexpr std::array<EnumName<plan::LinkClass>, 2> table{
+      {{"intra", plan::LinkClass::intra}, {"inter", plan::LinkClass::inter}}};
+};
+template <>
+struct EnumNames<plan::CollectiveOp> {
+  static constexpr std::string_view what = "collective";
+  static constexpr std::array<EnumName<plan::CollectiveOp>, 4> table{{{"all_reduce", plan::CollectiveOp::all_reduce},
+                                                                      {"all_gather", plan::CollectiveOp::all_gather},
+                                                                      {"reduce_scatter", plan::CollectiveOp::reduce_scatter},
+                                                                      {"p2p", plan::CollectiveOp::p2p}}};
+};
+template <>
+struct EnumNames<plan::Algorithm> {
+  static constexpr std::string_view what = "algorithm";
+  static constexpr std::array<EnumName<plan::Algorithm>, 3> table{
+      {{"ring", plan::Algorithm::ring}, {"tree", plan::Algorithm::tree}, {"direct", plan::Algorithm::direct}}};
+};
+}  // namespace triax
+
 namespace triax::plan {
 
 namespace {
-constexpr std::array<std::pair<const char*, LinkClass>, 2> kLinks{{{"intra", LinkClass::intra},
-                                                                   {"inter", LinkClass::inter}}};
-constexpr std::array<std::pair<const char*, CollectiveOp>, 4> kOps{{{"all_reduce", CollectiveOp::all_reduce},
-                                                                    {"all_gather", CollectiveOp::all_gather},
-                                                                    {"reduce_scatter", CollectiveOp::reduce_scatter},
-                                                                    {"p2p", CollectiveOp::p2p}}};
-constexpr std::array<std::pair<const char*, Algorithm>, 3> kAlgos{
-    {{"ring", Algorithm::ring}, {"tree", Algorithm::tree}, {"direct", Algorithm::direct}}};
-
-template <class E, size_t N>
-std::string_view name_of(E e, const std::array<std::pair<const char*, E>, N>& names) {
-  for (const auto& [n, v] : names)
-    if (v == e) return n;
-  return "?";
-}
-template <class E, size_t N>
-E parse_enum(std::string_view what, std::string_view s, const std::array<std::pair<const char*, E>, N>& names) {
-  std::string known;
-  for (const auto& [n, e] : names) {
-    if (s == n) return e;
-    known += known.empty() ? std::string(n) : fmt::format(", {}", n);
-  }
-  TRIAX_THROW(ConfigError, "unknown {} '{}'; expected one of: {}", what, s, known);
-}
 int ceil_log2(int n) {
   int k = 0;
   while ((1 << k) < n) ++k;
@@ -53,12 +54,12 @@ int ceil_log2(int n) {
 }
 }  // namespace
 
-std::string_view to_string(LinkClass l) { return name_of(l, kLinks); }
-std::string_view to_string(CollectiveOp o) { return name_of(o, kOps); }
-std::string_view to_string(Algorithm a) { return name_of(a, kAlgos); }
-LinkClass parse_link_class(std::string_view s) { return parse_enum("link class", s, kLinks); }
-CollectiveOp parse_collective_op(std::string_view s) { return parse_enum("collective", s, kOps); }
-Algorithm parse_algorithm(std::string_view s) { return parse_enum("algorithm", s, kAlgos); }
+std::string_view to_string(LinkClass l) { return enum_name(l); }
+std::string_view to_string(CollectiveOp o) { return enum_name(o); }
+std::string_view to_string(Algorithm a) { return enum_name(a); }
+LinkClass parse_link_class(std::string_view s) { return parse_enum<LinkClass>(s); }
+CollectiveOp parse_collective_op(std::string_view s) { return parse_enum<CollectiveOp>(s); }
+Algorithm parse_algorithm(std::string_view s) { return parse_enum<Algorithm>(s); }
 
 void Calibration::set(CollectiveOp op, LinkClass link, Algorithm algo, LinkCalibration c) {
   entries_[{op, link, algo}] = c;

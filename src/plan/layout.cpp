@@ -3,50 +3,34 @@
 
 #include <fmt/format.h>
 
-#include <array>
-#include <utility>
-
 #include "triax/core/error.h"
+
+namespace triax {
+// Names of the planner's own enums (the shared ones are in core/enum_names.h).
+template <>
+struct EnumNames<plan::Precision> {
+  static constexpr std::string_view what = "precision";
+  static constexpr std::array<EnumName<plan::Precision>, 3> table{
+      {{"bf16", plan::Precision::bf16}, {"fp16", plan::Precision::fp16}, {"fp32", plan::Precision::fp32}}};
+};
+template <>
+struct EnumNames<plan::AttentionKernel> {
+  static constexpr std::string_view what = "attention kernel";
+  static constexpr std::array<EnumName<plan::AttentionKernel>, 2> table{
+      {{"fused", plan::AttentionKernel::fused}, {"unfused", plan::AttentionKernel::unfused}}};
+};
+}  // namespace triax
 
 namespace triax::plan {
 
-namespace {
-template <class E, size_t N>
-E parse_enum(std::string_view what, std::string_view s, const std::array<std::pair<const char*, E>, N>& names) {
-  std::string known;
-  for (const auto& [n, e] : names) {
-    if (s == n) return e;
-    known += known.empty() ? std::string(n) : fmt::format(", {}", n);
-  }
-  TRIAX_THROW(ConfigError, "unknown {} '{}'; expected one of: {}", what, s, known);
-}
-constexpr std::array<std::pair<const char*, Schedule>, 4> kSchedules{{{"gpipe", Schedule::gpipe},
-                                                                      {"1f1b", Schedule::one_f_one_b},
-                                                                      {"interleaved", Schedule::interleaved},
-                                                                      {"zb-h1", Schedule::zb_h1}}};
-constexpr std::array<std::pair<const char*, Recompute>, 3> kRecompute{
-    {{"none", Recompute::none}, {"selective", Recompute::selective}, {"full", Recompute::full}}};
-constexpr std::array<std::pair<const char*, Precision>, 3> kPrecision{
-    {{"bf16", Precision::bf16}, {"fp16", Precision::fp16}, {"fp32", Precision::fp32}}};
-constexpr std::array<std::pair<const char*, AttentionKernel>, 2> kAttention{
-    {{"fused", AttentionKernel::fused}, {"unfused", AttentionKernel::unfused}}};
-
-template <class E, size_t N>
-std::string_view name_of(E e, const std::array<std::pair<const char*, E>, N>& names) {
-  for (const auto& [n, v] : names)
-    if (v == e) return n;
-  return "?";
-}
-}  // namespace
-
-std::string_view to_string(Schedule s) { return name_of(s, kSchedules); }
-std::string_view to_string(Recompute r) { return name_of(r, kRecompute); }
-std::string_view to_string(Precision p) { return name_of(p, kPrecision); }
-std::string_view to_string(AttentionKernel a) { return name_of(a, kAttention); }
-Schedule parse_schedule(std::string_view s) { return parse_enum("schedule", s, kSchedules); }
-Recompute parse_recompute(std::string_view s) { return parse_enum("recompute mode", s, kRecompute); }
-Precision parse_precision(std::string_view s) { return parse_enum("precision", s, kPrecision); }
-AttentionKernel parse_attention(std::string_view s) { return parse_enum("attention kernel", s, kAttention); }
+std::string_view to_string(Schedule s) { return enum_name(s); }
+std::string_view to_string(Recompute r) { return enum_name(r); }
+std::string_view to_string(Precision p) { return enum_name(p); }
+std::string_view to_string(AttentionKernel a) { return enum_name(a); }
+Schedule parse_schedule(std::string_view s) { return parse_enum<Schedule>(s); }
+Recompute parse_recompute(std::string_view s) { return parse_enum<Recompute>(s); }
+Precision parse_precision(std::string_view s) { return parse_enum<Precision>(s); }
+AttentionKernel parse_attention(std::string_view s) { return parse_enum<AttentionKernel>(s); }
 
 int activation_bytes(const Layout& l) { return l.precision == Precision::fp32 ? 4 : 2; }
 int parameter_bytes(const Layout& l) { return l.precision == Precision::fp32 ? 4 : 2; }

@@ -14,13 +14,13 @@
 #include <random>
 #include <vector>
 
+#include "triax/core/clock.h"
 #include "triax/core/error.h"
 #include "triax/ops/gemm.h"
 
 namespace triax::probe {
 namespace {
 using Clock = std::chrono::steady_clock;
-double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 }  // namespace
 
 double measure_gemm_flops(int n, int reps) {

@@ -1,5 +1,6 @@
-// The training loop: resolve and validate the configuration, build the grid, model chunks and
-// optimizer, then run iterations (schedule -> executor -> optimizer) and report metrics.
+// The training loop: resolve and validate the configuration (once), build the rank's backend,
+// grid, model chunks and optimizer from it, then run iterations (schedule -> executor ->
+// optimizer) and report metrics.
 #include "triax/train/trainer.h"
 
 #include <fmt/ranges.h>
@@ -9,6 +10,7 @@
 #include <cmath>
 #include <numeric>
 
+#include "triax/core/env.h"
 #include "triax/core/log.h"
 #include "triax/model/weight_file.h"
 
@@ -111,103 +113,98 @@ TrainConfig with_init_from_shape(const TrainConfig& cfg) {
   return c;
 }
 
-Trainer::Trainer(std::shared_ptr<Communicator> world, const TrainConfig& given) try {
-  ResolvedTrainConfig resolved = resolve_train_config(with_init_from_shape(given), world->size());
-  cfg_ = resolved.explicit_cfg;
-  const TrainConfig& cfg = cfg_;
-  const int dp = resolved.dp;
-  model_ = resolved.model;
-  T_ = resolved.seq;
-  kind_ = cfg.schedule;
-  stage_layers_ = resolved.stage_layers;
-  const int P = cfg.pp, V = cfg.vpp, L = model_.n_layer;
-  if (cfg.backend == "cpu")
-    backend_ = make_cpu_backend();
-  else if (cfg.backend == "cpu-checked")
-    backend_ = make_checked_cpu_backend();
-  else
-    TRIAX_THROW(ConfigError, "unknown backend '{}' (cpu, cpu-checked)", cfg.backend);
-  world = backend_->adapt(std::move(world));
-  store_ = std::make_unique<ParamStore>(*backend_);
-  faults_ = FaultInjector::from_env(world->rank());
-  watchdog_ = std::make_unique<Watchdog>(cfg.stall_timeout, world->rank());
-  spikes_ = LossSpikeDetector(cfg.loss_spike_zscore);
-  stragglers_ = StragglerDetector(cfg.straggler_factor);
-  grid_ = std::make_unique<ProcessGrid>(world, GridShape{cfg.tp, P, dp, cfg.ep, cfg.order},
-                                        GridOptions{cfg.allow_tp_across_hosts});
-  // One thread pool per core: unless the user chose (OMP_NUM_THREADS), ranks sharing a host
-  // split its cores, so oversubscribed runs do not spin against each other.
-  if (!std::getenv("OMP_NUM_THREADS")) {
-    const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-    omp_set_num_threads(std::max(1, cores / std::max(1, grid_->local_size())));
-  }
-  data_ = open_dataset(cfg.data, model_.vocab, cfg.seed, DataOptions{cfg.data_shuffle, cfg.data_respect_eod});
+Trainer::Trainer(std::shared_ptr<Communicator> world, const TrainConfig& cfg)
+    : Trainer(world, resolve_train_config(with_init_from_shape(cfg), world->size())) {}
+
+// Everything below builds from `r` alone: the configuration is resolved once, above, and the
+// out-of-memory handlers describe the same resolution (the members are gone by then).
+Trainer::Trainer(const std::shared_ptr<Communicator>& world, const ResolvedTrainConfig& r) try
+    : cfg_(r.explicit_cfg),
+      model_(r.model),
+      kind_(r.explicit_cfg.schedule),
+      stage_layers_(r.stage_layers),
+      T_(r.seq),
+      moe_layers_(r.moe_layers) {
+  start_rank(world, r.dp);
+  data_ = open_dataset(cfg_.data, model_.vocab, cfg_.seed, DataOptions{cfg_.data_shuffle, cfg_.data_respect_eod});
   require(data_->vocab() <= model_.vocab, "the data's vocabulary {} exceeds the model's {}", data_->vocab(),
           model_.vocab);
   require(data_->num_samples(T_) > 0, "{} holds no sample of {} + 1 tokens", data_->describe(), T_);
   open_validation();
+  batches_ = std::make_unique<BatchSchedule>(r.batch, cfg_.rampup);
+  build_model(r);
+  build_optimizer(r);
+  flops_per_token_ = 6.0 * static_cast<double>(model_.num_params()) +
+                     6.0 * model_.n_layer * static_cast<double>(model_.n_embd) * T_;
+} catch (const std::bad_alloc&) {
+  // Say what did not fit, and what it should have needed.
+  throw OutOfMemoryError(describe_start_up_oom(r, world->rank()));
+} catch (const OutOfMemoryError&) {
+  // The same from the backend's allocator (the model's buffers are backend allocations).
+  throw OutOfMemoryError(describe_start_up_oom(r, world->rank()));
+}
 
-  const BatchPlan plan = resolved.batch;
-  batches_ = std::make_unique<BatchSchedule>(plan, cfg.rampup);
+void Trainer::start_rank(const std::shared_ptr<Communicator>& world, int dp) {
+  const TrainConfig& cfg = cfg_;
+  switch (parse_enum<BackendKind>(cfg.backend)) {
+    case BackendKind::cpu: backend_ = make_cpu_backend(); break;
+    case BackendKind::cpu_checked: backend_ = make_checked_cpu_backend(); break;
+  }
+  const std::shared_ptr<Communicator> comm = backend_->adapt(world);
+  store_ = std::make_unique<ParamStore>(*backend_);
+  faults_ = FaultInjector::from_env(comm->rank());
+  watchdog_ = std::make_unique<Watchdog>(cfg.stall_timeout, comm->rank());
+  spikes_ = LossSpikeDetector(cfg.loss_spike_zscore);
+  stragglers_ = StragglerDetector(cfg.straggler_factor);
+  grid_ = std::make_unique<ProcessGrid>(comm, GridShape{cfg.tp, cfg.pp, dp, cfg.ep, cfg.order},
+                                        GridOptions{cfg.allow_tp_across_hosts});
+  // One thread pool per core: unless the user chose (OMP_NUM_THREADS), ranks sharing a host
+  // split its cores, so oversubscribed runs do not spin against each other.
+  if (!omp_threads_chosen_by_user()) {
+    const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    omp_set_num_threads(std::max(1, cores / std::max(1, grid_->local_size())));
+  }
+}
 
-  const int s = grid_->coord().pp;
-  const Recompute rc = cfg.recompute;
+void Trainer::build_model(const ResolvedTrainConfig& r) {
+  const TrainConfig& cfg = cfg_;
+  const int P = cfg.pp, V = cfg.vpp, s = grid_->coord().pp;
   ChunkMoe moe;
   if (cfg.moe_every > 0) {
     moe.every = cfg.moe_every;
-    moe.cfg.experts = cfg.experts;
-    moe.cfg.top_k = cfg.topk;
-    moe.cfg.capacity_factor = cfg.capacity_factor;
-    moe.cfg.drop_tokens = !cfg.no_drop;
-    moe.cfg.aux_loss_coef = static_cast<float>(cfg.moe_aux_coef);
-    moe.cfg.chunks = cfg.moe_chunks;
+    moe.cfg = r.moe;
     moe.ep = &grid_->ep();
-    moe.cfg.validate(cfg.ep);
-    for (int l = 0; l < L; ++l) moe_layers_ += (l + 1) % cfg.moe_every == 0;
   }
   for (int c = 0; c < V; ++c) {
     const int vs = c * P + s;
     const auto [first, count] = virtual_stage_layers(vs);
     const ChunkSpec spec{first, count, vs == 0, vs == P * V - 1};
-    chunks_.push_back(std::make_unique<GptChunk>(model_, spec, grid_->tp(), *store_, rc, /*wte_norm_owner=*/P == 1,
-                                                 cfg.sequence_parallel, moe));
+    chunks_.push_back(std::make_unique<GptChunk>(model_, spec, grid_->tp(), *store_, cfg.recompute,
+                                                 /*wte_norm_owner=*/P == 1, cfg.sequence_parallel, moe));
   }
-  store_->finalize(cfg.zero1 ? static_cast<size_t>(dp) : 1);
+  store_->finalize(cfg.zero1 ? static_cast<size_t>(r.dp) : 1);
   for (auto& ch : chunks_) ch->init_params(cfg.seed);
   if (!cfg.init_from.empty()) WeightFile(cfg.init_from, model_.n_head).load(*store_, model_, grid_->tp());
+}
 
+void Trainer::build_optimizer(const ResolvedTrainConfig& r) {
+  const TrainConfig& cfg = cfg_;
   OptimizerConfig oc;
   oc.adamw = cfg.adamw;
   oc.max_grad_norm = cfg.clip_grad;
   oc.zero1 = cfg.zero1;
   oc.grad_sync.bucket_bytes = static_cast<size_t>(cfg.bucket_mb * 1024 * 1024);
   oc.grad_sync.overlap = cfg.overlap_grad_reduce;
-  if (P > 1 && (grid_->is_first_stage() || grid_->is_last_stage()))
+  if (cfg.pp > 1 && (grid_->is_first_stage() || grid_->is_last_stage()))
     oc.grad_sync.tied_param = store_->find("transformer.wte.weight");
   optimizer_ = std::make_unique<Optimizer>(*store_, *grid_, oc);
 
   std::vector<Stage*> ptrs;
   for (auto& ch : chunks_) ptrs.push_back(ch.get());
-  executor_ = std::make_unique<PipelineExecutor>(ptrs, grid_->pp(), static_cast<int>(plan.micro_batch), T_,
+  executor_ = std::make_unique<PipelineExecutor>(ptrs, grid_->pp(), static_cast<int>(r.batch.micro_batch), T_,
                                                  model_.n_embd);
   watchdog_->set_detail([ex = executor_.get()] { return ex->position(); });
-  LrScheduleConfig lc;
-  lc.max_lr = cfg.lr;
-  lc.min_lr = cfg.min_lr;
-  lc.warmup_iters = cfg.warmup_iters;
-  lc.decay_iters = *cfg.decay_iters;
-  lc.decay = cfg.lr_decay;
-  lr_ = std::make_unique<LrSchedule>(lc);
-  flops_per_token_ = 6.0 * static_cast<double>(model_.num_params()) +
-                     6.0 * model_.n_layer * static_cast<double>(model_.n_embd) * T_;
-} catch (const std::bad_alloc&) {
-  // Say what did not fit, and what it should have needed (the members are gone by now).
-  throw OutOfMemoryError(
-      describe_start_up_oom(resolve_train_config(with_init_from_shape(given), world->size()), world->rank()));
-} catch (const OutOfMemoryError&) {
-  // The same from the backend's allocator (the model's buffers are backend allocations).
-  throw OutOfMemoryError(
-      describe_start_up_oom(resolve_train_config(with_init_from_shape(given), world->size()), world->rank()));
+  lr_ = std::make_unique<LrSchedule>(r.lr);
 }
 
 Trainer::~Trainer() = default;

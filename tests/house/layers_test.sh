@@ -12,12 +12,7 @@ printf '#include "triax/core/error.h"\n' > "$tmp/include/triax/train/trainer.h"
 printf '#include "triax/core/error.h"\n' > "$tmp/src/ops/gemm.cpp"
 python3 "$check" --root "$tmp" >/dev/null || { echo "FAIL: a clean tree was refused"; exit 1; }
 
-expect_refused() {  # file, text, expected message part
-  mkdir -p "$(dirname "$tmp/$1")"; printf '%s\n' "$2" > "$tmp/$1"
-  if out=$(python3 "$check" --root "$tmp"); then echo "FAIL: $1 ($2) passed the check"; exit 1; fi
-  grep -qF -- "$3" <<<"$out" || { echo "FAIL: message for $1 lacks '$3':"; echo "$out"; exit 1; }
-  rm "$tmp/$1"
-}
+. "$here/tests/house/refuse.sh"  # expect_refused FILE TEXT NEEDLE
 expect_refused include/triax/core/log.h '#include "triax/train/trainer.h"' \
   "include/triax/core/log.h:1: core (layer 0) includes a higher layer: train"
 expect_refused src/ops/attention.cpp '  #  include "triax/io/safetensors.h"' \

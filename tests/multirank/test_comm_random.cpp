@@ -5,9 +5,11 @@
 #include <catch2/catch.hpp>
 
 #include <cstdlib>
+#include <limits>
 #include <numeric>
 
 #include "support/multirank.h"
+#include "triax/core/env.h"
 #include "../../benchmarks/comm_check.h"
 
 using namespace triax;
@@ -29,8 +31,8 @@ uint64_t run_seed() {
   static const uint64_t seed = [] {
     int64_t s[1] = {0};
     if (world().rank() == 0) {
-      if (const char* e = std::getenv("TRIAX_TEST_SEED")) s[0] = std::strtoll(e, nullptr, 10);
-      else s[0] = static_cast<int64_t>(std::random_device{}() >> 1);
+      s[0] = env_int("TRIAX_TEST_SEED", 0, std::numeric_limits<int64_t>::max(),
+                     static_cast<int64_t>(std::random_device{}() >> 1));
     }
     world().broadcast(std::span<int64_t>(s), 0).wait();
     return static_cast<uint64_t>(s[0]);

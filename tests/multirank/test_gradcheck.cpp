@@ -1,9 +1,13 @@
 // The backward pass against an independent reference: central finite differences of the loss in
 // float64 (the CPU backend built for float64), for a few random elements of every parameter
-// tensor of a GPT chunk - dense and MoE layers, every recompute mode, and (tp = 2) sequence
-// parallelism. Every TP/PP/DP equivalence test compares the code with itself; this one checks the
-// math. The objective is what backward differentiates: the micro-batch losses weighted by dloss,
-// plus aux_loss_coef x dloss x the MoE load-balancing losses.
+// tensor of a GPT chunk - dense and MoE layers (with and without capacity drops), every recompute
+// mode, and (tp = 2) sequence parallelism. Every TP/PP/DP equivalence test compares the code with
+// itself; this one checks the math. The objective is what backward differentiates: the micro-batch
+// losses weighted by dloss, plus aux_loss_coef x dloss x the MoE load-balancing losses.
+// Sequence parallelism runs with B = 3, T = 8: each rank's 12 rows start at a row that is not a
+// multiple of T, so a position offset lost on one side (forward or backward) shows.
+// A consistent error a finite difference cannot see: a softmax that sums over the padded
+// vocabulary columns. The last case checks that padded logits change neither loss nor gradient.
 #include <catch2/catch.hpp>
 #include <fmt/format.h>
 
@@ -24,6 +28,8 @@ struct Case {
   Recompute rc;
   bool sp;
   bool moe;
+  int B = 2;          // sequences per micro-batch
+  bool drop = false;  // MoE: a capacity that drops assignments
 };
 
 GptConfig tiny() {
@@ -37,6 +43,21 @@ GptConfig tiny() {
   return c;
 }
 
+ChunkMoe moe_config(const Case& k, Communicator* ep) {
+  ChunkMoe moe;
+  if (!k.moe) return moe;
+  moe.every = 2;  // layer 1 is MoE
+  moe.cfg.experts = 4;
+  moe.cfg.top_k = 2;
+  // Capacity is discrete, but the assignments kept stay put under steps of 1e-3 of a weight: with
+  // 48 assignments for 4 experts of 6 slots (factor 0.5) half are dropped, every step alike.
+  moe.cfg.drop_tokens = k.drop;
+  moe.cfg.capacity_factor = 0.5;
+  moe.cfg.aux_loss_coef = 0.05f;
+  moe.ep = ep;
+  return moe;
+}
+
 std::vector<double> host(Backend& be, const Tensor& t) {
   std::vector<double> v(static_cast<size_t>(t.numel()));
   be.copy_to_host(v.data(), t, v.size() * sizeof(double));
@@ -45,26 +66,35 @@ std::vector<double> host(Backend& be, const Tensor& t) {
 
 void set_elem(Backend& be, const Tensor& t, int64_t e, double x) { be.copy_from_host(t.slice(e, e + 1), &x, sizeof x); }
 
+// The capacity really drops: the same weights without drops give another loss.
+void require_drops(GptChunk& chunk, const Case& k, const ChunkMoe& moe, const std::vector<int32_t>& x,
+                   const std::vector<int32_t>& y, int B, int T) {
+  const GptConfig cfg = tiny();
+  ParamStore store(chunk.backend());
+  ChunkMoe all = moe;
+  all.cfg.drop_tokens = false;
+  GptChunk c2(cfg, {0, cfg.n_layer, true, true}, test::world(), store, k.rc, true, k.sp, all);
+  store.finalize();
+  c2.init_params(99);
+  const double with_drops = chunk.forward(0, B, T, x, y, Tensor(), Tensor(), false);
+  const double without = c2.forward(0, B, T, x, y, Tensor(), Tensor(), false);
+  INFO("loss with drops " << with_drops << ", without " << without);
+  REQUIRE(std::abs(with_drops - without) > 1e-6);
+  chunk.take_aux_loss();
+}
+
 void check_case(const Case& k) {
   Communicator& tp = test::world();
   auto be = make_cpu_backend(DType::f64);
   ParamStore store(*be);
   auto ep = make_self_communicator("ep", tp.rank());
   const GptConfig cfg = tiny();
-  ChunkMoe moe;
-  if (k.moe) {
-    moe.every = 2;  // layer 1 is MoE
-    moe.cfg.experts = 4;
-    moe.cfg.top_k = 2;
-    moe.cfg.drop_tokens = false;  // capacity is discrete: no drops keeps the loss smooth
-    moe.cfg.aux_loss_coef = 0.05f;
-    moe.ep = ep.get();
-  }
+  const ChunkMoe moe = moe_config(k, ep.get());
   GptChunk chunk(cfg, {0, cfg.n_layer, true, true}, tp, store, k.rc, true, k.sp, moe);
   store.finalize();
   REQUIRE(store.dtype() == DType::f64);
   chunk.init_params(99);
-  const int B = 2, T = 8, M = 2;  // two micro-batches: gradients must accumulate
+  const int B = k.B, T = 8, M = 2;  // two micro-batches: gradients must accumulate
   std::mt19937 gen(7);
   std::uniform_int_distribution<int32_t> tok(0, cfg.vocab - 1);
   std::vector<std::vector<int32_t>> xs(M), ys(M);
@@ -75,6 +105,7 @@ void check_case(const Case& k) {
     }
   const float dloss = 1.0f / M;
   const double coef = k.moe ? moe.cfg.aux_loss_coef : 0.0;
+  if (k.drop) require_drops(chunk, k, moe, xs[0], ys[0], B, T);
   auto objective = [&] {
     double J = 0;
     for (int m = 0; m < M; ++m) J += dloss * chunk.forward(100 + m, B, T, xs[m], ys[m], Tensor(), Tensor(), false, dloss);
@@ -148,7 +179,7 @@ TEST_CASE("gradcheck: sequence parallelism", "[gradcheck]") {
   else
     for (Recompute rc : {Recompute::none, Recompute::full}) {
       INFO("recompute " << recompute_name(rc));
-      check_case({"sequence parallel", rc, true, false});
+      check_case({"sequence parallel", rc, true, false, 3});
     }
 }
 
@@ -157,4 +188,57 @@ TEST_CASE("gradcheck: MoE layers (router, experts, load-balancing loss)", "[grad
     INFO("recompute " << recompute_name(rc));
     check_case({"moe", rc, false, true});
   }
+  // Capacity drops: a dropped assignment adds nothing, yet its router probability still shapes
+  // the kept gates (top-2 renormalises over both choices), so its gradient is not zero.
+  check_case({"moe with drops", Recompute::none, false, true, 3, true});
+}
+
+TEST_CASE("gradcheck: padded vocabulary columns contribute nothing to the loss or the gradient", "[gradcheck]") {
+  Communicator& tp = test::world();
+  auto be = make_cpu_backend(DType::f64);
+  ParamStore store(*be);
+  GptConfig cfg = tiny();
+  cfg.vocab_pad_to = 16;  // 23 -> 32 rows: at tp 2, rank 1 holds 7 real rows and 9 padded ones
+  GptChunk chunk(cfg, {0, cfg.n_layer, true, true}, tp, store, Recompute::none, true, false, {});
+  store.finalize();
+  chunk.init_params(99);
+  REQUIRE(chunk.padded_vocab() > cfg.vocab);
+  const int B = 2, T = 8, C = cfg.n_embd;
+  std::mt19937 gen(11);
+  std::uniform_int_distribution<int32_t> tok(0, cfg.vocab - 1);
+  std::vector<int32_t> x(B * T), y(B * T);
+  for (auto& t : x) t = tok(gen);
+  for (auto& t : y) t = tok(gen);
+  store.zero_grads();
+  const double loss = chunk.forward(0, B, T, x, y, Tensor(), Tensor(), true, 1.0f);
+  chunk.backward(0, Tensor(), Tensor(), false);
+  size_t wte = store.size();
+  for (size_t i = 0; i < store.size(); ++i)
+    if (store.info(i).spec.name == "transformer.wte.weight") wte = i;
+  REQUIRE(wte < store.size());
+  // This rank's rows [v0, v1) of the padded table; rows from the vocabulary size on are padding.
+  const int v0 = chunk.vocab_begin(), v1 = chunk.vocab_end(), pad0 = std::max(v0, cfg.vocab);
+  const auto grad = host(*be, store.grad_t(wte));
+  double pad_grad = 0, real_grad = 0;
+  for (int r = v0; r < v1; ++r)
+    for (int c = 0; c < C; ++c) {
+      double& largest = r >= cfg.vocab ? pad_grad : real_grad;
+      largest = std::max(largest, std::abs(grad[static_cast<size_t>(r - v0) * C + c]));
+    }
+  INFO("rows [" << v0 << ", " << v1 << ") of " << chunk.padded_vocab() << ", vocabulary " << cfg.vocab
+                << ": largest gradient of a padded row " << pad_grad << ", of a real row " << real_grad);
+  CHECK(pad_grad == 0.0);
+  if (v0 < cfg.vocab) CHECK(real_grad > 0.0);
+  // Padded rows of any value (so padded logits of order 1): the loss stays the same on every rank.
+  if (pad0 < v1) {
+    std::normal_distribution<double> nd(0.0, 1.0);
+    std::vector<double> rows(static_cast<size_t>(v1 - pad0) * C);
+    for (auto& v : rows) v = nd(gen);
+    const Tensor p = store.param_t(wte);
+    be->copy_from_host(p.slice(static_cast<int64_t>(pad0 - v0) * C, static_cast<int64_t>(v1 - v0) * C), rows.data(),
+                       rows.size() * sizeof(double));
+  }
+  const double moved = chunk.forward(1, B, T, x, y, Tensor(), Tensor(), false);
+  INFO("loss " << loss << ", with random padded rows " << moved);
+  CHECK(std::abs(moved - loss) <= 1e-12 * std::abs(loss));
 }

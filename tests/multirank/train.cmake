@@ -11,3 +11,8 @@ triax_add_multirank_test(test_backend_checked SOURCES ${CMAKE_CURRENT_LIST_DIR}/
 # Injected faults (TRIAX_FAULT, docs/FAULTS.md): NaN attribution and skip, --max-skipped-iterations,
 # the collective mismatch check.
 triax_add_multirank_test(test_fault_injection SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_fault_injection.cpp NP 4 TIMEOUT 120)
+# Gradient scale and overlap: the synced gradient (plain DP and ZeRO-1 shards) and its norm equal
+# the mean of per-sample gradients of a serial run in every layout (a lost 1/m or 1/dp), padded
+# vocabulary rows get none; pp 2 x dp 2 starts all DP buckets but the tied one before finish() in
+# every schedule, driven by the pipeline executor.
+triax_add_multirank_test(test_grad_scale SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_grad_scale.cpp NP 1 4 TIMEOUT 300)

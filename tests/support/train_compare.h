@@ -1,6 +1,8 @@
 // Helpers of the trainer equivalence tests: train a configuration on the world, train its serial
-// counterpart (one rank, same global batch) in-process, and compare losses and every parameter
-// (this rank's TP shard of the serial full tensor; experts by their global names) to 1e-5 relative.
+// counterpart (one rank, same global batch) in-process, and compare losses, gradient norms and every
+// parameter (this rank's TP shard of the serial full tensor; experts by their global names) to 1e-5
+// relative. The gradient norms matter: AdamW is nearly blind to a uniform gradient scale (a lost
+// 1/dp or 1/micro-batches), so equal losses and weights alone do not prove equal gradients.
 #pragma once
 #include <catch2/catch.hpp>
 #include <fmt/format.h>
@@ -32,13 +34,17 @@ inline TrainConfig nano_train_config(int64_t iters, double lr, uint64_t seed) {
 
 struct Result {
   std::vector<double> losses;
+  std::vector<double> grad_norms;  // global norm before clipping, per iteration
   std::map<std::string, std::vector<float>> params;  // full shape (serial) or local shard
 };
 
 inline Result train(std::shared_ptr<Communicator> world, const TrainConfig& cfg) {
   Trainer t(std::move(world), cfg);
   Result r;
-  t.train([&](const IterationMetrics& m) { r.losses.push_back(m.loss); });
+  t.train([&](const IterationMetrics& m) {
+    r.losses.push_back(m.loss);
+    r.grad_norms.push_back(m.grad_norm);
+  });
   for (size_t i = 0; i < t.store().size(); ++i) r.params[t.store().info(i).spec.name] = t.store().param_to_host(i);
   return r;
 }
@@ -78,44 +84,58 @@ inline double rel_err(std::span<const float> a, std::span<const float> b) {
   return std::sqrt(num / std::max(den, 1e-30));
 }
 
-// Compares this rank's parameters with its shard of the serial model's.
-inline void compare(const TrainConfig& cfg, const Result& got, int tp_rank) {
-  const Result& ref = serial(cfg);
-  REQUIRE(got.losses.size() == ref.losses.size());
-  for (size_t i = 0; i < ref.losses.size(); ++i) {
-    INFO("iteration " << i + 1 << " loss " << got.losses[i] << " serial " << ref.losses[i]);
-    CHECK(std::abs(got.losses[i] - ref.losses[i]) <= 1e-5 * std::abs(ref.losses[i]));
-  }
-  // The model learned something, so equal weights are not equal initial weights.
-  REQUIRE(ref.losses.back() < ref.losses.front());
+// The part of the serial model's full tensor `full` (parameter `name`) that tp rank tp_rank of
+// cfg's layout holds: its TP shard; for the vocab-parallel wte only the real vocabulary rows, which
+// start the local shard (the rows after them are padding, zero in any layout). Empty when this
+// rank's wte shard is all padding.
+inline std::vector<float> serial_part(const TrainConfig& cfg, const std::string& name, const std::vector<float>& full,
+                                      int tp_rank) {
   GptConfig m = GptConfig::preset(cfg.model);
   m.n_layer = cfg.layers.value_or(m.n_layer);
   const int C = m.n_embd;
+  if (name == "transformer.wte.weight") {
+    const int vl = m.padded_vocab(cfg.tp) / cfg.tp;
+    const int r0 = tp_rank * vl, r1 = std::min(r0 + vl, m.vocab);
+    if (r1 <= r0) return {};
+    return {full.begin() + static_cast<ptrdiff_t>(r0) * C, full.begin() + static_cast<ptrdiff_t>(r1) * C};
+  }
+  // Recreate the full shape of this parameter in the serial model from its element count.
+  std::vector<int64_t> shape;
+  TpSplit split = TpSplit::none;
+  if (name.ends_with("c_attn.weight")) { shape = {3 * C, C}; split = TpSplit::qkv_rows; }
+  else if (name.ends_with("c_attn.bias")) { shape = {3 * C}; split = TpSplit::qkv_rows; }
+  else if (name.ends_with("attn.c_proj.weight")) { shape = {C, C}; split = TpSplit::cols; }
+  else if (name.ends_with("mlp.c_fc.weight")) { shape = {m.ffn_size(), C}; split = TpSplit::rows; }
+  else if (name.ends_with("mlp.c_fc.bias")) { shape = {m.ffn_size()}; split = TpSplit::rows; }
+  else if (name.ends_with("mlp.c_proj.weight")) { shape = {C, m.ffn_size()}; split = TpSplit::cols; }
+  else shape = {static_cast<int64_t>(full.size())};
+  return shard_of(full, shape, split, tp_rank, cfg.tp);
+}
+
+// Compares this rank's losses, gradient norms and parameters with the serial model's.
+inline void compare(const TrainConfig& cfg, const Result& got, int tp_rank) {
+  const Result& ref = serial(cfg);
+  REQUIRE(got.losses.size() == ref.losses.size());
+  REQUIRE(got.grad_norms.size() == ref.grad_norms.size());
+  for (size_t i = 0; i < ref.losses.size(); ++i) {
+    INFO("iteration " << i + 1 << " loss " << got.losses[i] << " serial " << ref.losses[i] << "; grad norm "
+                      << got.grad_norms[i] << " serial " << ref.grad_norms[i]);
+    CHECK(std::abs(got.losses[i] - ref.losses[i]) <= 1e-5 * std::abs(ref.losses[i]));
+    CHECK(std::abs(got.grad_norms[i] - ref.grad_norms[i]) <= 1e-5 * std::abs(ref.grad_norms[i]));
+  }
+  // The model learned something, so equal weights are not equal initial weights.
+  REQUIRE(ref.losses.back() < ref.losses.front());
   for (const auto& [name, mine] : got.params) {
     INFO(name);
     REQUIRE(ref.params.count(name) == 1);
     const auto& full = ref.params.at(name);
-    // Recreate the full shape of this parameter in the serial model from its element count.
-    std::vector<int64_t> shape;
-    TpSplit split = TpSplit::none;
+    const auto want = serial_part(cfg, name, full, tp_rank);
     if (name == "transformer.wte.weight") {
       // Padded rows differ with tp (zeros either way); compare the real vocabulary rows.
-      const int vp = m.padded_vocab(cfg.tp), vl = vp / cfg.tp;
-      const int r0 = tp_rank * vl, r1 = std::min(r0 + vl, m.vocab);
-      if (r1 <= r0) continue;
-      std::span<const float> a(mine.data(), static_cast<size_t>(r1 - r0) * C);
-      std::span<const float> b(full.data() + static_cast<size_t>(r0) * C, static_cast<size_t>(r1 - r0) * C);
-      CHECK(rel_err(a, b) <= 1e-5);
+      REQUIRE(want.size() <= mine.size());
+      CHECK(rel_err(std::span<const float>(mine).first(want.size()), want) <= 1e-5);
       continue;
     }
-    if (name.ends_with("c_attn.weight")) { shape = {3 * C, C}; split = TpSplit::qkv_rows; }
-    else if (name.ends_with("c_attn.bias")) { shape = {3 * C}; split = TpSplit::qkv_rows; }
-    else if (name.ends_with("attn.c_proj.weight")) { shape = {C, C}; split = TpSplit::cols; }
-    else if (name.ends_with("mlp.c_fc.weight")) { shape = {m.ffn_size(), C}; split = TpSplit::rows; }
-    else if (name.ends_with("mlp.c_fc.bias")) { shape = {m.ffn_size()}; split = TpSplit::rows; }
-    else if (name.ends_with("mlp.c_proj.weight")) { shape = {C, m.ffn_size()}; split = TpSplit::cols; }
-    else shape = {static_cast<int64_t>(full.size())};
-    const auto want = shard_of(full, shape, split, tp_rank, cfg.tp);
     REQUIRE(want.size() == mine.size());
     if (name.ends_with("c_attn.bias")) {
       // The key bias's gradient is exactly zero in exact arithmetic (softmax is invariant to a

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Checkpoints end to end under mpirun (docs/CHECKPOINTS.md): exact resume bit for bit, resharded
 # resume onto other layouts, a kill -9 during a save, SIGTERM mid-run, --init-from / --export-hf,
-# and bad checkpoints refused with a fallback to the previous one.
+# bad checkpoints refused with a fallback to the previous one, pruning after a fallback, wide
+# iteration numbers, batch settings on resume, and the start-up checks of --save / --load.
 #   checkpoint_test.sh TRAIN_GPT MPIEXEC CASE [GPT_EVAL HF_PYTHON]
 set -uo pipefail
 exe=$1; mpiexec=$2; case_=$3; gpt_eval=${4:-}; hf_python=${5:-/usr/bin/python3}
@@ -40,6 +41,18 @@ print(f"{len(hx)} shard files identical (SHA-256)")
 PY
 }
 ok() { echo "ok: $*"; }
+# forge.py DIR PYTHON: runs PYTHON on m (DIR/manifest.json) and rewrites the manifest and its
+# digest as triax would (a forged digest: what is behind the digest must refuse the change).
+forge=$tmp/forge.py
+cat >"$forge" <<'PY'
+import hashlib, json, os, sys
+d = sys.argv[1]
+m = json.load(open(os.path.join(d, "manifest.json")))
+exec(sys.argv[2])
+text = json.dumps(m, indent=1)
+open(os.path.join(d, "manifest.json"), "w").write(text)
+open(os.path.join(d, "manifest.sha256"), "w").write(hashlib.sha256(text.encode()).hexdigest() + "  manifest.json\n")
+PY
 # The rank processes of a background `timeout mpirun` started as PID (grandchildren of PID).
 ranks_of() { local m; m=$(pgrep -P "$1" | head -n 1); [ -n "$m" ] && pgrep -P "$m"; }
 
@@ -194,20 +207,121 @@ bad)
     grep -q "resumed from c_$name/iter_0000002: iteration 2" <<<"$out" || fail "did not resume from iteration 2 ($name)"
     ok "$name: '$pattern', fell back to iteration 2"
   }
-  edit() { python3 -c "import json,sys; m=json.load(open('manifest.json')); exec(sys.argv[1]); json.dump(m, open('manifest.json','w'))" "$1"; }
+  # edit PYTHON: change manifest.json and forge its digest, to reach the checks behind the digest.
+  edit() { python3 "$forge" . "$1"; }
   corrupt truncated "rank_00001.bin: .* bytes, but the manifest lists .* (truncated)" truncate -s -5 rank_00001.bin
   corrupt flipped "rank_00000.bin: SHA-256 mismatch" python3 -c "
 f=open('rank_00000.bin','r+b'); f.seek(100); b=f.read(1); f.seek(100); f.write(bytes([b[0]^1]))"
   corrupt missing "rank_00001.bin: missing shard file" rm rank_00001.bin
-  corrupt newer "format version 2 is newer than this build of triax reads" edit "m['format_version']=2"
+  corrupt newer "format version 3 is newer than this build of triax reads" edit "m['format_version']=3"
   corrupt model "a checkpoint of another model" edit "m['model']['n_layer']=3"
   corrupt layout "cannot be split over tp 3" edit "m['slices'][0]['tp_size']=3"
-  corrupt no_slice "no slice of tensor 'transformer.ln_f.bias' (exp_avg)" \
+  corrupt no_slice "slices must tile the file" \
     edit "m['slices']=[s for s in m['slices'] if not (s['name']=='transformer.ln_f.bias' and s['kind']=='exp_avg')]"
+  # The manifest's own integrity (issue 24): one digit edited without the digest, a digest
+  # removed, a manifest of another iteration, and (digest forged) each structure check.
+  corrupt digest "manifest.sha256: SHA-256 mismatch: manifest.json hashes to" \
+    python3 -c "import re; t=open('manifest.json').read(); open('manifest.json','w').write(re.sub(r'\"offset\": 8\\b', '\"offset\": 9', t, count=1))"
+  corrupt no_digest "manifest.sha256: missing: a version 2 checkpoint" rm manifest.sha256
+  corrupt other_iteration "iteration 2, but the directory is named for iteration 4" cp ../iter_0000002/manifest.json ../iter_0000002/manifest.sha256 .
+  corrupt unaligned "offset .* is not a multiple of 4" edit "m['slices'][1]['offset']+=2"
+  corrupt overlap "two slices overlap" edit "m['slices'][1]['offset']-=4"
+  corrupt iteration "applied_steps 4 + skipped_steps 0 != iteration 5" edit "m['iteration']=5"
+  corrupt consumed "consumed_samples 80 != 64" edit "m['consumed_samples']=80"
+  corrupt batch "global_batch 32 != micro_batch 4 x dp 2 x num_micro_batches 2" edit "m['batch']['global_batch']=32"
+  # A version 1 checkpoint (before digests and batch settings): loaded, with a warning.
+  rm -rf v1; cp -r ck v1; (cd v1/iter_0000004 && rm manifest.sha256 && python3 -c "
+import json; m=json.load(open('manifest.json')); m['format_version']=1; del m['batch']; json.dump(m, open('manifest.json','w'))")
+  out=$(run -np 2 "$exe" "${small[@]}" --train-iters 5 --load v1 2>&1) || { echo "$out" | tail -5; fail "version 1 load"; }
+  grep -q "resumed from v1/iter_0000004: iteration 4" <<<"$out" || fail "the version 1 checkpoint was not loaded"
+  grep -q "no manifest.sha256 (written by a triax before manifest digests" <<<"$out" || fail "no version 1 warning"
+  ok "version 1 without a digest: loaded with a warning"
   rm -rf both; cp -r ck both; rm both/iter_0000004/rank_00000.bin; truncate -s 10 both/iter_0000002/rank_00001.bin
   out=$(run -np 2 "$exe" "${small[@]}" --train-iters 5 --load both 2>&1) && fail "all checkpoints broken, yet exit 0"
   grep -q "none of its 2 checkpoints can be loaded" <<<"$out" || { echo "$out" | tail -3; fail "no final error"; }
   ok "every checkpoint broken: refused"
+  ;;
+prune)
+  # Issue 24: iteration 2 good, iteration 4 damaged; a resume falls back to 2, saves 3 with
+  # --keep-last 1: 2 (resumed from) and 3 stay, 4 is set aside as iter_0000004.refused, and the
+  # next --load resumes from 3. (Before the fix only the damaged 4 was left.)
+  small=(--model nano --micro-batch-size 4 --global-batch-size 16 --lr-decay-iters 8)
+  run -np 2 "$exe" "${small[@]}" --train-iters 4 --save ck --save-interval 2 --keep-last 0 >s.log 2>&1 || fail "saving run"
+  truncate -s -5 ck/iter_0000004/rank_00001.bin
+  run -np 2 "$exe" "${small[@]}" --load ck --save ck --keep-last 1 --train-iters 3 >r.log 2>&1 || { tail -5 r.log; fail "resume"; }
+  grep -q "resumed from ck/iter_0000002: iteration 2" r.log || { tail -5 r.log; fail "no fallback to 2"; }
+  [ "$(ls ck | tr '\n' ' ')" = "iter_0000002 iter_0000003 iter_0000004.refused " ] || fail "left: $(ls ck | tr '\n' ' ')"
+  grep -q "set aside ck/iter_0000004 as ck/iter_0000004.refused: it failed verification" r.log || fail "no set-aside message"
+  grep -q "kept ck/iter_0000002 beyond --keep-last 1: this run resumed from it" r.log || fail "no kept message"
+  run -np 2 "$exe" "${small[@]}" --load ck --save ck --keep-last 1 --train-iters 4 >n.log 2>&1 || { tail -5 n.log; fail "next resume"; }
+  grep -q "resumed from ck/iter_0000003: iteration 3" n.log || { tail -5 n.log; fail "did not resume from 3"; }
+  [ "$(ls ck | tr '\n' ' ')" = "iter_0000003 iter_0000004 iter_0000004.refused " ] || fail "then left: $(ls ck | tr '\n' ' ')"
+  ok "--keep-last 1 after a fallback kept the resumed and the new checkpoint, set the damaged one aside"
+  ;;
+wide)
+  # Iterations past 9,999,999 (8-digit directory names): listed, loaded, pruned. The checkpoint
+  # of iteration 2 is rewritten as iteration 10,000,000 (steps and consumed samples to match).
+  small=(--model nano --micro-batch-size 4 --global-batch-size 16 --lr-decay-iters 8)
+  run -np 2 "$exe" "${small[@]}" --train-iters 2 --save ck >s.log 2>&1 || fail "saving run"
+  cp -r ck/iter_0000002 ck/iter_10000000
+  python3 "$forge" ck/iter_10000000 "n=10000000; m['iteration']=n; m['applied_steps']=n; m['consumed_samples']=16*n" ||
+    fail "forge"
+  run -np 2 "$exe" "${small[@]}" --load ck --save ck --keep-last 1 --train-iters 10000001 >r.log 2>&1 ||
+    { tail -5 r.log; fail "resume from iteration 10000000"; }
+  grep -q "resumed from ck/iter_10000000: iteration 10000000" r.log || { tail -5 r.log; fail "iteration 10000000 not loaded"; }
+  [ -f ck/iter_10000001/manifest.json ] || fail "no iter_10000001"
+  run -np 2 "$exe" "${small[@]}" --load ck --save ck --keep-last 1 --train-iters 10000002 >n.log 2>&1 ||
+    { tail -5 n.log; fail "resume from iteration 10000001"; }
+  grep -q "resumed from ck/iter_10000001: iteration 10000001" n.log || { tail -5 n.log; fail "iteration 10000001 not loaded"; }
+  [ "$(ls ck | tr '\n' ' ')" = "iter_10000001 iter_10000002 " ] || fail "--keep-last 1 left: $(ls ck | tr '\n' ' ')"
+  ok "iter_10000000 listed and loaded, iter_10000001 written, the older ones pruned"
+  ;;
+batch)
+  # Issue 24: saved at dp 2 without batch flags (global batch 4 x dp 2 x 2 = 16), resumed at dp 1:
+  # the checkpoint's global batch and micro-batch are kept (said in the log), and the loss of the
+  # resumed iteration is the straight dp 2 run's. Batch flags given on resume win, announced.
+  nb=(--model nano --lr-decay-iters 8)
+  run -np 2 "$exe" "${nb[@]}" --train-iters 3 --metrics-jsonl a.jsonl >a.log 2>&1 || fail "straight run"
+  tail -n 1 a.jsonl >a_tail.jsonl
+  run -np 2 "$exe" "${nb[@]}" --train-iters 2 --save ck >s.log 2>&1 || fail "saving run"
+  run -np 1 "$exe" "${nb[@]}" --train-iters 3 --load ck --metrics-jsonl r.jsonl >r.log 2>&1 || { tail -5 r.log; fail "resume at dp 1"; }
+  grep -q "batch settings from ck/iter_0000002 (not given for this run): --global-batch-size 16 --micro-batch-size 4" r.log ||
+    { grep -i batch r.log; fail "no batch message"; }
+  python3 -c "import json,sys; g=json.loads(open('r.jsonl').read())['global_batch_size']; sys.exit(g!=16 and f'global batch {g}')" ||
+    fail "the resumed run's global batch is not 16"
+  same_losses a_tail.jsonl r.jsonl 1e-5
+  run -np 1 "$exe" "${nb[@]}" --train-iters 3 --load ck --global-batch-size 8 >e.log 2>&1 || { tail -5 e.log; fail "resume with flags"; }
+  grep -q "the batch settings change on resume: the checkpoint was trained with global batch 16, micro-batch 4, this run uses global batch 8, micro-batch 4" e.log ||
+    { grep -i batch e.log; fail "no batch change message"; }
+  ok "dp 2 -> dp 1 kept global batch 16 (same loss); a flag's change announced"
+  ;;
+startup)
+  # Late or unclear errors of the checkpoint path (issue 24).
+  small=(--model nano --micro-batch-size 4 --global-batch-size 16 --lr-decay-iters 8)
+  echo x >file
+  out=$(run -np 2 "$exe" "${small[@]}" --train-iters 3 --save file/ck 2>&1); rc=$?
+  [ $rc -eq 3 ] || { echo "$out" | tail -3; fail "unwritable --save: exit $rc, expected 3"; }
+  grep -q "\-\-save file/ck: cannot create the directory: .*(checked at start-up, before training)" <<<"$out" ||
+    { echo "$out" | tail -3; fail "no start-up message for --save"; }
+  ! grep -q "iteration  *1/" <<<"$out" || fail "trained before refusing --save"
+  out=$(run -np 2 "$exe" "${small[@]}" --train-iters 3 --load file 2>&1); rc=$?
+  [ $rc -eq 3 ] || { echo "$out" | tail -3; fail "--load of a regular file: exit $rc, expected 3"; }
+  grep -q "\-\-load file: not a directory" <<<"$out" || { echo "$out" | tail -3; fail "no message for --load FILE"; }
+  ok "unwritable --save and --load FILE refused at start-up (exit 3)"
+  run -np 2 "$exe" "${small[@]}" --train-iters 4 --save ck >s.log 2>&1 || fail "saving run"
+  out=$(run -np 2 "$exe" "${small[@]}" --train-iters 3 --load ck 2>&1) || { echo "$out" | tail -3; fail "resume past the end"; }
+  grep -q "ck/iter_0000004 is already at iteration 4, past --train-iters 3: nothing to train" <<<"$out" ||
+    { echo "$out" | tail -3; fail "no message for a checkpoint past --train-iters"; }
+  ok "a checkpoint past --train-iters is said"
+  # A full disk (here RLIMIT_FSIZE of the ranks: writes past 32 KiB fail with EFBIG) under the
+  # save of iteration 2: the next save stops the run naming iteration 2, not the one it stopped at.
+  # (TCP between the ranks: the shared-memory transport would need files past the limit.)
+  printf '#!/bin/bash\ntrap "" XFSZ; ulimit -f 32; exec "$@"\n' >limited.sh
+  out=$(OMPI_MCA_btl=self,tcp run -np 2 bash limited.sh "$exe" "${small[@]}" --train-iters 6 --save full --save-interval 2 2>&1); rc=$?
+  [ $rc -eq 3 ] || { echo "$out" | tail -5; fail "disk full: exit $rc, expected 3"; }
+  grep -q "the checkpoint of iteration 2 was not written (the failing rank says why); stopped at iteration 4" <<<"$out" ||
+    { echo "$out" | tail -5; fail "the final message does not name iteration 2"; }
+  ok "a failed background save is named by its iteration"
   ;;
 init)
   # --init-from a HF safetensors file (written by --export-hf of a short run): the model shape

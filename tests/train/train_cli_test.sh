@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # train_gpt end to end: the main job's loss falls and its metrics file has the promised keys; a
-# TOML config is read and overridden by flags; bad flags, layouts and data files fail with a
+# sectioned TOML config is read, equals the same flags, and is overridden by flags; bad flags, layouts and data files fail with a
 # clear message and a non-zero exit, without hanging the job.
 #   train_cli_test.sh TRAIN_GPT MPIEXEC CASE
 set -uo pipefail
@@ -41,7 +41,11 @@ config_file)
   printf 'train-itrs = 3\n' >"$tmp/t.toml"
   expect_exit 2 "$tmp/t.toml:1: unknown key 'train-itrs' (did you mean 'train-iters'?)" -np 2 "$exe" --config "$tmp/t.toml"
   printf '[section]\ntrain-iters = 3\n' >"$tmp/s.toml"
-  expect_exit 2 "$tmp/s.toml:1: [section] is a table" -np 2 "$exe" --config "$tmp/s.toml"
+  expect_exit 2 "$tmp/s.toml:1: unknown section [section]; the sections are [model], [parallel]" -np 2 "$exe" --config "$tmp/s.toml"
+  printf '[model]\nnum-layers = 4\ntp = 2\n' >"$tmp/ws.toml"
+  expect_exit 2 "$tmp/ws.toml:3: 'tp' belongs in [parallel], not [model]" -np 2 "$exe" --config "$tmp/ws.toml"
+  printf '[training]\ntrain-iters = 0\n' >"$tmp/rs.toml"
+  expect_exit 2 "$tmp/rs.toml:2: train-iters = 0: out of range; expected an integer >= 1" -np 2 "$exe" --config "$tmp/rs.toml"
   printf 'tp = 1\n[[[bad\n' >"$tmp/m1.toml"
   expect_exit 2 "$tmp/m1.toml:2:" -np 2 "$exe" --config "$tmp/m1.toml"
   printf '= =\n' >"$tmp/m2.toml"
@@ -59,6 +63,9 @@ roundtrip)
     --clip-grad 0.5 --recompute selective --train-iters 3 --lr-decay-style linear >"$tmp/a" 2>&1 || { tail -20 "$tmp/a"; fail "first run failed"; }
   grep -v -e '^ iteration' -e '^\[triax ' "$tmp/a" >"$tmp/a.toml"  # log lines (a straggler warning) vary
   grep -q '^micro-batch-size = 2$' "$tmp/a.toml" || fail "no micro-batch-size line in the printed configuration"
+  # Printed by sections: tp under [parallel], train-iters under [training].
+  awk '/^\[/{sec=$0} /^tp = /{print sec}' "$tmp/a.toml" | grep -qx '\[parallel\]' || fail "tp is not under [parallel]"
+  awk '/^\[/{sec=$0} /^train-iters = /{print sec}' "$tmp/a.toml" | grep -qx '\[training\]' || fail "train-iters is not under [training]"
   run -np 4 "$exe" --config "$tmp/a.toml" >"$tmp/b" 2>&1 || { tail -20 "$tmp/b"; fail "the printed configuration did not run: $(head -c 600 "$tmp/b")"; }
   grep -v -e '^ iteration' -e '^\[triax ' "$tmp/b" >"$tmp/b.toml"
   diff "$tmp/a.toml" "$tmp/b.toml" || fail "the configuration read back differs from the one printed"
@@ -145,20 +152,38 @@ assert [r["iteration"] for r in rows] == list(range(1, 31))
 PY
   ;;
 config)
+  # A sectioned file (docs/TRAINING.md), overridden by a flag; then the same values as flags, and
+  # as a flat file of the same lines (files written before sections): the same run.
   cat >"$tmp/c.toml" <<'TOML'
+[parallel]
 tp = 2
 pp = 2
 schedule = "interleaved"
 vpp = 2
+
+[training]
 micro-batch-size = 2
 num-micro-batches = 4
 train-iters = 2
+
+[optimizer]
+lr = 0.002
 TOML
   run -np 4 "$exe" --config "$tmp/c.toml" --train-iters 3 >"$tmp/out" 2>&1 || { tail -20 "$tmp/out"; fail "train_gpt --config failed"; }
   grep -q 'schedule = "interleaved"' "$tmp/out" || fail "config value not applied"
   grep -q "^train-iters = 3$" "$tmp/out" || fail "command-line override not applied"
   [ "$(grep -c 'lm loss:' "$tmp/out")" -eq 3 ] || fail "expected 3 iterations"
   echo "ok: config file + override"
+  run -np 4 "$exe" --tp 2 --pp 2 --schedule interleaved --vpp 2 --micro-batch-size 2 --num-micro-batches 4 \
+    --train-iters 3 --lr 0.002 >"$tmp/flags" 2>&1 || { tail -20 "$tmp/flags"; fail "the same run from flags failed"; }
+  grep -v '^\[' "$tmp/c.toml" | grep -v '^$' >"$tmp/flat.toml"
+  run -np 4 "$exe" --config "$tmp/flat.toml" --train-iters 3 >"$tmp/flat" 2>&1 || { tail -20 "$tmp/flat"; fail "the flat file failed"; }
+  conf() { grep -v -e '^ iteration' -e '^\[triax ' "$1"; }
+  losses() { grep -o 'lm loss: [^|]*| grad norm: [^|]*' "$1"; }
+  diff <(conf "$tmp/out") <(conf "$tmp/flags") || fail "the sectioned file and the same flags resolve differently"
+  diff <(losses "$tmp/out") <(losses "$tmp/flags") || fail "the sectioned file and the same flags trained differently"
+  diff <(conf "$tmp/out") <(conf "$tmp/flat") || fail "the flat file and the sectioned one resolve differently"
+  echo "ok: sectioned file = the same flags = the same flat file"
   ;;
 moe)
   run -np 4 "$exe" --moe-every 2 --experts 4 --topk 2 --capacity-factor 1.25 --ep 2 --moe-chunks 2 --train-iters 3 >"$tmp/out" 2>&1 || { tail -20 "$tmp/out"; fail "MoE run failed"; }

@@ -10,17 +10,20 @@
 #include <cstdint>
 #include <cstdlib>
 #include <functional>
+#include <limits>
 #include <random>
 #include <string>
 #include <vector>
+
+#include "triax/core/env.h"
 
 namespace triax::test {
 
 // A fresh seed per run, printed; TRIAX_TEST_SEED=<n> replays one.
 inline std::mt19937_64& rng() {
   static std::mt19937_64 g([] {
-    const char* env = std::getenv("TRIAX_TEST_SEED");
-    const uint64_t s = env ? std::strtoull(env, nullptr, 10) : std::random_device{}();
+    const auto given = env_int_opt("TRIAX_TEST_SEED", 0, std::numeric_limits<int64_t>::max());
+    const uint64_t s = given ? static_cast<uint64_t>(*given) : std::random_device{}();
     fmt::print("test seed {}\n", s);
     return s;
   }());

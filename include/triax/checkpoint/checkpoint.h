@@ -38,10 +38,14 @@ class Checkpointer {
   // Collective. With --load DIR: restores the newest complete checkpoint under DIR that every
   // rank reads without error, logging each one refused and why; returns its iteration, or -1
   // when DIR is absent or holds none (a fresh start, said in the log). IoError when DIR holds
-  // checkpoints but none loads.
+  // checkpoints but none loads, or DIR is not a directory. Logs a change of the batch settings
+  // against the checkpoint's, and a checkpoint already at or past --train-iters. Checkpoints
+  // refused as damaged (digest, structure, files) are set aside as iter_N.refused by the first
+  // save into the same directory; the one resumed from is never pruned by this run.
   int64_t resume();
   // Collective: waits for the previous save, copies the state to host memory and starts writing
-  // checkpoint_dir_name(iteration) under --save in the background.
+  // checkpoint_dir_name(iteration) under --save in the background. IoError (on every rank) when
+  // the previous save failed on any rank (naming its iteration) or the directory cannot be made.
   void save();
   // Collective: waits until the save in flight is committed (IoError on every rank if it failed
   // on any).
@@ -60,13 +64,33 @@ class Checkpointer {
  private:
   struct Pending;
   bool join();  // this rank's thread; false if it failed (the error is logged)
+  void prepare_save(const std::string& tmp_dir, int64_t iteration);  // save(): join, make tmp_dir
+  CheckpointManifest stage_shard(const std::string& file);            // save(): the host copy
+  void announce_resume(const std::string& dir, const CheckpointManifest& m);  // resume(): the log, batch_since_
   Trainer& t_;
   std::unique_ptr<Pending> pending_;
   std::vector<std::byte> staging_;  // the host copy of this rank's shard, reused by every save
   SaveStats last_;
   std::function<void(double)> on_commit_;
   double loaded_commit_unix_s_ = 0;  // the resumed checkpoint's manifest time (rank 0)
+  // For pruning (rank 0): the checkpoint this run resumed from (never pruned by it), and those
+  // its resume refused as damaged (set aside by the next commit into the same directory).
+  std::string resumed_dir_;
+  std::vector<std::string> damaged_dirs_;
+  // Where this run's batch settings began (written to every manifest: consumed samples check).
+  int64_t batch_since_iteration_ = 0, batch_since_consumed_ = 0;
 };
+
+// Collective, at start-up before anything is built: --load must be a directory where it exists,
+// and --save a directory (created if absent) in which every rank can create files. IoError on
+// every rank naming the path and the problem, instead of a failure at the first save.
+void check_checkpoint_paths(const TrainConfig& cfg, Communicator& world);
+
+// With --load: cfg with the batch settings of the newest checkpoint under --load whose manifest
+// reads, where cfg leaves them open: the global batch, the micro-batch (unless the number of
+// micro-batches is given) and the ramp-up. Logged (when `announce`) with what was taken. cfg as
+// it is without --load, a checkpoint, or batch settings in it (format version 1).
+TrainConfig with_checkpoint_batch(const TrainConfig& cfg, bool announce);
 
 // SIGTERM and SIGUSR1 set a flag instead of ending the process (what Slurm and Kubernetes send
 // before killing a job); Checkpointer::after_iteration acts on it.

@@ -1,7 +1,9 @@
 // The training configuration in one place: TrainConfig (typed values, std::optional where "not
-// given" differs from a value), the table of its options (flag = TOML key, help, valid range),
-// reading a command line and a TOML file, range checks, and printing it back as a --config file.
+// given" differs from a value), the table of its options (flag = TOML key, section, help, valid
+// range), reading a command line and a TOML file, range checks, and printing it back as a
+// sectioned --config file.
 #pragma once
+#include <array>
 #include <cstdint>
 #include <functional>
 #include <optional>
@@ -9,14 +11,26 @@
 #include <string_view>
 #include <vector>
 
+#include "triax/core/enum_names.h"
 #include "triax/core/error.h"
 #include "triax/model/gpt.h"
+#include "triax/model/moe.h"
 #include "triax/ops/adamw.h"
 #include "triax/optim/lr_schedule.h"
 #include "triax/pipeline/schedule.h"
 #include "triax/config/batch.h"
 
 namespace triax {
+
+// Where the step runs (backend/backend.h): "cpu" (the reference), or "cpu-checked" (buffers
+// mapped PROT_NONE outside the backend's own calls: proves no code outside the backend touches them).
+enum class BackendKind { cpu, cpu_checked };
+template <>
+struct EnumNames<BackendKind> {
+  static constexpr std::string_view what = "backend";
+  static constexpr std::array<EnumName<BackendKind>, 2> table{
+      {{"cpu", BackendKind::cpu}, {"cpu-checked", BackendKind::cpu_checked}}};
+};
 
 struct TrainConfig {
   // Model: a preset, optionally overridden shape by shape (unset = keep the preset's value).
@@ -68,9 +82,7 @@ struct TrainConfig {
   int64_t eval_interval = 0;
   int64_t eval_iters = 10;
   std::string metrics_jsonl;
-  // Where the step runs (backend/backend.h): "cpu" (the reference), or "cpu-checked" (buffers
-  // mapped PROT_NONE outside the backend's own calls: proves no code outside the backend touches them).
-  std::string backend = "cpu";
+  std::string backend = "cpu";  // a name of BackendKind
   // Faults (docs/FAULTS.md): the watchdog's stall timeout in seconds (0: off), the consecutive
   // skipped (non-finite) iterations that end the run (0: never), the factor over the median
   // compute time that marks a straggler, and the z-score of a loss spike (0: off).
@@ -105,10 +117,27 @@ struct OptionInput {
   std::string where;               // "--train-iters" or "run.toml:3: key 'train-iters'"
 };
 
+// The sections of a --config file, in the order they are printed (docs/TRAINING.md lists what
+// each holds). Every option belongs to exactly one.
+enum class ConfigSection { model, parallel, training, optimizer, data, checkpoint, metrics, faults };
+template <>
+struct EnumNames<ConfigSection> {
+  static constexpr std::string_view what = "config section";
+  static constexpr std::array<EnumName<ConfigSection>, 8> table{{{"model", ConfigSection::model},
+                                                                 {"parallel", ConfigSection::parallel},
+                                                                 {"training", ConfigSection::training},
+                                                                 {"optimizer", ConfigSection::optimizer},
+                                                                 {"data", ConfigSection::data},
+                                                                 {"checkpoint", ConfigSection::checkpoint},
+                                                                 {"metrics", ConfigSection::metrics},
+                                                                 {"faults", ConfigSection::faults}}};
+};
+
 // An option of TrainConfig. Adding a flag is one call in train_options() (src/config/train_config.cpp):
-// its key is both the command-line flag (--key) and the TOML key.
+// its key is both the command-line flag (--key) and the TOML key inside [section].
 struct ConfigOption {
   std::string key;    // "micro-batch-size"
+  ConfigSection section = ConfigSection::training;
   std::string help;   // one line for --help
   std::string range;  // what is valid, for messages: "an integer >= 1"
   int arity = 1;      // command-line words after the flag: 0 (a switch), 1, or 3
@@ -122,9 +151,11 @@ const ConfigOption* find_train_option(std::string_view key);
 // The nearest known key to a misspelled one ("train_iters" -> "train-iters"), or "".
 std::string nearest_train_option(std::string_view key);
 
-// Applies a TOML file of `key = value` lines (keys as the flags, without "--"). An unknown key,
-// a table, a malformed file or a value of the wrong type or range is a ConfigError naming the
-// file, the line and the key (with the nearest valid key for a typo).
+// Applies a TOML file of `key = value` lines (keys as the flags, without "--"), each inside its
+// section ([parallel] tp = 2) or, as files written before sections, at the top level. An unknown
+// section or key, a key in another option's section, an option given twice, a nested table, a
+// malformed file or a value of the wrong type or range is a ConfigError naming the file, the
+// line and the key (with the nearest valid key for a typo, and the right section).
 void apply_config_file(TrainConfig& cfg, const std::string& path);
 void apply_config_text(TrainConfig& cfg, std::string_view text, const std::string& source_name);
 
@@ -143,14 +174,16 @@ CommandLine parse_train_command_line(int argc, const char* const* argv, std::str
 // for configurations built in code. ConfigError with the valid range.
 void check_ranges(const TrainConfig& cfg);
 
-// Every option as `key = value` lines that apply_config_text reads back to the same TrainConfig
-// (options not given are left out). `comments[key]` is appended as "  # ..." when present.
+// Every option as `key = value` lines under its [section] header, which apply_config_text reads
+// back to the same TrainConfig (options not given are left out; so are sections left empty).
+// comment(key), when not empty, is appended as "  # ...".
 std::string to_toml(const TrainConfig& cfg,
                     const std::function<std::string(std::string_view key)>& comment = nullptr);
 
 // The whole configuration resolved for a world size: presets applied, dp, seq and the batch
-// derived, layers split over stages, everything cross-checked. `explicit_cfg` has every derived
-// optional filled in, so printed with to_toml it reproduces the run.
+// derived, layers split over stages, the MoE and learning-rate settings built, everything
+// cross-checked. `explicit_cfg` has every derived optional filled in, so printed with to_toml it
+// reproduces the run. The Trainer builds from this alone.
 struct ResolvedTrainConfig {
   TrainConfig explicit_cfg;
   GptConfig model;
@@ -158,6 +191,9 @@ struct ResolvedTrainConfig {
   int seq = 0;
   BatchPlan batch;
   std::vector<int> stage_layers;  // per virtual stage
+  int moe_layers = 0;             // layers that are MoE (0: a dense model; moe is then unused)
+  MoeConfig moe;
+  LrScheduleConfig lr;
 };
 ResolvedTrainConfig resolve_train_config(const TrainConfig& cfg, int world_size);
 

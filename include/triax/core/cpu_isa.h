@@ -21,7 +21,7 @@ namespace triax {
 enum class CpuIsa { baseline, avx2 };
 
 // What the dispatched loops use in this process: avx2 when the CPU has it and TRIAX_CPU_ISA is
-// not "baseline" (read once, at the first call).
+// not "baseline" (auto or baseline; read once, at the first call: ConfigError for another value).
 CpuIsa cpu_isa();
 std::string_view cpu_isa_name(CpuIsa isa);
 // Whether this CPU can run the AVX2 copies.

@@ -1,5 +1,5 @@
-// The shape of a GPT-2-family model: a leaf that every layer above (model, pipeline, trainer,
-// planner) may read. Presets for GPT-2 124M..1.5B and tiny test shapes; validation against a
+// The shape of a GPT-2-family model, read by model/ and the layers above it (pipeline, config,
+// train, checkpoint); the planner, a layer below, describes shapes with plan/model_shape.h. Presets for GPT-2 124M..1.5B and tiny test shapes; validation against a
 // tensor-parallel size with errors that show the numbers.
 #pragma once
 #include <cstdint>

@@ -14,6 +14,7 @@
 #include <span>
 #include <vector>
 
+#include "triax/core/enum_names.h"
 #include "triax/distributed/comm/comm.h"
 #include "triax/model/config.h"
 #include "triax/model/moe.h"
@@ -26,9 +27,9 @@ namespace triax {
 // and GELU in backward (attention never keeps its T x T scores in any mode: it recomputes them
 // from the saved log-sum-exp); full: keep only each layer's input and recompute the whole layer,
 // its TP all-reduces included, in backward.
-enum class Recompute { none, selective, full };
-Recompute parse_recompute(const std::string& s);
-std::string_view recompute_name(Recompute r);
+// Recompute and its names are in core/enum_names.h (the planner prices the same modes).
+inline Recompute parse_recompute(std::string_view s) { return parse_enum<Recompute>(s); }
+inline std::string_view recompute_name(Recompute r) { return enum_name(r); }
 
 struct ChunkSpec {
   int first_layer = 0;

@@ -4,15 +4,22 @@
 #include <cstdint>
 #include <string_view>
 
+#include "triax/core/enum_names.h"
 #include "triax/core/error.h"
 
 namespace triax {
 
 enum class LrDecay { constant, linear, cosine };
+template <>
+struct EnumNames<LrDecay> {
+  static constexpr std::string_view what = "learning-rate decay";
+  static constexpr std::array<EnumName<LrDecay>, 3> table{
+      {{"cosine", LrDecay::cosine}, {"linear", LrDecay::linear}, {"constant", LrDecay::constant}}};
+};
 
-// "constant" | "linear" | "cosine"; ConfigError listing the choices otherwise.
-LrDecay parse_lr_decay(std::string_view s);
-std::string_view lr_decay_name(LrDecay d);
+// "cosine" | "linear" | "constant"; ConfigError listing the choices otherwise.
+inline LrDecay parse_lr_decay(std::string_view s) { return parse_enum<LrDecay>(s); }
+inline std::string_view lr_decay_name(LrDecay d) { return enum_name(d); }
 
 struct LrScheduleConfig {
   double max_lr = 3e-4;

@@ -8,6 +8,8 @@
 #include <string_view>
 #include <vector>
 
+#include "triax/core/enum_names.h"
+
 namespace triax {
 
 // What one instruction does. mb is the micro-batch, chunk the model chunk *of the stage that runs
@@ -42,11 +44,10 @@ std::string short_name(const PipeInstr& in, int chunks);
 // Long form for messages: "send_activation(mb=3, chunk=1, to stage 2)".
 std::string describe(const PipeInstr& in);
 
-enum class ScheduleKind { gpipe, one_f_one_b, interleaved, zb_h1 };
-
-std::string_view schedule_kind_name(ScheduleKind k);  // "gpipe", "1f1b", "interleaved", "zb-h1"
+// ScheduleKind and its names ("gpipe", "1f1b", "interleaved", "zb-h1") are in core/enum_names.h.
+inline std::string_view schedule_kind_name(ScheduleKind k) { return enum_name(k); }
 // Parses the names above (the --schedule flag); ConfigError listing them otherwise.
-ScheduleKind parse_schedule_kind(std::string_view name);
+inline ScheduleKind parse_schedule_kind(std::string_view name) { return parse_enum<ScheduleKind>(name); }
 
 struct Schedule {
   ScheduleKind kind = ScheduleKind::gpipe;

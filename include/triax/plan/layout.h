@@ -6,13 +6,15 @@
 #include <string>
 #include <string_view>
 
+#include "triax/core/enum_names.h"
 #include "triax/plan/cluster.h"
 #include "triax/plan/model_shape.h"
 
 namespace triax::plan {
 
-enum class Schedule { gpipe, one_f_one_b, interleaved, zb_h1 };
-enum class Recompute { none, selective, full };
+// The runtime's schedules and recomputation modes, the same enums and names (core/enum_names.h).
+using Schedule = ScheduleKind;
+using triax::Recompute;
 enum class Precision { bf16, fp16, fp32 };
 // fused: one attention kernel that never writes the s x s scores (FlashAttention-style);
 // unfused: QK^T, softmax and AV as separate kernels that store the scores (Megatron-LM 2021).

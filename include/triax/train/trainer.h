@@ -120,6 +120,13 @@ class Trainer {
   Watchdog& watchdog() { return *watchdog_; }
 
  private:
+  // The public constructor resolves the configuration once and delegates here.
+  Trainer(const std::shared_ptr<Communicator>& world, const ResolvedTrainConfig& r);
+  // Construction steps, in order: backend, fault watchers and grid; model chunks and their
+  // parameters; optimizer, executor and learning-rate schedule.
+  void start_rank(const std::shared_ptr<Communicator>& world, int dp);
+  void build_model(const ResolvedTrainConfig& r);
+  void build_optimizer(const ResolvedTrainConfig& r);
   void open_validation();  // trainer_eval.cpp
   // Non-finite gradients, loss spikes, stragglers, --max-skipped-iterations (after each step).
   void check_step(IterationMetrics& mt, const StepReport& rep, std::span<const double> busy);

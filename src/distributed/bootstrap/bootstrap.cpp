@@ -5,8 +5,8 @@
 #include <unistd.h>
 
 #include <climits>
-#include <cstdlib>
 
+#include "triax/core/env.h"
 #include "triax/distributed/comm/gloo_comm.h"
 #include "triax/distributed/comm/host_comm.h"
 #include "triax/distributed/comm/self_comm.h"
@@ -24,8 +24,17 @@ std::string_view launch_kind_name(LaunchKind k) {
   return "?";
 }
 
+namespace {
+std::optional<std::string> host_name_from_env() { return env_string_opt("TRIAX_HOSTNAME", "a host name"); }
+}  // namespace
+
 std::string host_name() {
-  if (const char* h = std::getenv("TRIAX_HOSTNAME"); h && *h) return h;
+  // Failure messages and flight-recorder dumps ask for it while another error is on its way, so
+  // it never throws: a bad TRIAX_HOSTNAME is refused once, up front, by Bootstrap::create.
+  try {
+    if (auto h = host_name_from_env()) return *h;
+  } catch (const ConfigError&) {
+  }
   char buf[HOST_NAME_MAX + 1] = {};
   if (gethostname(buf, sizeof(buf) - 1) != 0) return "unknown-host";
   return buf;
@@ -58,16 +67,12 @@ class SingleBootstrap final : public Bootstrap {
   std::shared_ptr<Communicator> world_;
 };
 
-bool env_set(const char* name) {
-  const char* v = std::getenv(name);
-  return v && *v;
-}
-
 }  // namespace
 
 std::unique_ptr<Bootstrap> make_single_bootstrap() { return std::make_unique<SingleBootstrap>(); }
 
 std::unique_ptr<Bootstrap> Bootstrap::create(const BootstrapOptions& opts) {
+  host_name_from_env();  // refuses a bad TRIAX_HOSTNAME (host_name() itself falls back)
   LaunchKind kind = LaunchKind::single;
   if (opts.force) {
     kind = opts.kind;
@@ -88,7 +93,7 @@ std::unique_ptr<Bootstrap> Bootstrap::create(const BootstrapOptions& opts) {
 #else
       TRIAX_THROW(ConfigError,
                   "launched by mpirun (OMPI_COMM_WORLD_SIZE={}) but this triax was built with TRIAX_WITH_MPI=OFF",
-                  std::getenv("OMPI_COMM_WORLD_SIZE") ? std::getenv("OMPI_COMM_WORLD_SIZE") : "?");
+                  env_string("OMPI_COMM_WORLD_SIZE", "?"));
 #endif
   }
   TRIAX_THROW(ConfigError, "unknown launch kind");

@@ -4,64 +4,48 @@
 // the job and step ids (different steps of a job get different ports).
 #include <fmt/format.h>
 
-#include <charconv>
-#include <cstdlib>
-
+#include "triax/core/env.h"
 #include "triax/core/error.h"
 #include "triax/distributed/bootstrap/slurm.h"
 
 namespace triax {
 namespace {
 
-std::optional<std::string> env(const char* name) {
-  const char* v = std::getenv(name);
-  if (!v || !*v) return std::nullopt;
-  return std::string(v);
-}
-
-long long parse(const char* name, const std::string& v, long long lo, long long hi) {
-  long long x = 0;
-  const auto [p, ec] = std::from_chars(v.data(), v.data() + v.size(), x);
-  if (ec != std::errc() || p != v.data() + v.size() || x < lo || x > hi)
-    TRIAX_THROW(ConfigError, "{}='{}' in this Slurm step is not an integer in [{}, {}]", name, v, lo, hi);
-  return x;
-}
-
 std::string need(const char* name, const char* alt = nullptr) {
-  if (auto v = env(name)) return *v;
+  if (auto v = env_string_opt(name)) return *v;
   if (alt)
-    if (auto v = env(alt)) return *v;
+    if (auto v = env_string_opt(alt)) return *v;
   TRIAX_THROW(ConfigError, "{} is not set: an srun step sets SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID and "
                            "SLURM_STEP_NODELIST for every task", name);
 }
 
 }  // namespace
 
-bool in_slurm_step() { return env("SLURM_STEP_ID") && env("SLURM_PROCID"); }
+bool in_slurm_step() { return env_set("SLURM_STEP_ID") && env_set("SLURM_PROCID"); }
 
 SlurmStep read_slurm_step() {
   SlurmStep s;
-  s.ntasks = static_cast<int>(parse("SLURM_NTASKS", need("SLURM_NTASKS", "SLURM_STEP_NUM_TASKS"), 1, 1 << 20));
-  s.procid = static_cast<int>(parse("SLURM_PROCID", need("SLURM_PROCID"), 0, s.ntasks - 1));
-  s.localid = static_cast<int>(parse("SLURM_LOCALID", need("SLURM_LOCALID"), 0, s.ntasks - 1));
+  s.ntasks = static_cast<int>(parse_env_int("SLURM_NTASKS", need("SLURM_NTASKS", "SLURM_STEP_NUM_TASKS"), 1, 1 << 20));
+  s.procid = static_cast<int>(parse_env_int("SLURM_PROCID", need("SLURM_PROCID"), 0, s.ntasks - 1));
+  s.localid = static_cast<int>(parse_env_int("SLURM_LOCALID", need("SLURM_LOCALID"), 0, s.ntasks - 1));
   s.nodes = expand_slurm_hostlist(need("SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST"));
-  s.job_id = env("SLURM_JOB_ID").value_or("");
-  s.step_id = env("SLURM_STEP_ID").value_or("");
-  s.master_addr = env("TRIAX_MASTER_ADDR").value_or(s.nodes.front());
-  if (auto p = env("TRIAX_MASTER_PORT")) {
-    s.master_port = static_cast<int>(parse("TRIAX_MASTER_PORT", *p, 1, 65535));
+  s.job_id = env_string("SLURM_JOB_ID", "");
+  s.step_id = env_string("SLURM_STEP_ID", "");
+  s.master_addr = env_string("TRIAX_MASTER_ADDR", s.nodes.front());
+  if (auto p = env_port_opt("TRIAX_MASTER_PORT")) {
+    s.master_port = *p;
     s.port_desc = fmt::format("TRIAX_MASTER_PORT={}", s.master_port);
-  } else if (auto mp = env("MASTER_PORT")) {
-    s.master_port = static_cast<int>(parse("MASTER_PORT", *mp, 1, 65535));
+  } else if (auto mp = env_port_opt("MASTER_PORT")) {
+    s.master_port = *mp;
     s.port_desc = fmt::format("MASTER_PORT={}", s.master_port);
-  } else if (auto resv = env("SLURM_STEP_RESV_PORTS")) {
+  } else if (auto resv = env_string_opt("SLURM_STEP_RESV_PORTS")) {
     // "12000-12003" or "12000,12005": the first port Slurm reserved for this step (MpiParams=ports=).
     const std::string first = resv->substr(0, resv->find_first_of("-,"));
-    s.master_port = static_cast<int>(parse("SLURM_STEP_RESV_PORTS", first, 1, 65535));
+    s.master_port = static_cast<int>(parse_env_int("SLURM_STEP_RESV_PORTS", first, 1, 65535));
     s.port_desc = fmt::format("SLURM_STEP_RESV_PORTS={} (first)", *resv);
   } else {
-    const long long job = s.job_id.empty() ? 0 : parse("SLURM_JOB_ID", s.job_id, 0, 1LL << 40);
-    const long long step = s.step_id.empty() ? 0 : parse("SLURM_STEP_ID", s.step_id, 0, 1LL << 40);
+    const long long job = s.job_id.empty() ? 0 : parse_env_int("SLURM_JOB_ID", s.job_id, 0, 1LL << 40);
+    const long long step = s.step_id.empty() ? 0 : parse_env_int("SLURM_STEP_ID", s.step_id, 0, 1LL << 40);
     s.master_port = static_cast<int>(20000 + (job * 97 + step) % 30000);
     s.port_desc = fmt::format("port {} derived from SLURM_JOB_ID={} SLURM_STEP_ID={} (set TRIAX_MASTER_PORT to choose)",
                               s.master_port, s.job_id, s.step_id);

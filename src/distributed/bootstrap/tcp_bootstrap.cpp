@@ -9,8 +9,6 @@
 
 #include <algorithm>
 #include <exception>
-#include <charconv>
-#include <cstdlib>
 #include <cstring>
 #include <atomic>
 #include <mutex>
@@ -20,6 +18,7 @@
 #include <fmt/ranges.h>
 
 #include "tcp_socket.h"
+#include "triax/core/env.h"
 #include "triax/core/log.h"
 #include "triax/distributed/bootstrap/bootstrap.h"
 #include "triax/distributed/comm/gloo_comm.h"
@@ -43,71 +42,44 @@ constexpr long long kMaxWorldSize = 1 << 20;
 
 using LaunchEnv = TcpLaunch;  // job: TRIAX_JOB_ID, else TORCHELASTIC_RUN_ID, else empty
 
-std::optional<std::string> env(const char* name) {
-  const char* v = std::getenv(name);
-  if (!v) return std::nullopt;
-  return std::string(v);
-}
-
 constexpr const char* kLaunchVars =
     "a torchrun-style launch sets RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT (LOCAL_RANK optional)";
 
-// Parses the whole value as a decimal integer in [lo, hi]; `range` says what was expected.
-long long parse_int(const char* name, const std::string& value, long long lo, long long hi, std::string_view range) {
-  if (value.empty()) TRIAX_THROW(ConfigError, "{} is set but empty; expected an integer, {}", name, range);
-  long long v = 0;
-  const char* end = value.data() + value.size();
-  const auto [ptr, ec] = std::from_chars(value.data(), end, v);
-  if (ec == std::errc::result_out_of_range)
-    TRIAX_THROW(ConfigError, "{}={} is out of range; expected {}", name, value, range);
-  if (ec != std::errc() || ptr != end)
-    TRIAX_THROW(ConfigError, "{}='{}' is not an integer; expected {}", name, value, range);
-  if (v < lo || v > hi) TRIAX_THROW(ConfigError, "{}={} is out of range; expected {}", name, value, range);
-  return v;
+void require_set(const char* name) {
+  if (!env_set(name)) TRIAX_THROW(ConfigError, "{} is not set: {}", name, kLaunchVars);
 }
 
-std::string required(const char* name) {
-  auto v = env(name);
-  if (!v) TRIAX_THROW(ConfigError, "{} is not set: {}", name, kLaunchVars);
-  return *v;
-}
-
-bool torchrun_agent_store() {
-  const auto v = env("TORCHELASTIC_USE_AGENT_STORE");
-  return v && (*v == "True" || *v == "true" || *v == "1");
+// A launch variable that must be set, as an integer in [lo, hi]; `expected` names the range.
+int required_int(const char* name, int64_t lo, int64_t hi, const std::string& expected) {
+  require_set(name);
+  return static_cast<int>(*env_int_opt(name, lo, hi, expected));
 }
 
 LaunchEnv read_launch_env() {
   LaunchEnv e;
-  e.world_size = static_cast<int>(
-      parse_int("WORLD_SIZE", required("WORLD_SIZE"), 1, kMaxWorldSize, fmt::format("1 <= WORLD_SIZE <= {}", kMaxWorldSize)));
-  const std::string rank = required("RANK");
-  e.rank = static_cast<int>(parse_int("RANK", rank, 0, kMaxWorldSize, fmt::format("0 <= RANK < WORLD_SIZE={}", e.world_size)));
-  if (e.rank >= e.world_size)
-    TRIAX_THROW(ConfigError, "RANK={} is out of range; expected 0 <= RANK < WORLD_SIZE={}", rank, e.world_size);
-  if (auto lr = env("LOCAL_RANK"))
-    e.local_rank = static_cast<int>(
-        parse_int("LOCAL_RANK", *lr, 0, e.world_size - 1, fmt::format("0 <= LOCAL_RANK < WORLD_SIZE={}", e.world_size)));
+  e.world_size = required_int("WORLD_SIZE", 1, kMaxWorldSize, fmt::format("1 <= WORLD_SIZE <= {}", kMaxWorldSize));
+  e.rank = required_int("RANK", 0, e.world_size - 1, fmt::format("0 <= RANK < WORLD_SIZE={}", e.world_size));
+  if (auto lr = env_int_opt("LOCAL_RANK", 0, e.world_size - 1, fmt::format("0 <= LOCAL_RANK < WORLD_SIZE={}", e.world_size)))
+    e.local_rank = static_cast<int>(*lr);
   // One process needs no rendezvous: MASTER_* are checked when given but not required.
   const bool need_master = e.world_size > 1;
-  auto addr = need_master ? std::optional<std::string>(required("MASTER_ADDR")) : env("MASTER_ADDR");
-  if (addr) {
-    if (addr->empty() || addr->find_first_of(" \t\r\n") != std::string::npos)
+  if (need_master) require_set("MASTER_ADDR");
+  if (auto addr = env_string_opt("MASTER_ADDR", "a host name or IP address (of the host running rank 0)")) {
+    if (addr->find_first_of(" \t\r\n") != std::string::npos)
       TRIAX_THROW(ConfigError, "MASTER_ADDR='{}' is not a host name or IP address (of the host running rank 0)", *addr);
     e.master_addr = *addr;
   }
-  auto port = need_master && !env("TRIAX_MASTER_PORT") ? std::optional<std::string>(required("MASTER_PORT"))
-                                                       : env("MASTER_PORT");
+  if (need_master && !env_set("TRIAX_MASTER_PORT")) require_set("MASTER_PORT");
+  const auto port = env_port_opt("MASTER_PORT");
   if (port) {
-    e.master_port = static_cast<int>(parse_int("MASTER_PORT", *port, 1, 65535, "a TCP port, 1 <= MASTER_PORT <= 65535"));
+    e.master_port = *port;
     e.port_desc = fmt::format("MASTER_PORT={}", e.master_port);
   }
-  if (auto own = env("TRIAX_MASTER_PORT")) {
+  if (auto own = env_port_opt("TRIAX_MASTER_PORT")) {
     // triax's own port, for launchers that occupy MASTER_PORT themselves.
-    e.master_port =
-        static_cast<int>(parse_int("TRIAX_MASTER_PORT", *own, 1, 65535, "a TCP port, 1 <= TRIAX_MASTER_PORT <= 65535"));
+    e.master_port = *own;
     e.port_desc = fmt::format("TRIAX_MASTER_PORT={}", e.master_port);
-  } else if (port && torchrun_agent_store()) {
+  } else if (port && env_flag("TORCHELASTIC_USE_AGENT_STORE", false)) {
     // torchrun's elastic agent already serves its TCPStore on MASTER_PORT (and says so with
     // TORCHELASTIC_USE_AGENT_STORE): every rank takes the next port, so they still agree.
     if (e.master_port == 65535)
@@ -118,15 +90,11 @@ LaunchEnv read_launch_env() {
     ++e.master_port;
   }
   // The job token: what every rank of one launch shares and a process of another job does not.
-  auto nonempty = [](const char* name) {
-    auto v = env(name);
-    return v && !v->empty() ? v : std::nullopt;
-  };
-  if (auto j = nonempty("TRIAX_JOB_ID")) e.job = *j, e.job_desc = "TRIAX_JOB_ID";
-  else if (auto t = nonempty("TORCHELASTIC_RUN_ID")) e.job = *t, e.job_desc = "TORCHELASTIC_RUN_ID";
-  else if (auto s = nonempty("SLURM_JOB_ID"))
-    e.job = fmt::format("slurm:{}.{}", *s, env("SLURM_STEP_ID").value_or("")), e.job_desc = "SLURM_JOB_ID.SLURM_STEP_ID";
-  else if (auto p = nonempty("PMIX_NAMESPACE")) e.job = "pmix:" + *p, e.job_desc = "PMIX_NAMESPACE";
+  if (auto j = env_string_opt("TRIAX_JOB_ID")) e.job = *j, e.job_desc = "TRIAX_JOB_ID";
+  else if (auto t = env_string_opt("TORCHELASTIC_RUN_ID")) e.job = *t, e.job_desc = "TORCHELASTIC_RUN_ID";
+  else if (auto s = env_string_opt("SLURM_JOB_ID"))
+    e.job = fmt::format("slurm:{}.{}", *s, env_string("SLURM_STEP_ID", "")), e.job_desc = "SLURM_JOB_ID.SLURM_STEP_ID";
+  else if (auto p = env_string_opt("PMIX_NAMESPACE")) e.job = "pmix:" + *p, e.job_desc = "PMIX_NAMESPACE";
   if (e.world_size > 1 && e.job.empty())
     TRIAX_THROW(ConfigError,
                 "no job token for the TCP rendezvous: set TRIAX_JOB_ID to one value shared by every rank of this "

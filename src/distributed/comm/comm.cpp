@@ -5,9 +5,11 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
-#include <cstdlib>
+#include <cmath>
 #include <numeric>
 #include <thread>
+
+#include "triax/core/env.h"
 
 namespace triax {
 
@@ -31,15 +33,10 @@ std::string_view backend_name(CommBackend b) {
   return "?";
 }
 
+// The one reader of TRIAX_COMM_TIMEOUT_S (checkpoint commits use it too): 1 ms to ~116 days.
 std::chrono::milliseconds default_comm_timeout() {
-  if (const char* s = std::getenv("TRIAX_COMM_TIMEOUT_S")) {
-    char* end = nullptr;
-    const double v = std::strtod(s, &end);
-    if (end == s || *end != '\0' || !(v > 0))
-      TRIAX_THROW(ConfigError, "TRIAX_COMM_TIMEOUT_S='{}' is not a positive number of seconds", s);
-    return std::chrono::milliseconds(static_cast<int64_t>(v * 1000.0));
-  }
-  return std::chrono::milliseconds(600'000);
+  const double s = env_seconds("TRIAX_COMM_TIMEOUT_S", 0.001, 1e7, 600.0);
+  return std::chrono::milliseconds(std::llround(s * 1000.0));
 }
 
 Communicator::Communicator(int rank, int size, std::string name, std::vector<int> world_ranks, CommOptions opts)
@@ -54,10 +51,7 @@ Communicator::Communicator(int rank, int size, std::string name, std::vector<int
   register_flight_recorder(fr_);
 }
 
-bool debug_collectives_from_env() {
-  const char* s = std::getenv("TRIAX_DEBUG_COLLECTIVES");
-  return s && std::string_view(s) == "1";
-}
+bool debug_collectives_from_env() { return env_flag("TRIAX_DEBUG_COLLECTIVES", false); }
 
 namespace {
 // A small stable code per operation name for the mismatch check (FNV-1a).

@@ -44,6 +44,7 @@
 #include <numeric>
 #include <thread>
 
+#include "triax/core/env.h"
 #include "triax/core/log.h"
 #endif
 
@@ -618,12 +619,12 @@ P2PWork::~P2PWork() {
 gloo::transport::tcp::attr device_attr(const std::vector<std::string>& hosts) {
   gloo::transport::tcp::attr a;
   for (const char* v : {"TRIAX_GLOO_IFNAME", "GLOO_SOCKET_IFNAME"})
-    if (const char* e = std::getenv(v); e && *e) {
-      a.iface = e;
+    if (auto e = env_string_opt(v, "a network interface name")) {
+      a.iface = *e;
       return a;
     }
-  if (const char* e = std::getenv("TRIAX_GLOO_HOSTNAME"); e && *e) {
-    a.hostname = e;
+  if (auto e = env_string_opt("TRIAX_GLOO_HOSTNAME", "a host name or address")) {
+    a.hostname = *e;
     return a;
   }
   if (std::all_of(hosts.begin(), hosts.end(), [&](const std::string& h) { return h == hosts.front(); })) {

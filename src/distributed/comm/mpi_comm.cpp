@@ -14,6 +14,8 @@
 #include <exception>
 #include <numeric>
 
+#include "triax/core/env.h"
+
 namespace triax {
 namespace {
 
@@ -117,8 +119,8 @@ class MpiWork final : public WorkImpl {
 // Ring reduce-scatter, and ring all-reduce (reduce-scatter then all-gather), on point-to-point
 // messages of the communicator's private ring duplicate. Why not MPI_Iallreduce: Open MPI's
 // libnbc runs every in-place all-reduce, and every reduce-scatter, as a binomial tree of
-// full-size buffers (log2(n) serial hops up, then down), 2-3x slower than the ring the blocking
-// MPI_Allreduce uses. Here each rank sends and receives (n-1)/n of the buffer per phase, in
+// full-size buffers (log2(n) serial hops up, then down), much slower than the ring the blocking
+// MPI_Allreduce uses (benchmarks/results/comm_bench_cpu.md). Here each rank sends and receives (n-1)/n of the buffer per phase, in
 // n-1 steps; a step is a send to the right neighbour and a receive from the left one, then a
 // local MPI_Reduce_local. Steps advance whenever any MPI-backend call of this process is
 // polled (see progress_rings), as MPI's progress engine advances every nonblocking collective,
@@ -187,22 +189,12 @@ void progress_rings(const RingWork* except) {
 
 // The ring's steps are latency-bound on small buffers, where libnbc's tree wins: the ring
 // starts at this many bytes per step of a phase, e.g. (n-1) x 64 KiB for a reduce-scatter ring,
-// log2(n) x 64 KiB for a halving-doubling all-reduce (measured on 2 cores: from 64 KiB at np 2
-// and 128-256 KiB at np 4 the ring or halving beats libnbc; a ring at oversubscribed np 8 loses
-// below a few hundred KiB).
+// log2(n) x 64 KiB for a halving-doubling all-reduce (the crossover against libnbc measured on
+// 2 cores is in benchmarks/results/comm_bench_cpu.md).
 // TRIAX_MPI_RING_MIN_BYTES overrides the 64 KiB (the tests set 0 to run the ring on every size);
 // it must be the same on every rank.
 size_t ring_min_bytes() {
-  static const size_t v = [] {
-    if (const char* e = std::getenv("TRIAX_MPI_RING_MIN_BYTES")) {
-      char* end = nullptr;
-      const long long x = std::strtoll(e, &end, 10);
-      if (end == e || *end != '\0' || x < 0)
-        TRIAX_THROW(ConfigError, "TRIAX_MPI_RING_MIN_BYTES='{}' is not a byte count", e);
-      return static_cast<size_t>(x);
-    }
-    return size_t{64} << 10;
-  }();
+  static const size_t v = env_bytes("TRIAX_MPI_RING_MIN_BYTES", 0, uint64_t{1} << 40, uint64_t{64} << 10);
   return v;
 }
 

@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "triax/core/env.h"
 #include "triax/core/error.h"
 
 #if defined(TRIAX_HAVE_IBVERBS)
@@ -206,8 +207,7 @@ std::vector<std::string> apply_nccl_settings(const NcclSettings& s) {
   std::vector<std::string> done;
   auto set = [&](const char* name, const std::string& v) {
     if (v.empty()) return;
-    const char* cur = std::getenv(name);
-    if (cur && *cur) return;
+    if (env_set(name)) return;  // the user's choice, even "" (NCCL's own default)
     ::setenv(name, v.c_str(), 0);
     done.push_back(fmt::format("{}={}", name, v));
   };
@@ -221,8 +221,7 @@ std::vector<std::string> apply_discovered_nccl_settings_once() {
   static std::atomic<bool> first{true};
   if (!first.exchange(false)) return {};
   return [] {
-    const char* off = std::getenv("TRIAX_NCCL_AUTO_ENV");
-    if (off && std::string(off) == "0") return std::vector<std::string>{};
+    if (!env_flag("TRIAX_NCCL_AUTO_ENV", true)) return std::vector<std::string>{};
     try {
       return apply_nccl_settings(suggest_nccl(discover_rdma()));
     } catch (const std::exception& e) {

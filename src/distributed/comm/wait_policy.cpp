@@ -4,10 +4,7 @@
 
 #include <sys/resource.h>
 
-#include <cerrno>
-#include <cstdlib>
-
-#include "triax/core/error.h"
+#include "triax/core/env.h"
 
 namespace triax {
 
@@ -24,15 +21,9 @@ long thread_preemptions() {
 }
 
 namespace {
-std::chrono::microseconds env_us(const char* name, std::chrono::microseconds fallback, long long min) {
-  const char* s = std::getenv(name);
-  if (!s) return fallback;
-  char* end = nullptr;
-  errno = 0;
-  const long long v = std::strtoll(s, &end, 10);
-  if (end == s || *end != '\0' || errno == ERANGE || v < min || v > 3'600'000'000LL)
-    TRIAX_THROW(ConfigError, "{}='{}' is not a whole number of microseconds in [{}, 3600000000]", name, s, min);
-  return std::chrono::microseconds(v);
+// A whole number of microseconds in [min, one hour].
+std::chrono::microseconds env_us(const char* name, std::chrono::microseconds fallback, int64_t min) {
+  return std::chrono::microseconds(env_int(name, min, 3'600'000'000LL, fallback.count()));
 }
 }  // namespace
 

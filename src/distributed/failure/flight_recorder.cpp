@@ -14,6 +14,7 @@
 #include <cstdlib>
 #include <fstream>
 
+#include "triax/core/env.h"
 #include "triax/core/error.h"
 #include "triax/core/log.h"
 #include "triax/distributed/bootstrap/bootstrap.h"
@@ -119,16 +120,7 @@ std::vector<FrEntry> FlightRecorder::entries() const {
 }
 
 size_t flight_recorder_capacity() {
-  static const size_t cap = [] {
-    if (const char* s = std::getenv("TRIAX_FR_SIZE")) {
-      char* end = nullptr;
-      const long long v = std::strtoll(s, &end, 10);
-      if (end == s || *end != '\0' || v < 0 || v > (1 << 24))
-        TRIAX_THROW(ConfigError, "TRIAX_FR_SIZE='{}' is not a ring size in [0, 16777216]", s);
-      return static_cast<size_t>(v);
-    }
-    return size_t{2048};
-  }();
+  static const size_t cap = static_cast<size_t>(env_int("TRIAX_FR_SIZE", 0, 1 << 24, 2048));
   return cap;
 }
 
@@ -139,8 +131,9 @@ void register_flight_recorder(const std::shared_ptr<FlightRecorder>& fr) {
   std::erase_if(r.recorders, [](const auto& w) { return w.expired(); });
   r.recorders.push_back(fr);
   if (!r.at_exit) {
+    const bool dump_on_exit = env_flag("TRIAX_FR_DUMP_ON_EXIT", false);  // a bad value throws before at_exit is set
     r.at_exit = true;
-    if (const char* s = std::getenv("TRIAX_FR_DUMP_ON_EXIT"); s && std::string_view(s) == "1") {
+    if (dump_on_exit) {
       r.keep = true;
       std::atexit([] { dump_flight_recorder("exit"); });
     }
@@ -164,8 +157,7 @@ std::string flight_recorder_phase() {
 }
 
 std::string flight_recorder_path(int world_rank) {
-  const char* dir = std::getenv("TRIAX_FR_DIR");
-  std::string d = dir && *dir ? dir : ".";
+  std::string d = env_string("TRIAX_FR_DIR", ".");
   if (d.back() != '/') d += '/';
   return fmt::format("{}triax_fr_rank{}.json", d, world_rank);
 }

@@ -6,9 +6,11 @@
 
 #include <cstdlib>
 #include <functional>
+#include <limits>
 #include <new>
 #include <thread>
 
+#include "triax/core/env.h"
 #include "triax/core/error.h"
 #include "triax/distributed/bootstrap/bootstrap.h"
 
@@ -37,11 +39,11 @@ std::string_view exit_code_name(int code) {
 }
 
 int launcher_rank() {
+  // Runs while an error is being reported: a missing or malformed variable is skipped, never thrown.
   for (const char* v : {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID", "RANK"}) {
-    if (const char* s = std::getenv(v); s && *s) {
-      char* end = nullptr;
-      const long r = std::strtol(s, &end, 10);
-      if (end && *end == '\0' && r >= 0) return static_cast<int>(r);
+    try {
+      if (const auto r = env_int_opt(v, 0, std::numeric_limits<int>::max())) return static_cast<int>(*r);
+    } catch (const ConfigError&) {
     }
   }
   return 0;

@@ -191,6 +191,41 @@ TEST_CASE("the checking backend opens a buffer for a communicator call until it 
   CHECK(to_host_f32(*checked, b) == std::vector<float>{1, 2, 3, 4});
 }
 
+TEST_CASE("the checking backend refuses the next call after a Work was dropped before it completed",
+          "[backend]") {
+  auto checked = make_checked_cpu_backend();
+  auto comm = checked->adapt(std::shared_ptr<Communicator>(make_self_communicator("pp", 0)));
+  Tensor a = up(*checked, {1, 2, 3, 4});
+  Tensor b = checked->empty(Shape{4}, DType::f32);
+  // Completed calls may go: one waited, one seen complete by test().
+  {
+    Work s = send(*comm, *checked, a, 0, 1);
+    Work r = recv(*comm, *checked, b, 0, 1);
+    while (!r.test()) {
+    }
+    s.wait();
+  }
+  comm->barrier().wait();
+  // A receive still in flight (no send matches it) whose handle goes away: a missing wait.
+  { Work lost = recv(*comm, *checked, b, 0, 9); }
+  CHECK_THROWS_WITH(comm->barrier(), Contains("before barrier") && Contains("recv #") &&
+                                         Contains("group 'pp'") &&
+                                         Contains("destroyed before wait() or test() saw it complete"));
+  comm->barrier().wait();  // said once; the communicator goes on
+  // Overwriting a handle drops its call just the same.
+  Work w = send(*comm, *checked, a, 0, 3);
+  w = recv(*comm, *checked, b, 0, 3);
+  w.wait();
+  CHECK_THROWS_WITH(comm->barrier(), Contains("send #"));
+  // While an exception unwinds, dropped handles are expected (the error is already on its way).
+  CHECK_THROWS_AS(([&] {
+                    Work pending = recv(*comm, *checked, b, 0, 11);
+                    throw CommError("some failure");
+                  }()),
+                  CommError);
+  comm->barrier().wait();
+}
+
 TEST_CASE("the checking backend faults on a read outside its calls, naming the buffer", "[backend]") {
   int fds[2];
   REQUIRE(pipe(fds) == 0);

@@ -1,102 +1,197 @@
 // The checkpoint manifest and shard readers: a valid manifest round-trips; wrong versions, fields,
-// shapes and ranges are refused naming the problem; a seeded mutation loop over the manifest
-// text and the shard bytes only ever yields a valid result or an IoError (never another
-// exception, a crash or a read outside the buffers).
+// shapes, ranges and structure (alignment, tiling, coverage, scalars) are refused naming the
+// problem; the manifest digest; checkpoint directories of any width; a seeded mutation loop over
+// the manifest text and the shard bytes only ever yields a valid result or an IoError (never
+// another exception, a crash or a read outside the buffers).
 #include <catch2/catch.hpp>
 
-#include <cstring>
+#include <unistd.h>
+
+#include <fmt/format.h>
+
+#include <filesystem>
+#include <functional>
+#include <fstream>
 #include <random>
 
-#include "triax/core/error.h"
-#include "triax/io/sha256.h"
-#include "triax/checkpoint/manifest.h"
+#include "manifest_sample.h"
+#include "triax/config/batch.h"
 
 using namespace triax;
+using namespace triax::test;
 using Catch::Matchers::Contains;
+namespace fs = std::filesystem;
 
 namespace {
 
-// A manifest of one file holding two slices of a (4, 3) rows-split tensor at tp 2 (rank 1).
-struct Sample {
-  CheckpointManifest m;
-  std::vector<std::byte> shard;
+std::string edit(const ManifestSample& s, const std::function<void(CheckpointManifest&)>& f) {
+  CheckpointManifest m = s.m;
+  f(m);
+  return checkpoint_manifest_json(m);
+}
+
+// A fresh empty directory under the system's temporary directory, removed at scope exit.
+struct TempDir {
+  fs::path path;
+  explicit TempDir(const std::string& tag) {
+    path = fs::temp_directory_path() / fmt::format("triax_{}_{}", tag, ::getpid());
+    fs::remove_all(path);
+    fs::create_directories(path);
+  }
+  ~TempDir() { fs::remove_all(path); }
 };
 
-Sample sample() {
-  Sample s;
-  s.m.model.n_layer = 2, s.m.model.n_head = 2, s.m.model.n_embd = 8, s.m.model.vocab = 10, s.m.model.max_seq = 16;
-  s.m.iteration = 7, s.m.consumed_samples = 56, s.m.applied_steps = 6, s.m.skipped_steps = 1, s.m.seed = 99, s.m.seq = 8;
-  s.m.schedule = "1f1b";
-  s.shard.resize(kCheckpointShardMagic.size());
-  std::memcpy(s.shard.data(), kCheckpointShardMagic.data(), kCheckpointShardMagic.size());
-  for (int k = 0; k < 2; ++k) {
-    CheckpointSlice sl{"w", k == 0 ? StateKind::param : StateKind::exp_avg, {4, 3}, TpSplit::rows, 1, 2, 0, 6,
-                       "rank_00001.bin", s.shard.size()};
-    for (int i = 0; i < 6; ++i) {
-      const float v = static_cast<float>(10 * k + i) + 0.5f;
-      const auto* b = reinterpret_cast<const std::byte*>(&v);
-      s.shard.insert(s.shard.end(), b, b + 4);
-    }
-    s.m.slices.push_back(sl);
-  }
-  s.m.files.push_back({"rank_00001.bin", s.shard.size(), io::sha256_hex(s.shard)});
-  return s;
+void write(const fs::path& p, const std::string& text) {
+  fs::create_directories(p.parent_path());
+  std::ofstream(p, std::ios::binary) << text;
 }
 
 }  // namespace
 
 TEST_CASE("checkpoint manifest: round trip and slice values", "[checkpoint]") {
-  const Sample s = sample();
+  const ManifestSample s = manifest_sample();
   const std::string text = checkpoint_manifest_json(s.m);
   const CheckpointManifest p = parse_checkpoint_manifest(text, "m.json");
+  CHECK(p.format_version == 2);
   CHECK(p.iteration == 7);
   CHECK(p.consumed_samples == 56);
   CHECK(p.applied_steps == 6);
   CHECK(p.skipped_steps == 1);
   CHECK(p.seed == 99);
-  REQUIRE(p.slices.size() == 2);
+  REQUIRE(p.batch);
+  CHECK(p.batch->global_batch == 8);
+  CHECK(p.batch->micro_batch == 2);
+  CHECK(!p.batch->rampup);
+  REQUIRE(p.slices.size() == 12);
   CHECK(p.slices[1].kind == StateKind::exp_avg);
   CHECK(p.slices[1].split == TpSplit::rows);
   CHECK(checkpoint_manifest_json(p) == text);
-  check_checkpoint_file(s.shard, p.files[0], "rank_00001.bin");
-  const auto v = checkpoint_slice_values(s.shard, p.slices[1]);
-  REQUIRE(v.size() == 6);
-  CHECK(v[0] == 10.5f);
-  CHECK(v[5] == 15.5f);
+  const auto& shard = s.files.at("rank_00000.bin");
+  check_checkpoint_file(shard, p.files[0], "rank_00000.bin");
+  const auto v = checkpoint_slice_values(shard, p.slices[1]);  // w, exp_avg, elements [0, 4) of tp rank 0
+  REQUIRE(v.size() == 4);
+  CHECK(v[0] == 4.25f);
+  CHECK(v[3] == 7.25f);
+  const auto st = load_sample(text, s);
+  REQUIRE(st);
+  CHECK(st->tensors.at({"w", 0})[0] == 0.25f);
 }
 
 TEST_CASE("checkpoint manifest: bad manifests and files are refused with the reason", "[checkpoint]") {
-  const Sample s = sample();
-  auto edit = [&](auto f) {
-    CheckpointManifest m = s.m;
-    f(m);
-    return checkpoint_manifest_json(m);
+  const ManifestSample s = manifest_sample();
+  auto refused = [&](const std::function<void(CheckpointManifest&)>& f, const std::string& why) {
+    CHECK_THROWS_WITH(parse_checkpoint_manifest(edit(s, f), "m.json"), Contains("m.json: ") && Contains(why));
   };
-  CHECK_THROWS_WITH(parse_checkpoint_manifest(edit([](auto& m) { m.format_version = 2; }), "m.json"),
-                    Contains("m.json: format version 2 is newer than this build of triax reads (up to 1)"));
-  CHECK_THROWS_WITH(parse_checkpoint_manifest(edit([](auto& m) { m.slices[0].end = 7; }), "m.json"),
-                    Contains("slices[0].end = 7 is out of range [1, 6]"));
-  CHECK_THROWS_WITH(parse_checkpoint_manifest(edit([](auto& m) { m.slices[0].tp_size = 3; }), "m.json"),
-                    Contains("cannot be split over tp 3"));
-  CHECK_THROWS_WITH(parse_checkpoint_manifest(edit([](auto& m) { m.slices[1].offset = 40; }), "m.json"),
-                    Contains("lie outside file 'rank_00001.bin'"));
-  CHECK_THROWS_WITH(parse_checkpoint_manifest(edit([](auto& m) { m.slices[1].file = "x.bin"; }), "m.json"),
-                    Contains("slices[1].file 'x.bin' is not in the list of files"));
-  CHECK_THROWS_WITH(parse_checkpoint_manifest(edit([](auto& m) { m.files[0].name = "../x"; }), "m.json"),
-                    Contains("is not a plain file name"));
+  refused([](auto& m) { m.format_version = 3; }, "format version 3 is newer than this build of triax reads (up to 2)");
+  refused([](auto& m) { m.format_version = 1; }, "a version 1 manifest has no field 'batch'");
+  refused([](auto& m) { m.slices[0].end = 7; }, "slices[0].end = 7 is out of range [1, 6]");
+  refused([](auto& m) { m.slices[0].tp_size = 3; }, "cannot be split over tp 3");
+  refused([](auto& m) { m.slices[1].offset = 400; }, "lie outside file 'rank_00000.bin'");
+  refused([](auto& m) { m.slices[1].file = "x.bin"; }, "slices[1].file 'x.bin' is not in the list of files");
+  refused([](auto& m) { m.files[0].name = "../x"; }, "is not a plain file name");
+  // Structure: alignment, tiling, coverage, one file per rank.
+  refused([](auto& m) { m.slices[1].offset += 2; }, "slices[1].offset 26 is not a multiple of 4");
+  refused([](auto& m) { m.slices[1].offset += 4; }, "file 'rank_00000.bin': a gap at byte 24");
+  refused([](auto& m) { m.slices[1].offset -= 4; }, "file 'rank_00000.bin': two slices overlap at byte 20");
+  refused([](auto& m) { m.files[0].bytes += 4; }, "slices must tile the file");
+  refused([](auto& m) { m.slices[0].tp_rank = 1; }, "tensor 'w' (param) of tp rank 0: no slice holds the elements at element 0");
+  refused([](auto& m) { m.tp = 1; }, "2 files for the layout tp 1 x pp 1 x dp 1 = 1 ranks");
+  refused([](auto& m) { std::swap(m.files[0], m.files[1]); }, "files[0] is 'rank_00001.bin', expected 'rank_00000.bin'");
+  refused([](auto& m) { m.slices.erase(m.slices.end() - 3, m.slices.end()); }, "slices must tile the file");
+  // Scalars.
+  refused([](auto& m) { m.iteration = 8; }, "applied_steps 6 + skipped_steps 1 != iteration 8");
+  refused([](auto& m) { m.consumed_samples = 64; }, "consumed_samples 64 != 56 (from 0 samples at iteration 0 and 7 more");
+  refused([](auto& m) { m.batch->global_batch = 16; }, "batch: global_batch 16 != micro_batch 2 x dp 1 x num_micro_batches 4");
+  refused([](auto& m) { m.batch->since_iteration = 3; }, "batch: since_iteration 3 and since_consumed_samples 0 do not fit");
+  refused([](auto& m) { m.seq = 17; }, "seq_length 17 exceeds the model's max_seq 16");
   CHECK_THROWS_WITH(parse_checkpoint_manifest("{\"format\": \"triax-checkpoint\"}", "m.json"),
                     Contains("m.json: manifest has no field 'format_version'"));
   CHECK_THROWS_WITH(parse_checkpoint_manifest("{", "m.json"), Contains("m.json: not valid JSON"));
+  // Intact, but another run's: refused by the comparison with the run.
+  const CheckpointManifest m = parse_checkpoint_manifest(checkpoint_manifest_json(s.m), "m.json");
+  GptConfig other = s.m.model;
+  other.n_layer = 3;
+  CHECK_THROWS_WITH(check_checkpoint_matches_run(m, other, 99, 8, "ck"), Contains("ck: a checkpoint of another model"));
+  CHECK_THROWS_WITH(check_checkpoint_matches_run(m, s.m.model, 98, 8, "ck"), Contains("written with --seed 99"));
 
-  std::vector<std::byte> cut(s.shard.begin(), s.shard.end() - 3);
-  CHECK_THROWS_WITH(check_checkpoint_file(cut, s.m.files[0], "f.bin"), Contains("f.bin: 53 bytes, but the manifest lists 56 bytes (truncated)"));
-  std::vector<std::byte> flipped = s.shard;
+  const auto& shard = s.files.at("rank_00001.bin");
+  std::vector<std::byte> cut(shard.begin(), shard.end() - 3);
+  CHECK_THROWS_WITH(check_checkpoint_file(cut, s.m.files[1], "f.bin"),
+                    Contains("f.bin: 77 bytes, but the manifest lists 80 bytes (truncated)"));
+  std::vector<std::byte> flipped = shard;
   flipped[20] ^= std::byte{0x10};
-  CHECK_THROWS_WITH(check_checkpoint_file(flipped, s.m.files[0], "f.bin"), Contains("f.bin: SHA-256 mismatch"));
+  CHECK_THROWS_WITH(check_checkpoint_file(flipped, s.m.files[1], "f.bin"), Contains("f.bin: SHA-256 mismatch"));
+}
+
+TEST_CASE("checkpoint manifest: consumed samples follow the batch ramp-up as the trainer adds them", "[checkpoint]") {
+  ManifestSample s = manifest_sample();
+  const BatchRampup ramp{2, 2, 40};
+  s.m.batch->rampup = ramp;
+  // The trainer: each step adds the global batch the schedule gives at the samples consumed so far.
+  const BatchSchedule sched(BatchPlan{8, 2, 4, 1}, ramp);
+  int64_t consumed = 12;  // the settings began at iteration 2 with 12 samples consumed
+  for (int it = 2; it < 7; ++it) consumed += sched.global_batch(consumed);
+  s.m.batch->since_iteration = 2, s.m.batch->since_consumed_samples = 12;
+  s.m.consumed_samples = consumed;
+  CHECK(consumed == 12 + 2 + 4 + 4 + 4 + 4);  // batches 2, then 4 from 14 samples (40 / 3 per step of the ramp)
+  CHECK_NOTHROW(parse_checkpoint_manifest(checkpoint_manifest_json(s.m), "m.json"));
+  s.m.consumed_samples = consumed - 2;
+  CHECK_THROWS_WITH(parse_checkpoint_manifest(checkpoint_manifest_json(s.m), "m.json"),
+                    Contains("consumed_samples 28 != 30"));
+  s.m.consumed_samples = consumed;
+  s.m.batch->rampup->samples = 60;  // a longer ramp gives another count
+  CHECK_THROWS_WITH(parse_checkpoint_manifest(checkpoint_manifest_json(s.m), "m.json"), Contains("with its ramp-up"));
+}
+
+TEST_CASE("checkpoint manifest: the digest in manifest.sha256", "[checkpoint]") {
+  const ManifestSample s = manifest_sample();
+  TempDir tmp("ckdigest");
+  const fs::path dir = tmp.path / "iter_0000007";
+  const std::string text = checkpoint_manifest_json(s.m);
+  write(dir / "manifest.json", text);
+  write(dir / "manifest.sha256", checkpoint_manifest_digest(text));
+  CHECK(checkpoint_manifest_digest(text).size() == 64 + 2 + 13 + 1);
+  bool checked = false;
+  CHECK(read_checkpoint_manifest(dir.string(), 7, &checked).iteration == 7);
+  CHECK(checked);
+  CHECK_THROWS_WITH(read_checkpoint_manifest(dir.string(), 8), Contains("iteration 7, but the directory is named for iteration 8"));
+  // One digit of an offset changed: the digest refuses it before anything is parsed.
+  std::string changed = text;
+  const size_t at = changed.find("\"offset\": 24");
+  REQUIRE(at != std::string::npos);
+  changed[at + 11] = '8';
+  write(dir / "manifest.json", changed);
+  CHECK_THROWS_WITH(read_checkpoint_manifest(dir.string(), 7), Contains("manifest.sha256: SHA-256 mismatch: manifest.json hashes to"));
+  write(dir / "manifest.sha256", "not a digest\n");
+  CHECK_THROWS_WITH(read_checkpoint_manifest(dir.string(), 7), Contains("not a manifest digest"));
+  // Version 2 without its digest: refused. Version 1 (written before digests): accepted, unchecked.
+  write(dir / "manifest.json", text);
+  fs::remove(dir / "manifest.sha256");
+  CHECK_THROWS_WITH(read_checkpoint_manifest(dir.string(), 7), Contains("manifest.sha256: missing: a version 2 checkpoint"));
+  write(dir / "manifest.json", edit(s, [](auto& m) { m.format_version = 1, m.batch.reset(); }));
+  checked = true;
+  CHECK(read_checkpoint_manifest(dir.string(), 7, &checked).format_version == 1);
+  CHECK(!checked);
+}
+
+TEST_CASE("checkpoint manifest: checkpoint directories of any width are listed", "[checkpoint]") {
+  TempDir tmp("cklist");
+  for (const char* n : {"iter_0000042", "iter_10000000", "iter_123456789012", "iter_0000007", "iter_42",
+                        "iter_0000009.tmp", "iter_0000005.refused", "iter_-000001", "iter_abc", "iter_"})
+    write(tmp.path / n / "manifest.json", "{}");
+  fs::create_directories(tmp.path / "iter_0000003");  // no manifest: incomplete
+  std::vector<int64_t> its;
+  for (const auto& [it, dir] : list_checkpoints(tmp.path.string())) {
+    its.push_back(it);
+    CHECK(dir == (tmp.path / checkpoint_dir_name(it)).string());
+  }
+  CHECK(its == std::vector<int64_t>{123456789012, 10000000, 42, 7});
+  CHECK(checkpoint_dir_name(10000000) == "iter_10000000");
+  CHECK(checkpoint_dir_name(42) == "iter_0000042");
 }
 
 TEST_CASE("checkpoint manifest: seeded mutation fuzz of the manifest and shard readers", "[checkpoint][fuzz]") {
-  const Sample s = sample();
+  const ManifestSample s = manifest_sample();
   const std::string text = checkpoint_manifest_json(s.m);
   std::mt19937_64 rng(20261201);
   int parsed = 0, refused = 0;
@@ -118,13 +213,15 @@ TEST_CASE("checkpoint manifest: seeded mutation fuzz of the manifest and shard r
       ++parsed;
       // Whatever parsed must describe only reads inside the shard it names, or be refused by it.
       for (const auto& f : m.files) {
+        auto it = s.files.find(f.name);
+        if (it == s.files.end()) continue;
         try {
-          check_checkpoint_file(s.shard, f, f.name);
+          check_checkpoint_file(it->second, f, f.name);
         } catch (const IoError&) {
           continue;
         }
         for (const auto& sl : m.slices)
-          if (sl.file == f.name) CHECK(checkpoint_slice_values(s.shard, sl).size() == static_cast<size_t>(sl.end - sl.begin));
+          if (sl.file == f.name) CHECK(checkpoint_slice_values(it->second, sl).size() == static_cast<size_t>(sl.end - sl.begin));
       }
     } catch (const IoError& e) {
       ++refused;
@@ -134,8 +231,9 @@ TEST_CASE("checkpoint manifest: seeded mutation fuzz of the manifest and shard r
   CHECK(parsed > 0);
   CHECK(refused > 2000);
   // Shard bytes: every mutation of size or content is caught before a value is read.
+  const auto& shard = s.files.at("rank_00000.bin");
   for (int round = 0; round < 500; ++round) {
-    std::vector<std::byte> b = s.shard;
+    std::vector<std::byte> b = shard;
     if (rng() % 2) {
       size_t n = rng() % (b.size() + 8);
       if (n == b.size()) ++n;

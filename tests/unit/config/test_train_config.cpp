@@ -1,8 +1,13 @@
-// The training configuration module: every option round-trips through its TOML text, typos get
-// the nearest key, unset differs from 0, and resolve_train_config fills in what was derived.
+// The training configuration module: every option round-trips through its sectioned TOML text
+// (and the same values as flags, or as a flat file, give the same configuration), typos and keys
+// in the wrong section get the nearest key and the right section, unset differs from 0, and
+// resolve_train_config fills in what was derived.
 #include <catch2/catch.hpp>
 
 #include "triax/config/train_config.h"
+
+#include <map>
+#include <sstream>
 
 using namespace triax;
 using Catch::Contains;
@@ -47,6 +52,32 @@ TrainConfig unusual() {
   return c;
 }
 
+// The printed text's `key = value` lines as flags: --key=value with TOML's quoting and brackets
+// taken off (strings here hold no escapes other than \" and \\).
+std::vector<std::string> as_flags(const std::string& toml_text) {
+  std::vector<std::string> flags;
+  std::istringstream in(toml_text);
+  for (std::string line; std::getline(in, line);) {
+    const auto eq = line.find(" = ");
+    if (line.empty() || line[0] == '[' || line[0] == '#' || eq == std::string::npos) continue;
+    std::string v = line.substr(eq + 3), word;
+    if (v.front() == '"') {
+      for (size_t i = 1; i + 1 < v.size(); ++i) word += v[i] == '\\' ? v[++i] : v[i];
+    } else {
+      for (const char ch : v)
+        if (ch != '[' && ch != ']' && ch != ' ') word += ch;  // [1, 2, 3] -> 1,2,3
+    }
+    flags.push_back("--" + line.substr(0, eq) + "=" + word);
+  }
+  return flags;
+}
+
+CommandLine parse(const std::vector<std::string>& args) {
+  std::vector<const char*> argv{"t"};
+  for (const auto& a : args) argv.push_back(a.c_str());
+  return parse_train_command_line(static_cast<int>(argv.size()), argv.data(), "t", "test");
+}
+
 }  // namespace
 
 TEST_CASE("train config: every option round-trips through the printed TOML", "[config]") {
@@ -85,7 +116,9 @@ TEST_CASE("train config: typos, tables and malformed files name file, line and k
   CHECK(nearest_train_option("zzzzzzzzzzzz").empty());
   CHECK_THROWS_WITH(apply_config_text(c, "tp = 1\nglobal-bach-size = 8\n", "r.toml"),
                     Contains("r.toml:2: unknown key 'global-bach-size' (did you mean 'global-batch-size'?)"));
-  CHECK_THROWS_WITH(apply_config_text(c, "[train]\nlr = 1.0\n", "r.toml"), Contains("r.toml:1: [train] is a table"));
+  CHECK_THROWS_WITH(apply_config_text(c, "[train]\nlr = 1.0\n", "r.toml"),
+                    Contains("r.toml:1: unknown section [train] (did you mean [training]?); the sections are [model], "
+                             "[parallel], [training], [optimizer], [data], [checkpoint], [metrics], [faults]"));
   CHECK_THROWS_AS(apply_config_text(c, "= =\n", "r.toml"), ConfigError);
   CHECK_THROWS_WITH(apply_config_text(c, "zero1 = 1\n", "r.toml"),
                     Contains("r.toml:1: zero1 = 1: an integer is the wrong type; expected true or false"));
@@ -121,4 +154,118 @@ TEST_CASE("train config: resolution fills in every derived value", "[config]") {
   // Resolving the explicit configuration again changes nothing.
   CHECK(to_toml(resolve_train_config(r.explicit_cfg, 4).explicit_cfg) == to_toml(r.explicit_cfg));
   CHECK_THROWS_WITH(resolve_train_config(c, 3), Contains("not divisible by tp 1 x pp 2"));
+}
+
+TEST_CASE("train config: the printed file is sectioned, every key under its own section", "[config]") {
+  const std::string text = to_toml(unusual());
+  std::map<std::string, int> keys_per_section;
+  std::string section;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) {
+    if (line.empty()) continue;
+    if (line.front() == '[') {
+      section = line.substr(1, line.size() - 2);
+      CHECK(find_enum<ConfigSection>(section).has_value());
+      CHECK(keys_per_section.count(section) == 0);  // each section once
+      keys_per_section[section] = 0;
+      continue;
+    }
+    const std::string key = line.substr(0, line.find(" = "));
+    INFO(line);
+    const ConfigOption* o = find_train_option(key);
+    REQUIRE(o != nullptr);
+    CHECK(enum_name(o->section) == section);
+    ++keys_per_section[section];
+  }
+  // Every section holds options, and all of them were printed (unusual() sets every one).
+  CHECK(keys_per_section.size() == EnumNames<ConfigSection>::table.size());
+  size_t printed = 0;
+  for (const auto& [name, n] : keys_per_section) {
+    INFO(name);
+    CHECK(n > 0);
+    printed += static_cast<size_t>(n);
+  }
+  CHECK(printed == train_options().size());
+  CHECK(Contains("[parallel]\ntp = 2\npp = 3\n").match(text));
+  // --help lists every flag under its section's heading.
+  const char* help[] = {"t", "--help"};
+  const std::string h = parse_train_command_line(2, help, "t", "test").help_text;
+  CHECK(h.find("\n[parallel]\n") < h.find("--zero1"));
+  CHECK(h.find("--zero1") < h.find("\n[training]\n"));
+}
+
+TEST_CASE("train config: a sectioned file, the same flags and the same flat file are one configuration", "[config]") {
+  const std::string text = to_toml(unusual());
+  // Every option as a flag (--key=value): the same configuration as the sectioned file.
+  const std::vector<std::string> flags = as_flags(text);
+  CHECK(flags.size() == train_options().size());
+  CHECK(to_toml(parse(flags).cfg) == text);
+  // Files written before sections: the same lines without the headers still read (flat keys
+  // stay accepted, and the configuration prints sectioned).
+  std::string flat;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);)
+    if (!line.empty() && line.front() != '[') flat += line + "\n";
+  TrainConfig f;
+  apply_config_text(f, flat, "flat.toml");
+  CHECK(to_toml(f) == text);
+  // Mixed: flat keys before the first section.
+  TrainConfig m;
+  apply_config_text(m, "train-iters = 3\n[parallel]\ntp = 2\n", "mixed.toml");
+  CHECK(m.train_iters == 3);
+  CHECK(m.tp == 2);
+}
+
+TEST_CASE("train config: sections are strict: wrong section, unknown section, twice, nesting", "[config]") {
+  TrainConfig c;
+  CHECK_THROWS_WITH(apply_config_text(c, "[model]\nnum-layers = 4\ntp = 2\n", "r.toml"),
+                    Contains("r.toml:3: 'tp' belongs in [parallel], not [model]"));
+  CHECK_THROWS_WITH(apply_config_text(c, "[modle]\nnum-layers = 4\n", "r.toml"),
+                    Contains("r.toml:1: unknown section [modle] (did you mean [model]?)"));
+  CHECK_THROWS_WITH(apply_config_text(c, "[zero1]\n", "r.toml"),
+                    Contains("r.toml:1: unknown section [zero1] ('zero1' is a key: write `zero1 = ...` under [parallel])"));
+  CHECK_THROWS_WITH(apply_config_text(c, "[parallel]\ntpp = 2\n", "r.toml"),
+                    Contains("r.toml:2: unknown key 'tpp' in [parallel] (did you mean 'tp'?)"));
+  CHECK_THROWS_WITH(apply_config_text(c, "[model]\ntrain-iter = 2\n", "r.toml"),
+                    Contains("r.toml:2: unknown key 'train-iter' in [model] (did you mean 'train-iters' in [training]?)"));
+  CHECK_THROWS_WITH(apply_config_text(c, "tp = 2\n\n[parallel]\ntp = 4\n", "r.toml"),
+                    Contains("r.toml:4: 'tp' is given twice (also on line 1)"));
+  CHECK_THROWS_WITH(apply_config_text(c, "[model]\n[model.moe]\nexperts = 4\n", "r.toml"),
+                    Contains("r.toml:2: 'moe' in [model] is a table"));
+  CHECK_THROWS_WITH(apply_config_text(c, "[[model]]\nnum-layers = 4\n", "r.toml"),
+                    Contains("r.toml:1: [[model]] is an array of tables; a section is written [model]"));
+  // TOML itself: a top-level `model = ...` and a [model] section are one name defined twice.
+  CHECK_THROWS_WITH(apply_config_text(c, "model = \"nano\"\n[model]\nnum-layers = 2\n", "r.toml"),
+                    Contains("r.toml:2:") && Contains("malformed TOML"));
+  // Types and ranges inside a section are checked as at the top level, with the line.
+  CHECK_THROWS_WITH(apply_config_text(c, "[training]\n\ntrain-iters = \"three\"\n", "r.toml"),
+                    Contains("r.toml:3: train-iters = \"three\": a string is the wrong type; expected an integer >= 1"));
+  CHECK_THROWS_WITH(apply_config_text(c, "[parallel]\ntp = 0\n", "r.toml"),
+                    Contains("r.toml:2: tp = 0: out of range; expected an integer >= 1"));
+  CHECK_THROWS_WITH(apply_config_text(c, "[parallel]\nschedule = \"2f2b\"\n", "r.toml"),
+                    Contains("r.toml:2: schedule = \"2f2b\": not a known value; expected one of gpipe, 1f1b, "
+                             "interleaved, zb-h1"));
+}
+
+TEST_CASE("train config: resolution builds the MoE and learning-rate settings the Trainer uses", "[config]") {
+  TrainConfig c;
+  c.model = "nano";
+  c.moe_every = 2, c.experts = 4, c.topk = 1, c.capacity_factor = 1.5, c.no_drop = true, c.moe_aux_coef = 0.02;
+  c.moe_chunks = 2, c.ep = 2;
+  c.lr = 2e-3, c.min_lr = 1e-4, c.warmup_iters = 3, c.lr_decay = LrDecay::linear, c.train_iters = 40;
+  const ResolvedTrainConfig r = resolve_train_config(c, 2);
+  CHECK(r.moe.experts == 4);
+  CHECK(r.moe.top_k == 1);
+  CHECK(r.moe.capacity_factor == 1.5);
+  CHECK(!r.moe.drop_tokens);
+  CHECK(r.moe.aux_loss_coef == 0.02f);
+  CHECK(r.moe.chunks == 2);
+  CHECK(r.moe_layers == r.model.n_layer / 2);
+  CHECK(r.lr.max_lr == 2e-3);
+  CHECK(r.lr.min_lr == 1e-4);
+  CHECK(r.lr.warmup_iters == 3);
+  CHECK(r.lr.decay_iters == 40);
+  CHECK(r.lr.decay == LrDecay::linear);
+  c.moe_every = 0, c.ep = 1;
+  CHECK(resolve_train_config(c, 2).moe_layers == 0);
 }

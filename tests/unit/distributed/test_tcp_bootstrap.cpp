@@ -499,24 +499,24 @@ TEST_CASE("tcp bootstrap: bad launch variables are ConfigErrors naming the varia
     const char* value;  // nullptr: unset
     const char* needle;
   };
-  const auto bad = GENERATE(Bad{"RANK", nullptr, "RANK is not set"}, Bad{"RANK", "", "RANK is set but empty"},
+  const auto bad = GENERATE(Bad{"RANK", nullptr, "RANK is not set"}, Bad{"RANK", "", "RANK='' is set but empty"},
                             Bad{"RANK", "abc", "RANK='abc' is not an integer"}, Bad{"RANK", "1.5", "RANK='1.5'"},
-                            Bad{"RANK", " 1", "RANK=' 1'"}, Bad{"RANK", "-1", "RANK=-1 is out of range"},
-                            Bad{"RANK", "4", "RANK=4 is out of range; expected 0 <= RANK < WORLD_SIZE=4"},
-                            Bad{"RANK", "99999999999999999999", "RANK=99999999999999999999 is out of range"},
+                            Bad{"RANK", " 1", "RANK=' 1'"}, Bad{"RANK", "-1", "RANK='-1' is out of range"},
+                            Bad{"RANK", "4", "RANK='4' is out of range; expected 0 <= RANK < WORLD_SIZE=4"},
+                            Bad{"RANK", "99999999999999999999", "RANK='99999999999999999999' is out of range"},
                             Bad{"WORLD_SIZE", nullptr, "WORLD_SIZE is not set"},
-                            Bad{"WORLD_SIZE", "0", "WORLD_SIZE=0 is out of range"},
+                            Bad{"WORLD_SIZE", "0", "WORLD_SIZE='0' is out of range"},
                             Bad{"WORLD_SIZE", "four", "WORLD_SIZE='four' is not an integer"},
-                            Bad{"WORLD_SIZE", "2000000", "WORLD_SIZE=2000000 is out of range"},
+                            Bad{"WORLD_SIZE", "2000000", "WORLD_SIZE='2000000' is out of range"},
                             Bad{"LOCAL_RANK", "x", "LOCAL_RANK='x' is not an integer"},
-                            Bad{"LOCAL_RANK", "-3", "LOCAL_RANK=-3 is out of range"},
-                            Bad{"LOCAL_RANK", "4", "LOCAL_RANK=4 is out of range; expected 0 <= LOCAL_RANK < WORLD_SIZE=4"},
+                            Bad{"LOCAL_RANK", "-3", "LOCAL_RANK='-3' is out of range"},
+                            Bad{"LOCAL_RANK", "4", "LOCAL_RANK='4' is out of range; expected 0 <= LOCAL_RANK < WORLD_SIZE=4"},
                             Bad{"MASTER_ADDR", nullptr, "MASTER_ADDR is not set"},
-                            Bad{"MASTER_ADDR", "", "MASTER_ADDR='' is not a host name"},
+                            Bad{"MASTER_ADDR", "", "MASTER_ADDR='' is set but empty; expected a host name"},
                             Bad{"MASTER_ADDR", "host name", "MASTER_ADDR='host name'"},
                             Bad{"MASTER_PORT", nullptr, "MASTER_PORT is not set"},
-                            Bad{"MASTER_PORT", "0", "MASTER_PORT=0 is out of range"},
-                            Bad{"MASTER_PORT", "65536", "MASTER_PORT=65536 is out of range"},
+                            Bad{"MASTER_PORT", "0", "MASTER_PORT='0' is out of range"},
+                            Bad{"MASTER_PORT", "65536", "MASTER_PORT='65536' is out of range"},
                             Bad{"MASTER_PORT", "http", "MASTER_PORT='http' is not an integer"});
   CAPTURE(bad.var, bad.value ? bad.value : "(unset)");
   EnvGuard guard;

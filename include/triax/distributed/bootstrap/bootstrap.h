@@ -82,7 +82,8 @@ struct TcpLaunch {
 };
 std::unique_ptr<Bootstrap> make_tcp_bootstrap(TcpLaunch launch, const BootstrapOptions& opts);
 
-// This process's host name: TRIAX_HOSTNAME if set (containers, tests), else gethostname().
+// This process's host name: TRIAX_HOSTNAME if set (containers, tests), else gethostname(). Never
+// throws (error paths ask for it); Bootstrap::create refuses an empty TRIAX_HOSTNAME.
 std::string host_name();
 
 }  // namespace triax

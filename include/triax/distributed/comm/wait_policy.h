@@ -19,9 +19,9 @@ struct WaitPolicy {
   // microseconds per wait, which pipeline P2P pays many times per step.
   std::chrono::microseconds spin_idle{1'000'000};
   // After the spin: sleep between polls for 1/8 of the time waited so far (a late wake-up
-  // costs at most ~1/8 of the wait), at least kMinWaitSleep, at most sleep_max. 100 us, not
-  // 1 ms: np 4 on 2 cores measured 0.90 of the former spin with 1 ms, 1.02 with 100 us
-  // (benchmarks/results/comm_wait_cpu.md); a hung peer still costs only ~1% of a core.
+  // costs at most ~1/8 of the wait), at least kMinWaitSleep, at most sleep_max. The cap is short
+  // because an oversubscribed job pays every late wake-up, and a hung peer still costs only a
+  // sliver of a core (measurements: benchmarks/results/comm_wait_cpu.md).
   std::chrono::microseconds sleep_max{100};
 };
 

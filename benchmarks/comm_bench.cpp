@@ -27,36 +27,21 @@
 #include "triax/distributed/comm/comm.h"
 #include "triax/distributed/comm/mpi_comm.h"
 #include "triax/plan/collective_model.h"
+#include "comm_check.h"
 
 namespace {
 
 using namespace triax;
 using clock_type = std::chrono::steady_clock;
 
-// ---- element types ----
-template <class T>
-constexpr bool kIsHalf = std::is_same_v<T, bf16> || std::is_same_v<T, f16>;
-
-template <class T>
-double to_d(T x) {
-  if constexpr (kIsHalf<T>) return static_cast<double>(static_cast<float>(x));
-  else return static_cast<double>(x);
-}
-template <class T>
-T from_d(double x) {
-  if constexpr (kIsHalf<T>) return T(static_cast<float>(x));
-  else return static_cast<T>(x);
-}
-// Every integer in [0, exact_int] is exact in T: the check patterns stay below it, so every
-// partial sum is exact whatever order MPI reduces in.
-template <class T>
-constexpr int64_t exact_int() {
-  if constexpr (std::is_same_v<T, bf16>) return 256;
-  else if constexpr (std::is_same_v<T, f16>) return 2048;
-  else if constexpr (std::is_same_v<T, float>) return int64_t{1} << 24;
-  else if constexpr (std::is_same_v<T, unsigned char>) return 255;
-  else return int64_t{1} << 30;
-}
+// ---- element types: to_d, from_d, exact_int (comm_check.h). Every integer in [0, exact_int] is
+// exact in T: the check patterns stay below it, so every partial sum is exact whatever order MPI
+// reduces in.
+using test::exact_int;
+using test::from_d;
+using test::kIsHalf;
+using test::sum_period;
+using test::to_d;
 
 template <class T>
 MPI_Datatype raw_type() {
@@ -123,7 +108,7 @@ struct ReducePattern {
   int64_t k;
   ReducePattern(ReduceOp o, int n_) : op(o), n(n_) {
     const int64_t m = exact_int<T>();
-    if (op == ReduceOp::sum) k = std::clamp<int64_t>((m - int64_t{n} * (n + 1) / 2) / n + 1, 1, 1000);
+    if (op == ReduceOp::sum) k = sum_period<T>(n);
     else if (op == ReduceOp::avg) k = std::clamp<int64_t>((m - int64_t{n} * (n - 1)) / n + 1, 1, 1000);
     else k = std::min<int64_t>(m / 2, 1000);
   }

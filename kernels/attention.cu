@@ -17,17 +17,43 @@ using namespace detail;
 constexpr int kBlock = 64;  // threads per block: queries (forward, dQ) or keys (dK/dV)
 constexpr int kTile = 32;   // rows per shared-memory tile: keys (forward, dQ) or queries (dK/dV)
 
+// What every kernel's thread block starts from: batch b and head h, the first row of its block
+// row0 (queries or keys) and this thread's row (active when < T), and the (b, h) slice of qkv:
+// token t, part p (0 Q, 1 K, 2 V) at base[t * C3 + p * C + d].
+template <class D>
+struct TileBlock {
+  int b, h, row0, row;
+  bool active;
+  int64_t C3;
+  const D* base;
+};
+
+template <class D, int HS>
+__device__ TileBlock<D> tile_block(const D* qkv, int T, int C) {
+  const int b = blockIdx.z, h = blockIdx.y;
+  const int row0 = blockIdx.x * kBlock;
+  const int row = row0 + threadIdx.x;
+  const int64_t C3 = int64_t{3} * C;
+  return {b, h, row0, row, row < T, C3, qkv + int64_t{b} * T * C3 + int64_t{h} * HS};
+}
+
+// Keys and values k0 .. k0 + kTile - 1 of a (b, h) slice into shared tiles, zeros past T.
+template <class D, int HS>
+__device__ void load_kv_tile(float (&ks)[kTile][HS], float (&vs)[kTile][HS], const D* base, int k0, int T,
+                             int64_t C3, int C) {
+  for (int e = threadIdx.x; e < kTile * HS; e += blockDim.x) {
+    const int r = e / HS, d = e % HS, j = k0 + r;
+    ks[r][d] = j < T ? to_f32(base[j * C3 + C + d]) : 0.0f;
+    vs[r][d] = j < T ? to_f32(base[j * C3 + 2 * C + d]) : 0.0f;
+  }
+}
+
 template <class D, int HS>
 __global__ void __launch_bounds__(kBlock)
     attention_forward_kernel(D* out, float* lse, const D* qkv, int T, int C, int NH, float scale) {
   __shared__ float ks[kTile][HS];
   __shared__ float vs[kTile][HS];
-  const int b = blockIdx.z, h = blockIdx.y;
-  const int q0 = blockIdx.x * kBlock;
-  const int i = q0 + threadIdx.x;
-  const bool active = i < T;
-  const int64_t C3 = int64_t{3} * C;
-  const D* base = qkv + int64_t{b} * T * C3 + int64_t{h} * HS;  // token t, part p: base + t*C3 + p*C
+  const auto [b, h, q0, i, active, C3, base] = tile_block<D, HS>(qkv, T, C);
   float q[HS], acc[HS];
 #pragma unroll
   for (int d = 0; d < HS; ++d) {
@@ -38,11 +64,7 @@ __global__ void __launch_bounds__(kBlock)
   const int kend = min(T, q0 + kBlock);  // the keys any query of this block may see
   for (int k0 = 0; k0 < kend; k0 += kTile) {
     __syncthreads();  // the previous tile is consumed
-    for (int e = threadIdx.x; e < kTile * HS; e += blockDim.x) {
-      const int r = e / HS, d = e % HS, j = k0 + r;
-      ks[r][d] = j < T ? to_f32(base[j * C3 + C + d]) : 0.0f;
-      vs[r][d] = j < T ? to_f32(base[j * C3 + 2 * C + d]) : 0.0f;
-    }
+    load_kv_tile<D, HS>(ks, vs, base, k0, T, C3, C);
     __syncthreads();
     if (active && k0 <= i) {
       const int nk = min(kTile, i - k0 + 1);  // keys k0 .. k0 + nk - 1 are <= i
@@ -95,12 +117,7 @@ __global__ void __launch_bounds__(kBlock)
                         int NH, float scale) {
   __shared__ float ks[kTile][HS];
   __shared__ float vs[kTile][HS];
-  const int b = blockIdx.z, h = blockIdx.y;
-  const int q0 = blockIdx.x * kBlock;
-  const int i = q0 + threadIdx.x;
-  const bool active = i < T;
-  const int64_t C3 = int64_t{3} * C;
-  const D* base = qkv + int64_t{b} * T * C3 + int64_t{h} * HS;
+  const auto [b, h, q0, i, active, C3, base] = tile_block<D, HS>(qkv, T, C);
   const D* dO_row = dout + (int64_t{b} * T + (active ? i : 0)) * C + int64_t{h} * HS;
   float q[HS], dO[HS], dq[HS];
 #pragma unroll
@@ -115,11 +132,7 @@ __global__ void __launch_bounds__(kBlock)
   const int kend = min(T, q0 + kBlock);
   for (int k0 = 0; k0 < kend; k0 += kTile) {
     __syncthreads();
-    for (int e = threadIdx.x; e < kTile * HS; e += blockDim.x) {
-      const int r = e / HS, d = e % HS, j = k0 + r;
-      ks[r][d] = j < T ? to_f32(base[j * C3 + C + d]) : 0.0f;
-      vs[r][d] = j < T ? to_f32(base[j * C3 + 2 * C + d]) : 0.0f;
-    }
+    load_kv_tile<D, HS>(ks, vs, base, k0, T, C3, C);
     __syncthreads();
     if (active && k0 <= i) {
       const int nk = min(kTile, i - k0 + 1);
@@ -152,12 +165,7 @@ __global__ void __launch_bounds__(kBlock)
   __shared__ float dos[kTile][HS];
   __shared__ float ls[kTile];
   __shared__ float dl[kTile];
-  const int b = blockIdx.z, h = blockIdx.y;
-  const int j0 = blockIdx.x * kBlock;
-  const int j = j0 + threadIdx.x;
-  const bool active = j < T;
-  const int64_t C3 = int64_t{3} * C;
-  const D* base = qkv + int64_t{b} * T * C3 + int64_t{h} * HS;
+  const auto [b, h, j0, j, active, C3, base] = tile_block<D, HS>(qkv, T, C);
   const D* dbase = dout + int64_t{b} * T * C + int64_t{h} * HS;  // token t: dbase + t*C
   const float* lse_bh = lse + (int64_t{b} * NH + h) * T;
   const float* delta_bh = delta + (int64_t{b} * NH + h) * T;

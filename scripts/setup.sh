@@ -22,6 +22,14 @@ if ((${#missing[@]})); then
   $sudo apt-get update -q
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q --no-install-recommends "${missing[@]}"
 fi
+# lizard measures function lengths for the house.function_length test (Debian packages no C++
+# metrics tool that parses this tree: pmccabe loses track of lambdas and skips whole functions).
+if ! python3 -c 'import lizard' 2>/dev/null; then
+  echo "setup: installing lizard (PyPI)"
+  # A virtualenv or pyenv Python takes it as is; Debian's own Python only into ~/.local (PEP 668).
+  python3 -m pip install -q lizard==1.24.3 2>/dev/null ||
+    python3 -m pip install -q --user --break-system-packages lizard==1.24.3
+fi
 # OpenBLAS built for OpenMP: one thread pool with triax's own OpenMP loops (see DESIGN.md).
 if update-alternatives --list libblas.so.3-x86_64-linux-gnu >/dev/null 2>&1; then
   alt=$(update-alternatives --list libblas.so.3-x86_64-linux-gnu | grep openblas-openmp | head -n1 || true)

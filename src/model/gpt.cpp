@@ -78,23 +78,19 @@ void GptChunk::ensure(Tensor& t, size_t n, DType dtype) {
     t = be_.empty(Shape{static_cast<int64_t>(n)}, dtype);
 }
 
-const Tensor& GptChunk::P(size_t i) {
-  if (pview_.size() != store_.size()) {
+// Parameter i's view (grad: its gradient's), made on first use; both caches follow the store's size.
+const Tensor& GptChunk::view(size_t i, bool grad) {
+  if (pview_.size() != store_.size() || gview_.size() != store_.size()) {
     pview_.assign(store_.size(), Tensor());
     gview_.assign(store_.size(), Tensor());
   }
-  if (!pview_[i].defined()) pview_[i] = store_.param_t(i);
-  return pview_[i];
+  Tensor& v = grad ? gview_[i] : pview_[i];
+  if (!v.defined()) v = grad ? store_.grad_t(i) : store_.param_t(i);
+  return v;
 }
 
-const Tensor& GptChunk::G(size_t i) {
-  if (gview_.size() != store_.size()) {
-    pview_.assign(store_.size(), Tensor());
-    gview_.assign(store_.size(), Tensor());
-  }
-  if (!gview_[i].defined()) gview_[i] = store_.grad_t(i);
-  return gview_[i];
-}
+const Tensor& GptChunk::P(size_t i) { return view(i, false); }
+const Tensor& GptChunk::G(size_t i) { return view(i, true); }
 
 GptChunk::GptChunk(const GptConfig& cfg, const ChunkSpec& spec, Communicator& tp, ParamStore& store, Recompute rc,
                    bool wte_norm_owner, bool sequence_parallel, const ChunkMoe& moe)
@@ -326,7 +322,11 @@ void GptChunk::layer_forward(Layer& L, Acts& a, int slot, const Tensor& x, const
   be_.residual(out, a.x2, out);
 
   if (keep_all || rc_ == Recompute::none) return;
-  // Drop what backward recomputes (the memory goes back to the backend).
+  drop_recomputed(a);
+}
+
+// Drops what backward recomputes under the recompute mode (the memory goes back to the backend).
+void GptChunk::drop_recomputed(Acts& a) {
   a.ln1 = Tensor();
   a.ln2 = Tensor();
   a.g = Tensor();
@@ -357,18 +357,17 @@ void GptChunk::linear_bwd(Slot& s, bool defer, const Tensor& dinp, size_t w, siz
   d.OC = OC;
 }
 
-void GptChunk::layer_backward(Layer& L, Acts& a, Slot& s, int slot, const Tensor& dout, const Tensor& dx, int B,
-                              int T, bool defer) {
-  const int Nf = B * T, Nl = io_rows(B, T);
-  const size_t NCf = static_cast<size_t>(Nf) * C_, NCl = static_cast<size_t>(Nl) * C_;
-  Backs& S = *backs_;
+// Before a layer's backward: whatever the recompute mode dropped in forward, computed again.
+void GptChunk::recompute_for_backward(Layer& L, Acts& a, int slot, int B, int T) {
+  const int Nl = io_rows(B, T);
   if (L.moe) {
     // MoE layers keep the attention half's activations whatever the mode (recomputing would
     // re-run the all-to-alls); only the first LayerNorm output is recomputed when dropped.
     if (rc_ != Recompute::none) layernorm_gathered(a.x, L.ln1w, L.ln1b, a.ln1, a.m1, a.r1, Nl);
   } else if (rc_ == Recompute::full) {
     // Recompute the whole layer (TP collectives included) from its saved input.
-    ensure(S.recomputed, NCl);
+    Backs& S = *backs_;
+    ensure(S.recomputed, static_cast<size_t>(Nl) * C_);
     layer_forward(L, a, slot, a.x, S.recomputed, B, T, true, true);
   } else if (rc_ == Recompute::selective) {
     layernorm_gathered(a.x, L.ln1w, L.ln1b, a.ln1, a.m1, a.r1, Nl);
@@ -376,28 +375,61 @@ void GptChunk::layer_backward(Layer& L, Acts& a, Slot& s, int slot, const Tensor
     ensure(a.g, static_cast<size_t>(a.h.numel()));
     be_.gelu_forward(a.g, a.h);
   }
-  // Under SP the replicated parameters' gradients (LayerNorms, row-parallel biases) are partial:
-  // collected here, summed over TP at the end of the layer.
-  Tensor spg;
-  if (sp_) {
-    ensure(S.spg, 6 * static_cast<size_t>(C_));
-    be_.fill(S.spg, 0.0);
-    spg = S.spg;
-  }
-  auto part = [&](int k) { return spg.slice(static_cast<int64_t>(k) * C_, static_cast<int64_t>(k + 1) * C_); };
-  const Tensor g_ln1w = sp_ ? part(0) : G(L.ln1w);
-  const Tensor g_ln1b = sp_ ? part(1) : G(L.ln1b);
-  const Tensor g_projb = sp_ ? part(2) : G(L.projb);
-  const Tensor g_ln2w = sp_ ? part(3) : G(L.ln2w);
-  const Tensor g_ln2b = sp_ ? part(4) : G(L.ln2b);
-  const Tensor g_fpb = sp_ || L.moe ? (sp_ ? part(5) : Tensor()) : G(L.fpb);
+}
 
-  // MLP: out = x2 + (gelu(h) Wfp^T + bfp). The row-parallel output's gradient reaches every
-  // shard whole: identity (all-reduce's backward) or all-gather (reduce-scatter's backward).
-  Tensor& dx2 = S.dx2;  // residual branch
-  ensure(dx2, NCl);
-  be_.copy(dx2, head_of(dout, NCl));
-  Tensor& dfull = S.dfull;
+// Under SP the replicated parameters' gradients (LayerNorms, row-parallel biases, the final
+// LayerNorm) are partial: collected in this zeroed scratch of 6 C values, summed over TP by
+// add_sp_grads. Undefined without SP.
+Tensor GptChunk::sp_partial_grads() {
+  if (!sp_) return Tensor();
+  Backs& S = *backs_;
+  ensure(S.spg, 6 * static_cast<size_t>(C_));
+  be_.fill(S.spg, 0.0);
+  return S.spg;
+}
+
+// Where a layer's replicated parameters' gradients go: the store, or the SP partial scratch.
+struct GptChunk::LayerGrads {
+  Tensor spg;  // the SP partials (undefined without SP)
+  Tensor ln1w, ln1b, projb, ln2w, ln2b, fpb;
+};
+
+GptChunk::LayerGrads GptChunk::layer_grads(const Layer& L) {
+  LayerGrads g;
+  g.spg = sp_partial_grads();
+  auto part = [&](int k) { return g.spg.slice(static_cast<int64_t>(k) * C_, static_cast<int64_t>(k + 1) * C_); };
+  g.ln1w = sp_ ? part(0) : G(L.ln1w);
+  g.ln1b = sp_ ? part(1) : G(L.ln1b);
+  g.projb = sp_ ? part(2) : G(L.projb);
+  g.ln2w = sp_ ? part(3) : G(L.ln2w);
+  g.ln2b = sp_ ? part(4) : G(L.ln2b);
+  g.fpb = sp_ || L.moe ? (sp_ ? part(5) : Tensor()) : G(L.fpb);
+  return g;
+}
+
+// The backward of layernorm_gathered: dfull (N, C) holds the partial sums of the LayerNorm
+// output's gradient from the column-parallel GEMM after it; reduce-scattered to this rank's rows
+// under SP (into dlocal), all-reduced otherwise, then LayerNorm backward into dx (Nl, C).
+void GptChunk::layernorm_backward_scattered(Tensor& dfull, Tensor& dlocal, const Tensor& dx, const Tensor& gw,
+                                            const Tensor& gb, const Tensor& x, size_t w, const Tensor& mean,
+                                            const Tensor& rstd, int Nl, ops::GradMode mode) {
+  if (sp_) {
+    ensure(dlocal, static_cast<size_t>(Nl) * C_);
+    tp::reduce_scatter_to_sequence_parallel(tp_, be_, dfull, dlocal);
+  } else {
+    tp::copy_to_tp_backward(tp_, be_, dfull);
+  }
+  be_.layernorm_backward(dx, gw, gb, sp_ ? dlocal : dfull, x, P(w), mean, rstd, Nl, C_, mode);
+}
+
+// MLP backward (dense or MoE) from the layer's output gradient dout, accumulated into the
+// residual branch's gradient S.dx2 (which holds dout on entry).
+void GptChunk::mlp_backward(Layer& L, Acts& a, Slot& s, int slot, const Tensor& dout, const LayerGrads& g, int B,
+                            int T, bool defer) {
+  const int Nf = B * T, Nl = io_rows(B, T);
+  const size_t NCf = static_cast<size_t>(Nf) * C_, NCl = static_cast<size_t>(Nl) * C_;
+  Backs& S = *backs_;
+  Tensor& dx2 = S.dx2;
   if (L.moe) {
     // The MoE output's gradient is whole on every TP rank, and so is dln2: no TP collective.
     Tensor& dln2 = S.dln;
@@ -405,42 +437,51 @@ void GptChunk::layer_backward(Layer& L, Acts& a, Slot& s, int slot, const Tensor
     L.moe->backward(slot, dout, dln2, s.dloss);
     be_.layernorm_backward(dx2, G(L.ln2w), G(L.ln2b), dln2, a.x2, P(L.ln2w), a.m2, a.r2, Nl, C_,
                            ops::GradMode::accumulate);
-  } else {
-    be_.bias_grad(g_fpb, dout, Nl, C_);
-    Tensor dz = dout;
-    if (sp_) {
-      ensure(dfull, NCf);
-      tp::gather_from_sequence_parallel(tp_, be_, head_of(dout, NCl), dfull);
-      dz = dfull;
-    }
-    Tensor& dg = S.dg;
-    ensure(dg, static_cast<size_t>(Nf) * Fl_);
-    linear_bwd(s, defer, dg, L.fpw, SIZE_MAX, dz, a.g, Nf, Fl_, C_);
-    if (!defer) ready(L.fpw);
-    be_.gelu_backward(dg, a.h, dg);
-    Tensor& dln2 = S.dln;
-    Tensor& dln2_local = S.dln_local;
-    ensure(dln2, NCf);
-    linear_bwd(s, defer, dln2, L.fcw, L.fcb, dg, a.ln2, Nf, C_, Fl_);
-    ready(L.fcb);
-    if (!defer) ready(L.fcw);
-    if (sp_) {
-      ensure(dln2_local, NCl);
-      tp::reduce_scatter_to_sequence_parallel(tp_, be_, dln2, dln2_local);
-    } else {
-      tp::copy_to_tp_backward(tp_, be_, dln2);
-    }
-    be_.layernorm_backward(dx2, g_ln2w, g_ln2b, sp_ ? dln2_local : dln2, a.x2, P(L.ln2w), a.m2, a.r2, Nl, C_,
-                           ops::GradMode::accumulate);
+    return;
   }
+  be_.bias_grad(g.fpb, dout, Nl, C_);
+  Tensor dz = dout;
+  if (sp_) {
+    ensure(S.dfull, NCf);
+    tp::gather_from_sequence_parallel(tp_, be_, head_of(dout, NCl), S.dfull);
+    dz = S.dfull;
+  }
+  Tensor& dg = S.dg;
+  ensure(dg, static_cast<size_t>(Nf) * Fl_);
+  linear_bwd(s, defer, dg, L.fpw, SIZE_MAX, dz, a.g, Nf, Fl_, C_);
+  if (!defer) ready(L.fpw);
+  be_.gelu_backward(dg, a.h, dg);
+  Tensor& dln2 = S.dln;
+  ensure(dln2, NCf);
+  linear_bwd(s, defer, dln2, L.fcw, L.fcb, dg, a.ln2, Nf, C_, Fl_);
+  ready(L.fcb);
+  if (!defer) ready(L.fcw);
+  layernorm_backward_scattered(dln2, S.dln_local, dx2, g.ln2w, g.ln2b, a.x2, L.ln2w, a.m2, a.r2, Nl,
+                               ops::GradMode::accumulate);
+}
+
+void GptChunk::layer_backward(Layer& L, Acts& a, Slot& s, int slot, const Tensor& dout, const Tensor& dx, int B,
+                              int T, bool defer) {
+  const int Nf = B * T, Nl = io_rows(B, T);
+  const size_t NCf = static_cast<size_t>(Nf) * C_, NCl = static_cast<size_t>(Nl) * C_;
+  Backs& S = *backs_;
+  recompute_for_backward(L, a, slot, B, T);
+  const LayerGrads g = layer_grads(L);
+
+  // MLP: out = x2 + (gelu(h) Wfp^T + bfp). The row-parallel output's gradient reaches every
+  // shard whole: identity (all-reduce's backward) or all-gather (reduce-scatter's backward).
+  Tensor& dx2 = S.dx2;  // residual branch
+  ensure(dx2, NCl);
+  be_.copy(dx2, head_of(dout, NCl));
+  mlp_backward(L, a, s, slot, dout, g, B, T, defer);
   // Attention: x2 = x + (att Wproj^T + bproj)
   be_.copy(head_of(dx, NCl), dx2);
-  be_.bias_grad(g_projb, dx2, Nl, C_);
+  be_.bias_grad(g.projb, dx2, Nl, C_);
   Tensor dy = dx2;
   if (sp_) {
-    ensure(dfull, NCf);
-    tp::gather_from_sequence_parallel(tp_, be_, dx2, dfull);
-    dy = dfull;
+    ensure(S.dfull, NCf);
+    tp::gather_from_sequence_parallel(tp_, be_, dx2, S.dfull);
+    dy = S.dfull;
   }
   Tensor& datt = S.datt;
   ensure(datt, static_cast<size_t>(Nf) * Cl_);
@@ -450,36 +491,91 @@ void GptChunk::layer_backward(Layer& L, Acts& a, Slot& s, int slot, const Tensor
   ensure(dqkv, static_cast<size_t>(Nf) * 3 * Cl_);
   be_.attention_backward(dqkv, datt, a.qkv, a.lse, B, T, Cl_, NHl_);
   Tensor& dln1 = S.dln;
-  Tensor& dln1_local = S.dln_local;
   ensure(dln1, NCf);
   linear_bwd(s, defer, dln1, L.qkvw, L.qkvb, dqkv, a.ln1, Nf, C_, 3 * Cl_);
   ready(L.qkvb);
   if (!defer) ready(L.qkvw);
-  if (sp_) {
-    ensure(dln1_local, NCl);
-    tp::reduce_scatter_to_sequence_parallel(tp_, be_, dln1, dln1_local);
-  } else {
-    tp::copy_to_tp_backward(tp_, be_, dln1);
-  }
-  be_.layernorm_backward(head_of(dx, NCl), g_ln1w, g_ln1b, sp_ ? dln1_local : dln1, a.x, P(L.ln1w), a.m1, a.r1, Nl,
-                         C_, ops::GradMode::accumulate);
+  layernorm_backward_scattered(dln1, S.dln_local, head_of(dx, NCl), g.ln1w, g.ln1b, a.x, L.ln1w, a.m1, a.r1, Nl,
+                               ops::GradMode::accumulate);
   if (sp_) {
     if (L.moe)
-      add_sp_grads({L.ln1w, L.ln1b, L.projb}, spg.slice(0, 3 * static_cast<int64_t>(C_)));
+      add_sp_grads({L.ln1w, L.ln1b, L.projb}, g.spg.slice(0, 3 * static_cast<int64_t>(C_)));
     else
-      add_sp_grads({L.ln1w, L.ln1b, L.projb, L.ln2w, L.ln2b, L.fpb}, spg);
+      add_sp_grads({L.ln1w, L.ln1b, L.projb, L.ln2w, L.ln2b, L.fpb}, g.spg);
   }
   if (!L.moe) ready(L.fpb);
   for (size_t p : {L.ln2b, L.ln2w, L.projb, L.ln1b, L.ln1w}) ready(p);
-  if (rc_ != Recompute::none) {
-    a.ln1 = Tensor();
-    a.ln2 = Tensor();
-    a.g = Tensor();
-    if (rc_ == Recompute::full) {
-      a.m1 = Tensor(); a.r1 = Tensor(); a.qkv = Tensor(); a.att = Tensor(); a.lse = Tensor();
-      a.x2 = Tensor(); a.m2 = Tensor(); a.r2 = Tensor(); a.h = Tensor();
-    }
-  }
+  if (rc_ != Recompute::none) drop_recomputed(a);
+}
+
+// The micro-batch's first activation in S.cur: the token embedding (vocab-parallel) plus the
+// positions, of this rank's rows.
+void GptChunk::embed(Slot& s, std::span<const int32_t> tokens, int B, int T) {
+  const int Nf = B * T, Nl = io_rows(B, T);
+  const size_t NCf = static_cast<size_t>(Nf) * C_;
+  const int row0 = sp_ ? tp_.rank() * Nl : 0;  // first global row of this rank's rows
+  Backs& S = *backs_;
+  for (int i = 0; i < Nf; ++i)
+    if (tokens[i] < 0 || tokens[i] >= cfg_.vocab)
+      TRIAX_THROW(ConfigError, "token {} at position {} is outside the vocabulary [0, {})", tokens[i], i, cfg_.vocab);
+  ensure(s.tokens, static_cast<size_t>(Nf), DType::i32);
+  be_.copy_from_host(s.tokens, tokens.data(), static_cast<size_t>(Nf) * sizeof(int32_t));
+  // Vocab-parallel lookup: rows outside this shard give zeros, the all-reduce (or
+  // reduce-scatter) fills them in.
+  Tensor& emb = sp_ ? S.emb : S.cur;
+  ensure(emb, NCf);
+  be_.embedding_forward(emb, s.tokens, P(wte_), Nf, C_, v0_, v1_);
+  if (sp_)
+    tp::reduce_scatter_to_sequence_parallel(tp_, be_, emb, S.cur);
+  else
+    tp::reduce_from_tp_forward(tp_, be_, S.cur);
+  be_.add_rows_periodic(S.cur, P(wpe_), Nl, C_, row0, T);
+}
+
+// The head on the last activation S.cur: final LayerNorm, tied LM head (vocab-parallel logits,
+// never gathered) and the cross-entropy loss; when training, the head's backward fused in (its
+// input gradient kept in s.dx_head). Returns the micro-batch's mean loss.
+double GptChunk::head_forward(Slot& s, std::span<const int32_t> targets, int B, int T, bool training, float dloss) {
+  const int Nf = B * T, Nl = io_rows(B, T);
+  const size_t NCf = static_cast<size_t>(Nf) * C_, NCl = static_cast<size_t>(Nl) * C_;
+  Backs& S = *backs_;
+  for (int i = 0; i < Nf; ++i)
+    if (targets[i] < 0 || targets[i] >= cfg_.vocab)
+      TRIAX_THROW(ConfigError, "target {} at position {} is outside the vocabulary [0, {})", targets[i], i,
+                  cfg_.vocab);
+  ensure(S.targets, static_cast<size_t>(Nf), DType::i32);
+  be_.copy_from_host(S.targets, targets.data(), static_cast<size_t>(Nf) * sizeof(int32_t));
+  layernorm_gathered(S.cur, lnf_w_, lnf_b_, S.lnf, S.mf, S.rf, Nl);  // lnf: (Nf, C)
+  const int Vl = v1_ - v0_;
+  Tensor& logits = S.logits;  // (N, V/tp): never gathered
+  ensure(logits, static_cast<size_t>(Nf) * Vl);
+  be_.linear_forward(logits, S.lnf, P(wte_), Tensor(), Nf, C_, Vl);
+  ensure(S.rowmax, static_cast<size_t>(Nf));
+  ensure(S.stats, 2 * static_cast<size_t>(Nf));
+  ensure(S.losses, static_cast<size_t>(Nf));
+  ensure(S.lse, static_cast<size_t>(Nf));
+  const Tensor sumexp = S.stats.slice(0, Nf), tlogit = S.stats.slice(Nf, 2 * static_cast<int64_t>(Nf));
+  be_.xent_shard_max(S.rowmax, logits, Nf, Vl, v0_, cfg_.vocab);
+  tp::max_over_tp(tp_, be_, S.rowmax);
+  be_.xent_shard_sumexp(sumexp, logits, S.rowmax, Nf, Vl, v0_, cfg_.vocab);
+  be_.xent_shard_target_logit(tlogit, logits, S.targets, Nf, Vl, v0_, cfg_.vocab);
+  tp::sum_over_tp(tp_, be_, S.stats);
+  be_.xent_loss_from_stats(S.losses, S.lse, S.rowmax, sumexp, tlogit, Nf);
+  const double loss = be_.sum(S.losses) / Nf;  // the step's one read-back per micro-batch
+  if (!training) return loss;
+  // Fused head backward: the loss gradient is known now.
+  be_.xent_shard_backward(logits, logits, S.lse, S.targets, static_cast<double>(dloss / static_cast<float>(Nf)), Nf,
+                          Vl, v0_, cfg_.vocab);
+  ensure(S.dlnf, NCf);
+  be_.linear_backward(S.dlnf, G(wte_), Tensor(), logits, S.lnf, P(wte_), Nf, C_, Vl);
+  ensure(s.dx_head, NCl);
+  Tensor spg = sp_partial_grads();
+  if (sp_) spg = spg.slice(0, 2 * static_cast<int64_t>(C_));
+  layernorm_backward_scattered(S.dlnf, S.dlnf_local, s.dx_head, sp_ ? spg.slice(0, C_) : G(lnf_w_),
+                               sp_ ? spg.slice(C_, 2 * C_) : G(lnf_b_), S.cur, lnf_w_, S.mf, S.rf, Nl,
+                               ops::GradMode::overwrite);
+  if (sp_) add_sp_grads({lnf_w_, lnf_b_}, spg);
+  return loss;
 }
 
 double GptChunk::forward(int sl, int B, int T, std::span<const int32_t> tokens, std::span<const int32_t> targets,
@@ -490,7 +586,7 @@ double GptChunk::forward(int sl, int B, int T, std::span<const int32_t> tokens, 
     TRIAX_THROW(ConfigError, "sequence parallelism splits the {} x {} = {} tokens of a micro-batch over tp={}: not divisible",
                 B, T, B * T, tp_.size());
   const int Nf = B * T, Nl = io_rows(B, T);
-  const size_t NCf = static_cast<size_t>(Nf) * C_, NCl = static_cast<size_t>(Nl) * C_;
+  const size_t NCl = static_cast<size_t>(Nl) * C_;
   if (spec_.embedding && tokens.size() < static_cast<size_t>(Nf))
     TRIAX_THROW(ConfigError, "the embedding chunk needs {} tokens, got {}", Nf, tokens.size());
   if (!spec_.embedding && !x_in.defined()) TRIAX_THROW(ConfigError, "a chunk without the embedding needs its input x_in");
@@ -502,32 +598,15 @@ double GptChunk::forward(int sl, int B, int T, std::span<const int32_t> tokens, 
   s.has_forward = true;
   s.B = B;
   s.T = T;
-  const int row0 = sp_ ? tp_.rank() * Nl : 0;  // first global row of this rank's rows
   Backs& S = *backs_;
   s.acts.resize(layers_.size());
 
   ensure(S.cur, NCl);
   ensure(S.next, NCl);
-  if (spec_.embedding) {
-    for (int i = 0; i < Nf; ++i)
-      if (tokens[i] < 0 || tokens[i] >= cfg_.vocab)
-        TRIAX_THROW(ConfigError, "token {} at position {} is outside the vocabulary [0, {})", tokens[i], i,
-                    cfg_.vocab);
-    ensure(s.tokens, static_cast<size_t>(Nf), DType::i32);
-    be_.copy_from_host(s.tokens, tokens.data(), static_cast<size_t>(Nf) * sizeof(int32_t));
-    // Vocab-parallel lookup: rows outside this shard give zeros, the all-reduce (or
-    // reduce-scatter) fills them in.
-    Tensor& emb = sp_ ? S.emb : S.cur;
-    ensure(emb, NCf);
-    be_.embedding_forward(emb, s.tokens, P(wte_), Nf, C_, v0_, v1_);
-    if (sp_)
-      tp::reduce_scatter_to_sequence_parallel(tp_, be_, emb, S.cur);
-    else
-      tp::reduce_from_tp_forward(tp_, be_, S.cur);
-    be_.add_rows_periodic(S.cur, P(wpe_), Nl, C_, row0, T);
-  } else {
+  if (spec_.embedding)
+    embed(s, tokens, B, T);
+  else
     be_.copy(S.cur, head_of(x_in, NCl));
-  }
   s.dloss = dloss;
   if (training) {
     for (size_t l = 0; l < layers_.size(); ++l) {
@@ -544,56 +623,10 @@ double GptChunk::forward(int sl, int B, int T, std::span<const int32_t> tokens, 
     s.acts.clear();
   }
   double loss = 0.0;
-  if (!spec_.head) {
+  if (!spec_.head)
     be_.copy(head_of(x_out, NCl), S.cur);
-  } else {
-    for (int i = 0; i < Nf; ++i)
-      if (targets[i] < 0 || targets[i] >= cfg_.vocab)
-        TRIAX_THROW(ConfigError, "target {} at position {} is outside the vocabulary [0, {})", targets[i], i,
-                    cfg_.vocab);
-    ensure(S.targets, static_cast<size_t>(Nf), DType::i32);
-    be_.copy_from_host(S.targets, targets.data(), static_cast<size_t>(Nf) * sizeof(int32_t));
-    layernorm_gathered(S.cur, lnf_w_, lnf_b_, S.lnf, S.mf, S.rf, Nl);  // lnf: (Nf, C)
-    const int Vl = v1_ - v0_;
-    Tensor& logits = S.logits;  // (N, V/tp): never gathered
-    ensure(logits, static_cast<size_t>(Nf) * Vl);
-    be_.linear_forward(logits, S.lnf, P(wte_), Tensor(), Nf, C_, Vl);
-    ensure(S.rowmax, static_cast<size_t>(Nf));
-    ensure(S.stats, 2 * static_cast<size_t>(Nf));
-    ensure(S.losses, static_cast<size_t>(Nf));
-    ensure(S.lse, static_cast<size_t>(Nf));
-    const Tensor sumexp = S.stats.slice(0, Nf), tlogit = S.stats.slice(Nf, 2 * static_cast<int64_t>(Nf));
-    be_.xent_shard_max(S.rowmax, logits, Nf, Vl, v0_, cfg_.vocab);
-    tp::max_over_tp(tp_, be_, S.rowmax);
-    be_.xent_shard_sumexp(sumexp, logits, S.rowmax, Nf, Vl, v0_, cfg_.vocab);
-    be_.xent_shard_target_logit(tlogit, logits, S.targets, Nf, Vl, v0_, cfg_.vocab);
-    tp::sum_over_tp(tp_, be_, S.stats);
-    be_.xent_loss_from_stats(S.losses, S.lse, S.rowmax, sumexp, tlogit, Nf);
-    loss = be_.sum(S.losses) / Nf;  // the step's one read-back per micro-batch
-    if (training) {
-      // Fused head backward: the loss gradient is known now.
-      be_.xent_shard_backward(logits, logits, S.lse, S.targets, static_cast<double>(dloss / static_cast<float>(Nf)),
-                              Nf, Vl, v0_, cfg_.vocab);
-      ensure(S.dlnf, NCf);
-      be_.linear_backward(S.dlnf, G(wte_), Tensor(), logits, S.lnf, P(wte_), Nf, C_, Vl);
-      if (sp_) {
-        ensure(S.dlnf_local, NCl);
-        tp::reduce_scatter_to_sequence_parallel(tp_, be_, S.dlnf, S.dlnf_local);
-      } else {
-        tp::copy_to_tp_backward(tp_, be_, S.dlnf);
-      }
-      ensure(s.dx_head, NCl);
-      Tensor spg;
-      if (sp_) {
-        ensure(S.spg, 6 * static_cast<size_t>(C_));
-        be_.fill(S.spg, 0.0);
-        spg = S.spg.slice(0, 2 * static_cast<int64_t>(C_));
-      }
-      be_.layernorm_backward(s.dx_head, sp_ ? spg.slice(0, C_) : G(lnf_w_), sp_ ? spg.slice(C_, 2 * C_) : G(lnf_b_),
-                             sp_ ? S.dlnf_local : S.dlnf, S.cur, P(lnf_w_), S.mf, S.rf, Nl, C_);
-      if (sp_) add_sp_grads({lnf_w_, lnf_b_}, spg);
-    }
-  }
+  else
+    loss = head_forward(s, targets, B, T, training, dloss);
   if (!training) release(sl);
   return loss;
 }

@@ -331,30 +331,80 @@ void MoeMlp::exchange(Slot& s, const Tensor& send, const Tensor& back, const Ten
   st.a2a_call_s += poll_s;
 }
 
-double MoeMlp::forward(int sl, int N, const Tensor& x, const Tensor& y, bool training) {
-  if (N < 1) TRIAX_THROW(ConfigError, "MoE layer {} forward: {} tokens (need >= 1)", layer_, N);
-  if (!x.defined() || !y.defined()) TRIAX_THROW(ConfigError, "MoE layer {} forward: null input or output", layer_);
-  if (slots_.count(sl)) TRIAX_THROW(ConfigError, "MoE layer {}: micro-batch slot {} already holds a forward pass", layer_, sl);
-  const auto t0 = Clock::now();
-  MoeStats st;
-  std::unique_ptr<Slot> sp;
-  if (!free_slots_.empty()) {
-    sp = std::move(free_slots_.back());
-    free_slots_.pop_back();
-  } else {
-    sp = std::make_unique<Slot>();
+namespace {
+// Rows [0, M) in blocks of kPollRows: fn(first row, rows) for each, then a poll of the exchanges
+// in flight.
+template <class Fn>
+void in_poll_blocks(int64_t M, const std::function<void()>& poll, Fn&& fn) {
+  for (int64_t r = 0; r < M; r += kPollRows) {
+    const int64_t b = std::min<int64_t>(kPollRows, M - r);
+    fn(r, b);
+    poll();
   }
-  Slot& s = *sp;
-  s.send_asg.clear();
-  const int E = cfg_.experts, k = cfg_.top_k, K = cfg_.chunks;
-  const int64_t C = C_, F = F_;
-  s.N = N;
-  s.chunks = K;
-  const Tensor xin = x.slice(0, N * C);
-  const Tensor xs_keep = grow(s.x, static_cast<size_t>(N * C), dt_);
-  be_.copy(xs_keep, xin);
+}
 
-  // Router logits on the backend; the routing itself on the host: its counts drive the exchange.
+// Each local expert l with rows in chunk c of a slot's expert side: fn(l, its first row, its rows M),
+// in expert order (the rows of one expert are contiguous: expert major).
+template <class SlotT, class Fn>
+void for_each_expert_rows(const SlotT& s, int c, int P, int El, Fn&& fn) {
+  int64_t off = 0;  // rows into the chunk
+  for (int l = 0; l < El; ++l) {
+    int64_t M = 0;
+    for (int r = 0; r < P; ++r) M += s.rcount[(static_cast<size_t>(c) * P + r) * El + l];
+    if (M == 0) continue;
+    fn(l, s.roff[c] + off, M);
+    off += M;
+  }
+}
+
+// The counts a forward or backward reports besides its timings.
+void count_rows(MoeStats& st, const Routing& R, int N, int k, size_t St, size_t Rt) {
+  st.tokens = N;
+  st.assignments = static_cast<int64_t>(N) * k;
+  st.dropped = R.dropped;
+  st.capacity = R.capacity;
+  st.sent_rows = static_cast<int64_t>(St);
+  st.recv_rows = static_cast<int64_t>(Rt);
+  st.aux_loss = R.aux_loss;
+}
+
+// The router's logit gradients (N, E) on the host: d probs from the gates' gradients dgate (N, k)
+// and from the aux loss (weight daux), then softmax backward.
+std::vector<double> router_logit_grads(const Routing& R, const std::vector<double>& dgate, double daux) {
+  const int N = R.N, E = R.E, k = R.k;
+  std::vector<double> dlogit(static_cast<size_t>(N) * E, 0.0);
+  std::vector<double> aux_dp(static_cast<size_t>(E));  // d aux / d probs[n, e] = E f_e / N
+  for (int e = 0; e < E; ++e)
+    aux_dp[static_cast<size_t>(e)] =
+        daux * E * (static_cast<double>(R.load[static_cast<size_t>(e)]) / (static_cast<double>(N) * k)) / N;
+  std::vector<double> dp(static_cast<size_t>(E));
+  for (int n = 0; n < N; ++n) {
+    const double* p = R.probs.data() + static_cast<size_t>(n) * E;
+    for (int e = 0; e < E; ++e) dp[static_cast<size_t>(e)] = aux_dp[static_cast<size_t>(e)];
+    const size_t a0 = static_cast<size_t>(n) * k;
+    if (k == 1) {
+      dp[static_cast<size_t>(R.expert[a0])] += dgate[a0];
+    } else {
+      // g_j = p_j / S, S = sum of the selected probs: d p_i = (d g_i - sum_j d g_j g_j) / S.
+      double S = 0, sg = 0;
+      for (int j = 0; j < k; ++j) {
+        S += p[R.expert[a0 + j]];
+        sg += dgate[a0 + j] * R.gate[a0 + j];
+      }
+      for (int j = 0; j < k; ++j) dp[static_cast<size_t>(R.expert[a0 + j])] += (dgate[a0 + j] - sg) / S;
+    }
+    double dot = 0;
+    for (int e = 0; e < E; ++e) dot += p[e] * dp[static_cast<size_t>(e)];
+    double* dl = dlogit.data() + static_cast<size_t>(n) * E;
+    for (int e = 0; e < E; ++e) dl[e] = p[e] * (dp[static_cast<size_t>(e)] - dot);
+  }
+  return dlogit;
+}
+}  // namespace
+
+// Router logits on the backend; the routing itself on the host: its counts drive the exchange.
+void MoeMlp::route(Slot& s, const Tensor& xin, int N) {
+  const int E = cfg_.experts, k = cfg_.top_k;
   const Tensor logits = grow(logits_, static_cast<size_t>(N) * E, dt_);
   be_.linear_forward(logits, xin, P(router_), Tensor(), N, C_, E);
   const int64_t cap = cfg_.drop_tokens ? expert_capacity(N, E, k, cfg_.capacity_factor) : int64_t{-1};
@@ -367,8 +417,14 @@ double MoeMlp::forward(int sl, int N, const Tensor& x, const Tensor& y, bool tra
     be_.copy_to_host(hl.data(), logits, hl.size() * sizeof(float));
     s.R = route_tokens(hl.data(), N, E, k, cap);
   }
-  const Routing& R = s.R;
+}
 
+// The send layout of the slot's routing (send_asg, pos, scount, soff), each send row's token and
+// gate uploaded, and the rows gathered from xin. Returns {token_of, rows to send}.
+std::pair<Tensor, Tensor> MoeMlp::lay_out_sends(Slot& s, const Tensor& xin) {
+  const Routing& R = s.R;
+  const int N = s.N, E = cfg_.experts, k = cfg_.top_k, K = s.chunks;
+  const int64_t C = C_;
   // Kept assignments of each expert in slot order.
   std::vector<std::vector<int32_t>> by_expert(static_cast<size_t>(E));
   for (int e = 0; e < E; ++e)
@@ -404,8 +460,13 @@ double MoeMlp::forward(int sl, int N, const Tensor& x, const Tensor& y, bool tra
   upload_real(s.gate_of, gate);
   const Tensor xs = grow(send_, St * C, dt_);
   if (St > 0) be_.gather_rows(xs, xin, token_of, static_cast<int>(St), C_);
+  return {token_of, xs};
+}
 
-  // Row counts for every chunk in one exchange: block r holds (chunks, El) counts for rank r.
+// Row counts for every chunk in one exchange (block r holds (chunks, El) counts for rank r), then
+// the expert side's layout: rcount, roff and the row permutations of each chunk.
+void MoeMlp::exchange_counts(Slot& s, MoeStats& st) {
+  const int E = cfg_.experts, K = s.chunks;
   const size_t blk = static_cast<size_t>(K) * El_;
   std::vector<int64_t> cin(blk * P_), cout(blk * P_);
   for (int r = 0; r < P_; ++r)
@@ -435,37 +496,58 @@ double MoeMlp::forward(int sl, int N, const Tensor& x, const Tensor& y, bool tra
     s.roff[c + 1] = s.roff[c] + rows;
     permutation(s.rcount.data() + static_cast<size_t>(c) * P_ * El_, P_, El_, s.roff[c], to_e, from_e);
   }
-  const size_t Rt = static_cast<size_t>(s.roff[K]);
   upload_i32(s.to_expert, to_e);
   upload_i32(s.from_expert, from_e);
+}
+
+double MoeMlp::forward(int sl, int N, const Tensor& x, const Tensor& y, bool training) {
+  if (N < 1) TRIAX_THROW(ConfigError, "MoE layer {} forward: {} tokens (need >= 1)", layer_, N);
+  if (!x.defined() || !y.defined()) TRIAX_THROW(ConfigError, "MoE layer {} forward: null input or output", layer_);
+  if (slots_.count(sl)) TRIAX_THROW(ConfigError, "MoE layer {}: micro-batch slot {} already holds a forward pass", layer_, sl);
+  const auto t0 = Clock::now();
+  MoeStats st;
+  std::unique_ptr<Slot> sp;
+  if (!free_slots_.empty()) {
+    sp = std::move(free_slots_.back());
+    free_slots_.pop_back();
+  } else {
+    sp = std::make_unique<Slot>();
+  }
+  Slot& s = *sp;
+  s.send_asg.clear();
+  const int k = cfg_.top_k, K = cfg_.chunks;
+  const int64_t C = C_, F = F_;
+  s.N = N;
+  s.chunks = K;
+  const Tensor xin = x.slice(0, N * C);
+  const Tensor xs_keep = grow(s.x, static_cast<size_t>(N * C), dt_);
+  be_.copy(xs_keep, xin);
+
+  route(s, xin, N);
+  const Routing& R = s.R;
+  const auto [token_of, xs] = lay_out_sends(s, xin);
+  const size_t St = s.send_asg.size();
+  exchange_counts(s, st);
+  const size_t Rt = static_cast<size_t>(s.roff[K]);
   const Tensor xe = grow(s.xe, Rt * C, dt_);
   const Tensor hh = grow(s.h, Rt * F, dt_);
   const Tensor aa = grow(s.a, Rt * F, dt_);
   const Tensor o = grow(s.o, St * C, dt_);  // every row is written by the combine
 
+  // Experts: C -> F (bias), GELU, F -> C (bias), on each local expert's rows of the chunk.
   auto expert_fwd = [&](int c, const Tensor& in, const Tensor& out, const std::function<void()>& poll) {
-    int64_t off = 0;  // rows into the chunk
-    for (int l = 0; l < El_; ++l) {
-      int64_t M = 0;
-      for (int r = 0; r < P_; ++r) M += s.rcount[(static_cast<size_t>(c) * P_ + r) * El_ + l];
-      if (M == 0) continue;
+    for_each_expert_rows(s, c, P_, El_, [&](int l, int64_t row, int64_t M) {
       const Expert& X = experts_[static_cast<size_t>(l)];
-      const int64_t row = s.roff[c] + off;
-      for (int64_t r = 0; r < M; r += kPollRows) {
-        const int64_t b = std::min<int64_t>(kPollRows, M - r);
+      in_poll_blocks(M, poll, [&](int64_t r, int64_t b) {
         be_.linear_forward(rows_of(hh, row + r, row + r + b, F), rows_of(in, row + r, row + r + b, C), P(X.fcw),
                            P(X.fcb), static_cast<int>(b), C_, F_);
-        poll();
-      }
+      });
       be_.gelu_forward(rows_of(aa, row, row + M, F), rows_of(hh, row, row + M, F));
-      for (int64_t r = 0; r < M; r += kPollRows) {
-        const int64_t b = std::min<int64_t>(kPollRows, M - r);
+      in_poll_blocks(M, poll, [&](int64_t r, int64_t b) {
         be_.linear_forward(rows_of(out, row + r, row + r + b, C), rows_of(aa, row + r, row + r + b, F), P(X.pw),
                            P(X.pb), static_cast<int>(b), F_, C_);
-        poll();
-      }
-      off += M;
-    }
+      });
+    });
   };
   exchange(s, xs, o, xe, expert_fwd, st);
 
@@ -475,13 +557,7 @@ double MoeMlp::forward(int sl, int N, const Tensor& x, const Tensor& y, bool tra
   be_.fill(yv, 0.0);
   if (St > 0) be_.scatter_add_rows(yv, o, token_of, s.gate_of.slice(0, static_cast<int64_t>(St)), static_cast<int>(St), C_);
 
-  st.tokens = N;
-  st.assignments = static_cast<int64_t>(N) * k;
-  st.dropped = R.dropped;
-  st.capacity = R.capacity;
-  st.sent_rows = static_cast<int64_t>(St);
-  st.recv_rows = static_cast<int64_t>(Rt);
-  st.aux_loss = R.aux_loss;
+  count_rows(st, R, N, k, St, Rt);
   st.total_s = since(t0);
   fwd_stats_ = st;
   last_routing_ = R;
@@ -503,7 +579,7 @@ void MoeMlp::backward(int sl, const Tensor& dy, const Tensor& dx, float dloss) {
   MoeStats st;
   Slot& s = *it->second;
   const Routing& R = s.R;
-  const int N = s.N, E = cfg_.experts, k = cfg_.top_k, K = s.chunks;
+  const int N = s.N, k = cfg_.top_k, K = s.chunks;
   const int64_t C = C_, F = F_;
   const size_t St = s.send_asg.size(), Rt = static_cast<size_t>(s.roff[K]);
   const Tensor dyv = dy.slice(0, N * C), dxv = dx.slice(0, N * C);
@@ -525,30 +601,21 @@ void MoeMlp::backward(int sl, const Tensor& dy, const Tensor& dx, float dloss) {
   }
   const Tensor de = grow(ein2_, Rt * C, dt_);
 
+  // Experts backward, mirror of the forward: c_proj, GELU, c_fc.
   auto expert_bwd = [&](int c, const Tensor& in, const Tensor& out, const std::function<void()>& poll) {
-    int64_t off = 0;
-    for (int l = 0; l < El_; ++l) {
-      int64_t M = 0;
-      for (int r = 0; r < P_; ++r) M += s.rcount[(static_cast<size_t>(c) * P_ + r) * El_ + l];
-      if (M == 0) continue;
+    for_each_expert_rows(s, c, P_, El_, [&](int l, int64_t row, int64_t M) {
       const Expert& X = experts_[static_cast<size_t>(l)];
-      const int64_t row = s.roff[c] + off;
       const Tensor da = grow(da_, static_cast<size_t>(M * F), dt_);
-      for (int64_t r = 0; r < M; r += kPollRows) {
-        const int64_t b = std::min<int64_t>(kPollRows, M - r);
+      in_poll_blocks(M, poll, [&](int64_t r, int64_t b) {
         be_.linear_backward(rows_of(da, r, r + b, F), G(X.pw), G(X.pb), rows_of(in, row + r, row + r + b, C),
                             rows_of(s.a, row + r, row + r + b, F), P(X.pw), static_cast<int>(b), F_, C_);
-        poll();
-      }
+      });
       be_.gelu_backward(da, rows_of(s.h, row, row + M, F), da);
-      for (int64_t r = 0; r < M; r += kPollRows) {
-        const int64_t b = std::min<int64_t>(kPollRows, M - r);
+      in_poll_blocks(M, poll, [&](int64_t r, int64_t b) {
         be_.linear_backward(rows_of(out, row + r, row + r + b, C), G(X.fcw), G(X.fcb), rows_of(da, r, r + b, F),
                             rows_of(s.xe, row + r, row + r + b, C), P(X.fcw), static_cast<int>(b), C_, F_);
-        poll();
-      }
-      off += M;
-    }
+      });
+    });
   };
   exchange(s, ds, dxs, de, expert_bwd, st);
   for (size_t l = experts_.size(); l-- > 0;) {
@@ -558,47 +625,14 @@ void MoeMlp::backward(int sl, const Tensor& dy, const Tensor& dx, float dloss) {
     ready(experts_[l].fcw);
   }
 
-  // Router (host: the routing lives there): d probs from the gates and from the aux loss, then
-  // softmax backward; the GEMMs on the backend.
-  std::vector<double> dlogit(static_cast<size_t>(N) * E, 0.0);
-  const double daux = static_cast<double>(cfg_.aux_loss_coef) * dloss;
-  std::vector<double> aux_dp(static_cast<size_t>(E));  // d aux / d probs[n, e] = E f_e / N
-  for (int e = 0; e < E; ++e)
-    aux_dp[static_cast<size_t>(e)] =
-        daux * E * (static_cast<double>(R.load[static_cast<size_t>(e)]) / (static_cast<double>(N) * k)) / N;
-  std::vector<double> dp(static_cast<size_t>(E));
-  for (int n = 0; n < N; ++n) {
-    const double* p = R.probs.data() + static_cast<size_t>(n) * E;
-    for (int e = 0; e < E; ++e) dp[static_cast<size_t>(e)] = aux_dp[static_cast<size_t>(e)];
-    const size_t a0 = static_cast<size_t>(n) * k;
-    if (k == 1) {
-      dp[static_cast<size_t>(R.expert[a0])] += dgate[a0];
-    } else {
-      // g_j = p_j / S, S = sum of the selected probs: d p_i = (d g_i - sum_j d g_j g_j) / S.
-      double S = 0, sg = 0;
-      for (int j = 0; j < k; ++j) {
-        S += p[R.expert[a0 + j]];
-        sg += dgate[a0 + j] * R.gate[a0 + j];
-      }
-      for (int j = 0; j < k; ++j) dp[static_cast<size_t>(R.expert[a0 + j])] += (dgate[a0 + j] - sg) / S;
-    }
-    double dot = 0;
-    for (int e = 0; e < E; ++e) dot += p[e] * dp[static_cast<size_t>(e)];
-    double* dl = dlogit.data() + static_cast<size_t>(n) * E;
-    for (int e = 0; e < E; ++e) dl[e] = p[e] * (dp[static_cast<size_t>(e)] - dot);
-  }
+  // Router (host: the routing lives there), then its GEMMs on the backend.
+  const std::vector<double> dlogit = router_logit_grads(R, dgate, static_cast<double>(cfg_.aux_loss_coef) * dloss);
   const Tensor dlt = upload_real(dlogit_, dlogit);
-  be_.linear_backward(dxv, G(router_), Tensor(), dlt, s.x.slice(0, N * C), P(router_), N, C_, E);
+  be_.linear_backward(dxv, G(router_), Tensor(), dlt, s.x.slice(0, N * C), P(router_), N, C_, cfg_.experts);
   ready(router_);
   // The expert paths' input gradients.
   if (St > 0) be_.scatter_add_rows(dxv, dxs, s.token_of.slice(0, static_cast<int64_t>(St)), Tensor(), static_cast<int>(St), C_);
-  st.tokens = N;
-  st.assignments = static_cast<int64_t>(N) * k;
-  st.dropped = R.dropped;
-  st.capacity = R.capacity;
-  st.sent_rows = static_cast<int64_t>(St);
-  st.recv_rows = static_cast<int64_t>(Rt);
-  st.aux_loss = R.aux_loss;
+  count_rows(st, R, N, k, St, Rt);
   st.total_s = since(t0);
   bwd_stats_ = st;
   release(sl);

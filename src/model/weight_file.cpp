@@ -230,6 +230,126 @@ WeightFile::WeightFile(const std::string& path, int heads) {
   config_ = c;
 }
 
+namespace {
+
+// Where one parameter lives in a weight file and how it is stored there.
+struct Source {
+  std::string tensor;
+  int layer = -1;       // llm.c: the row of the stacked per-layer tensor
+  bool conv1d = false;  // HF Conv1D: (in, out), the transpose of triax's (out, in)
+  std::vector<int64_t> file_shape;
+  int64_t real_rows = -1;  // wte: rows past this are padding (zero)
+  bool is_wte = false;
+};
+
+// The tensor of `file` (in `format`, with the safetensors name prefix `prefix`) that holds the
+// store's parameter `info`, its shape checked against the file.
+Source locate(const io::TensorFile& file, WeightFormat format, const std::string& prefix, const ParamInfo& info,
+              const GptConfig& cfg) {
+  const std::string& name = info.spec.name;
+  const auto& full = info.spec.full_shape;
+  auto parsed = parse_name(name);
+  if (!parsed || (parsed->layer >= 0 && parsed->index < 0))
+    TRIAX_THROW(ConfigError, "parameter '{}' is not a GPT-2 parameter this loader knows", name);
+
+  Source src;
+  src.file_shape = full;
+  src.is_wte = parsed->layer < 0 && parsed->rest == "wte.weight";
+  if (format == WeightFormat::safetensors) {
+    src.tensor = prefix + (parsed->layer >= 0 ? fmt::format("h.{}.{}", parsed->layer, parsed->rest) : parsed->rest);
+    src.conv1d = parsed->layer >= 0 && is_conv1d(parsed->rest);
+    if (src.conv1d) src.file_shape = reversed(full);
+  } else {
+    const auto& h = static_cast<const io::LlmcGpt2Reader&>(file).config();
+    if (parsed->layer >= 0) {
+      src.tensor = kLlmcLayerNames[parsed->index];
+      src.layer = parsed->layer;
+      src.file_shape.insert(src.file_shape.begin(), h.num_layers);
+    } else if (src.is_wte) {
+      src.tensor = "wte";
+    } else if (parsed->rest == "wpe.weight") {
+      src.tensor = "wpe";
+    } else if (parsed->rest == "ln_f.weight") {
+      src.tensor = "lnfw";
+    } else if (parsed->rest == "ln_f.bias") {
+      src.tensor = "lnfb";
+    } else {
+      TRIAX_THROW(ConfigError, "parameter '{}' has no place in an llm.c checkpoint", name);
+    }
+    if (src.is_wte) src.file_shape[0] = h.padded_vocab_size;
+  }
+  if (src.is_wte) {
+    if (full.size() != 2 || full[0] < cfg.vocab)
+      TRIAX_THROW(ConfigError, "parameter '{}' has shape {}, expected (padded vocab >= {}, C)", name,
+                  io::shape_string(full), cfg.vocab);
+    src.real_rows = cfg.vocab;
+    if (format == WeightFormat::safetensors) src.file_shape[0] = cfg.vocab;
+  }
+  if (!file.contains(src.tensor)) {
+    if (format == WeightFormat::safetensors)
+      TRIAX_THROW(IoError, "{}: missing tensor '{}' (parameter '{}'; looked for it {} the 'transformer.' prefix)",
+                  file.path(), src.tensor, name, prefix.empty() ? "without" : "with");
+    TRIAX_THROW(IoError, "{}: missing tensor '{}' (parameter '{}')", file.path(), src.tensor, name);
+  }
+  file.check_shape(src.tensor, src.file_shape);
+  return src;
+}
+
+// Reads the block `r` (ranges in triax's (out, in) layout of the full parameter).
+std::vector<float> read_block(const io::TensorFile& file, const Source& src, std::vector<io::SliceRange> r) {
+  int64_t pad_rows = 0;
+  if (src.real_rows >= 0 && r[0].end > src.real_rows) {
+    const int64_t keep_end = std::max(r[0].begin, src.real_rows);
+    pad_rows = r[0].end - keep_end;
+    r[0].end = keep_end;
+  }
+  std::vector<io::SliceRange> fr = r;
+  if (src.conv1d) std::swap(fr[0], fr[1]);  // the file holds (in, out)
+  if (src.layer >= 0) fr.insert(fr.begin(), io::SliceRange{src.layer, src.layer + 1});
+  std::vector<float> v = file.read_slice(src.tensor, fr);
+  if (src.conv1d) v = transpose(v, r[1].end - r[1].begin, r[0].end - r[0].begin);
+  if (pad_rows > 0) {
+    int64_t row = 1;
+    for (size_t d = 1; d < r.size(); ++d) row *= r[d].end - r[d].begin;
+    v.resize(v.size() + static_cast<size_t>(pad_rows * row), 0.0f);
+  }
+  return v;
+}
+
+// Tensor-parallel rank tp_rank's shard of the parameter `spec`, read from its source.
+std::vector<float> read_shard(const io::TensorFile& file, const Source& src, const ParamSpec& spec, int tp_rank,
+                              int tp_size) {
+  const auto& full = spec.full_shape;
+  std::vector<io::SliceRange> all;
+  for (auto d : full) all.push_back({0, d});
+  std::vector<float> shard;
+  switch (spec.split) {
+    case TpSplit::none: shard = read_block(file, src, all); break;
+    case TpSplit::rows:
+    case TpSplit::cols: {
+      const size_t dim = spec.split == TpSplit::rows ? 0 : 1;
+      const int64_t n = full[dim] / tp_size;
+      auto r = all;
+      r[dim] = {tp_rank * n, (tp_rank + 1) * n};
+      shard = read_block(file, src, r);
+      break;
+    }
+    case TpSplit::qkv_rows: {
+      const int64_t part = full[0] / 3, n = part / tp_size;
+      for (int k = 0; k < 3; ++k) {
+        auto r = all;
+        r[0] = {k * part + tp_rank * n, k * part + (tp_rank + 1) * n};
+        auto b = read_block(file, src, r);
+        shard.insert(shard.end(), b.begin(), b.end());
+      }
+      break;
+    }
+  }
+  return shard;
+}
+
+}  // namespace
+
 void WeightFile::load(ParamStore& store, const GptConfig& cfg, int tp_rank, int tp_size) const {
   const std::string& path = file_->path();
   if (tp_size < 1 || tp_rank < 0 || tp_rank >= tp_size)
@@ -249,112 +369,15 @@ void WeightFile::load(ParamStore& store, const GptConfig& cfg, int tp_rank, int 
     const ParamInfo& info = store.info(i);
     const std::string& name = info.spec.name;
     const auto& full = info.spec.full_shape;
-    auto parsed = parse_name(name);
-    if (!parsed || (parsed->layer >= 0 && parsed->index < 0))
-      TRIAX_THROW(ConfigError, "parameter '{}' is not a GPT-2 parameter this loader knows", name);
-
-    // Where this parameter lives in the file and how it is stored there.
-    std::string tensor;
-    int layer = -1;
-    bool conv1d = false;
-    std::vector<int64_t> file_shape = full;
-    int64_t real_rows = -1;  // wte: rows past this are padding (zero)
-    const bool is_wte = parsed->layer < 0 && parsed->rest == "wte.weight";
-    if (format_ == WeightFormat::safetensors) {
-      tensor = prefix_ + (parsed->layer >= 0 ? fmt::format("h.{}.{}", parsed->layer, parsed->rest) : parsed->rest);
-      conv1d = parsed->layer >= 0 && is_conv1d(parsed->rest);
-      if (conv1d) file_shape = reversed(full);
-    } else {
-      const auto& h = static_cast<const io::LlmcGpt2Reader&>(*file_).config();
-      if (parsed->layer >= 0) {
-        tensor = kLlmcLayerNames[parsed->index];
-        layer = parsed->layer;
-        file_shape.insert(file_shape.begin(), h.num_layers);
-      } else if (is_wte) {
-        tensor = "wte";
-      } else if (parsed->rest == "wpe.weight") {
-        tensor = "wpe";
-      } else if (parsed->rest == "ln_f.weight") {
-        tensor = "lnfw";
-      } else if (parsed->rest == "ln_f.bias") {
-        tensor = "lnfb";
-      } else {
-        TRIAX_THROW(ConfigError, "parameter '{}' has no place in an llm.c checkpoint", name);
-      }
-      if (is_wte) file_shape[0] = h.padded_vocab_size;
-    }
-    if (is_wte) {
-      if (full.size() != 2 || full[0] < cfg.vocab)
-        TRIAX_THROW(ConfigError, "parameter '{}' has shape {}, expected (padded vocab >= {}, C)", name,
-                    io::shape_string(full), cfg.vocab);
-      real_rows = cfg.vocab;
-      if (format_ == WeightFormat::safetensors) file_shape[0] = cfg.vocab;
-    }
-    if (!file_->contains(tensor)) {
-      if (format_ == WeightFormat::safetensors)
-        TRIAX_THROW(IoError, "{}: missing tensor '{}' (parameter '{}'; looked for it {} the 'transformer.' prefix)",
-                    path, tensor, name, prefix_.empty() ? "without" : "with");
-      TRIAX_THROW(IoError, "{}: missing tensor '{}' (parameter '{}')", path, tensor, name);
-    }
-    file_->check_shape(tensor, file_shape);
-
-    // Reads the block `r` (ranges in triax's (out, in) layout of the full parameter).
-    auto read_block = [&](std::vector<io::SliceRange> r) {
-      int64_t pad_rows = 0;
-      if (real_rows >= 0 && r[0].end > real_rows) {
-        const int64_t keep_end = std::max(r[0].begin, real_rows);
-        pad_rows = r[0].end - keep_end;
-        r[0].end = keep_end;
-      }
-      std::vector<io::SliceRange> fr = r;
-      if (conv1d) std::swap(fr[0], fr[1]);  // the file holds (in, out)
-      if (layer >= 0) fr.insert(fr.begin(), io::SliceRange{layer, layer + 1});
-      std::vector<float> v = file_->read_slice(tensor, fr);
-      if (conv1d) v = transpose(v, r[1].end - r[1].begin, r[0].end - r[0].begin);
-      if (pad_rows > 0) {
-        int64_t row = 1;
-        for (size_t d = 1; d < r.size(); ++d) row *= r[d].end - r[d].begin;
-        v.resize(v.size() + static_cast<size_t>(pad_rows * row), 0.0f);
-      }
-      return v;
-    };
-    std::vector<io::SliceRange> all;
-    for (auto d : full) all.push_back({0, d});
-    std::vector<float> shard;
-    switch (info.spec.split) {
-      case TpSplit::none: shard = read_block(all); break;
-      case TpSplit::rows: {
-        const int64_t n = full[0] / tp_size;
-        auto r = all;
-        r[0] = {tp_rank * n, (tp_rank + 1) * n};
-        shard = read_block(r);
-        break;
-      }
-      case TpSplit::cols: {
-        const int64_t n = full[1] / tp_size;
-        auto r = all;
-        r[1] = {tp_rank * n, (tp_rank + 1) * n};
-        shard = read_block(r);
-        break;
-      }
-      case TpSplit::qkv_rows: {
-        const int64_t part = full[0] / 3, n = part / tp_size;
-        for (int k = 0; k < 3; ++k) {
-          auto r = all;
-          r[0] = {k * part + tp_rank * n, k * part + (tp_rank + 1) * n};
-          auto b = read_block(r);
-          shard.insert(shard.end(), b.begin(), b.end());
-        }
-        break;
-      }
-    }
+    const Source src = locate(*file_, format_, prefix_, info, cfg);
+    const std::vector<float> shard = read_shard(*file_, src, info.spec, tp_rank, tp_size);
     auto dst = store.param(i);
     if (shard.size() != dst.size())
       TRIAX_THROW(ConfigError, "parameter '{}': the store holds {} elements {} for tp rank {} of {}, the shard has {}",
                   name, dst.size(), io::shape_string(info.local_shape), tp_rank, tp_size, shard.size());
     std::copy(shard.begin(), shard.end(), dst.begin());
 
-    if (is_wte && has_lm_head_) {
+    if (src.is_wte && has_lm_head_) {
       // A file may carry the tied head explicitly; triax ties it, so it must equal wte.
       file_->check_shape("lm_head.weight", {cfg.vocab, full[1]});
       const int64_t n = info.spec.split == TpSplit::rows ? full[0] / tp_size : full[0];

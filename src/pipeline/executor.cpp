@@ -25,6 +25,219 @@ struct Key {
   int mb, chunk;
   bool operator<(const Key& o) const { return mb != o.mb ? mb < o.mb : chunk < o.chunk; }
 };
+
+// One instruction as the compute methods see it: its micro-batch and chunk, whether the chunk is
+// the model's first or last virtual stage, and (for ExecEvent) when its busy time starts (seconds
+// from the step's start), how long its receive blocked, and the thread's CPU clock at its start.
+struct Instr {
+  const PipeInstr& in;
+  Key k;
+  Stage& ch;
+  bool first, last;
+  double start = 0, waited = 0, cpu0 = 0;
+};
+
+// One step of one stage: the buffers and in-flight messages of every micro-batch in the list, and
+// what the step measures. PipelineExecutor::run makes one per call and hands it each instruction.
+class StepState {
+ public:
+  StepState(const Schedule& sch, const std::vector<Stage*>& chunks, Communicator& pp, int B, int T, int C,
+            const MicroBatchFn& data, GradReadySink* grads, float dloss, bool record)
+      : sch_(sch), chunks_(chunks), pp_(pp), be_(chunks.front()->backend()), data_(data), grads_(grads),
+        dloss_(dloss), record_(record), stage_(pp.rank()), B_(B), T_(T),
+        // Hidden states crossing stages: (B*T, C), or this rank's B*T/tp rows under sequence parallelism.
+        N_(static_cast<size_t>(chunks.front()->io_rows(B, T)) * C) {
+    const auto& list = sch.lists.at(static_cast<size_t>(stage_));
+    // The last backward-input pass and the last weight pass of each chunk arm the DP marks.
+    last_b_.assign(chunks.size(), -1);
+    last_w_.assign(chunks.size(), -1);
+    for (size_t i = 0; i < list.size(); ++i) {
+      const auto& in = list[i];
+      if (in.op == PipeOp::backward || in.op == PipeOp::backward_input) last_b_[static_cast<size_t>(in.chunk)] = static_cast<int>(i);
+      if (in.op == PipeOp::backward || in.op == PipeOp::backward_weight) last_w_[static_cast<size_t>(in.chunk)] = static_cast<int>(i);
+    }
+  }
+
+  void begin() {
+    res_.micro_batches = sch_.micro_batches;
+    t0_ = Clock::now();
+    res_.origin_s = std::chrono::duration<double>(t0_.time_since_epoch()).count();
+  }
+
+  // The chunks' gradient-ready hook: marks reach the sink only inside an armed pass.
+  void grad_ready(size_t idx) {
+    if (!armed_ || !grads_) return;
+    grads_->mark_ready(idx);
+    // On the CPU backend a started all-reduce moves only while this rank is inside MPI: drive
+    // the buckets already in flight at every parameter, or they all wait for finish() (the last
+    // backward is one instruction, with no progress() call inside it).
+    grads_->progress();
+  }
+
+  // Runs instruction i of this stage's list, records its event, and drives the messages in flight.
+  void execute(size_t i, const PipeInstr& in) {
+    const Key k{in.mb, in.chunk};
+    Instr x{in, k, *chunks_.at(static_cast<size_t>(in.chunk)), sch_.is_first_virtual(stage_, in.chunk),
+            sch_.is_last_virtual(stage_, in.chunk)};
+    const int tag = message_tag(sch_, stage_, in);
+    x.start = since(t0_);
+    x.cpu0 = record_ && is_compute(in.op) ? thread_cpu_s() : 0;
+    switch (in.op) {
+      case PipeOp::recv_activation: post_recv(act_in_, recv_act_, k, in.peer, tag); break;
+      case PipeOp::recv_grad: post_recv(grad_in_, recv_grad_, k, in.peer, tag); break;
+      case PipeOp::send_activation: start_send(act_out_, k, in.peer, tag); break;
+      case PipeOp::send_grad: start_send(grad_out_, k, in.peer, tag); break;
+      case PipeOp::forward: forward(x); break;
+      case PipeOp::backward:
+      case PipeOp::backward_input: backward(i, x); break;
+      case PipeOp::backward_weight: backward_weight(i, x); break;
+    }
+    if (record_ && is_compute(in.op)) res_.events.push_back({in, x.start, since(t0_), x.waited, thread_cpu_s() - x.cpu0});
+    progress();
+  }
+
+  // Completes the sends still in flight (their wait counted from w0) and checks that every
+  // received tensor was consumed.
+  StepResult finish(Clock::time_point w0) {
+    for (auto& p : sends_) p.work.wait();
+    sends_.clear();
+    res_.p2p_wait_s += since(w0);
+    if (!recv_act_.empty() || !recv_grad_.empty())
+      TRIAX_THROW(CommError, "pipeline stage {}: {} received tensors were never consumed by schedule '{}'", stage_,
+                  recv_act_.size() + recv_grad_.size(), sch_.label());
+    res_.wall_s = since(t0_);
+    return std::move(res_);
+  }
+
+ private:
+  // In-flight sends with the buffer each reads: a buffer is released as soon as its send
+  // completes, so at most the schedule checker's bound of them is held, not one per micro-batch.
+  struct Pending {
+    Work work;
+    Tensor buf;
+  };
+
+  Tensor buffer() {
+    return be_.empty(Shape{static_cast<int64_t>(N_)}, be_.compute_dtype() == DType::f64 ? DType::f64 : DType::f32);
+  }
+
+  // The busy interval of a compute that waited for its input starts when the wait ends.
+  void restart(Instr& x) {
+    x.start = since(t0_);
+    if (record_) x.cpu0 = thread_cpu_s();
+  }
+
+  void post_recv(std::map<Key, Tensor>& bufs, std::map<Key, Work>& works, Key k, int peer, int tag) {
+    auto& buf = bufs[k];
+    buf = buffer();
+    works[k] = recv(pp_, be_, buf, peer, tag);
+  }
+
+  double wait_recv(std::map<Key, Work>& works, Key k, const char* what) {
+    auto it = works.find(k);
+    if (it == works.end())
+      TRIAX_THROW(CommError, "pipeline stage {}: {} of micro-batch {} chunk {} was never received", stage_, what, k.mb,
+                  k.chunk);
+    const auto w0 = Clock::now();
+    it->second.wait();
+    const double waited = since(w0);
+    res_.p2p_wait_s += waited;
+    works.erase(it);
+    return waited;
+  }
+
+  void start_send(std::map<Key, Tensor>& from, Key k, int peer, int tag) {
+    auto it = from.find(k);
+    if (it == from.end())
+      TRIAX_THROW(CommError, "pipeline stage {}: nothing to send for micro-batch {} chunk {}", stage_, k.mb, k.chunk);
+    Pending p{send(pp_, be_, it->second, peer, tag), std::move(it->second)};
+    from.erase(it);
+    sends_.push_back(std::move(p));
+    res_.peak_send_buffers = std::max(res_.peak_send_buffers, sends_.size());
+  }
+
+  void progress() {
+    if (grads_) grads_->progress();
+    std::erase_if(sends_, [](Pending& p) { return p.work.test(); });
+  }
+
+  void forward(Instr& x) {
+    const PipeInstr& in = x.in;
+    const Key k = x.k;
+    const bool first = x.first, last = x.last;
+    Tensor x_in;
+    if (!first) {
+      x.waited = wait_recv(recv_act_, k, "the activation");
+      x_in = act_in_[k];
+      restart(x);
+    }
+    if (first || last) data_(in.mb, tokens_, targets_);
+    Tensor x_out;
+    if (!last) {
+      auto& out = act_out_[k];
+      out = buffer();
+      x_out = out;
+    }
+    const auto c0 = Clock::now();
+    const double loss = x.ch.forward(in.mb, B_, T_, first ? std::span<const int32_t>(tokens_) : std::span<const int32_t>(),
+                                   last ? std::span<const int32_t>(targets_) : std::span<const int32_t>(), x_in, x_out,
+                                   /*training=*/!sch_.forward_only, dloss_);
+    res_.compute_s += since(c0);
+    if (last) res_.loss_sum += loss;
+    act_in_.erase(k);
+  }
+
+  void backward(size_t i, Instr& x) {
+    const PipeInstr& in = x.in;
+    const Key k = x.k;
+    Tensor dx_out;
+    if (!x.last) {
+      x.waited = wait_recv(recv_grad_, k, "the output gradient");
+      dx_out = grad_in_[k];
+      restart(x);
+    }
+    Tensor dx_in;
+    if (!x.first) {
+      auto& g = grad_out_[k];
+      g = buffer();
+      dx_in = g;
+    }
+    armed_ = static_cast<int>(i) == last_b_[static_cast<size_t>(in.chunk)];
+    const auto c0 = Clock::now();
+    x.ch.backward(in.mb, dx_out, dx_in, in.op == PipeOp::backward_input);
+    res_.compute_s += since(c0);
+    armed_ = false;
+    grad_in_.erase(k);
+  }
+
+  void backward_weight(size_t i, Instr& x) {
+    const PipeInstr& in = x.in;
+    armed_ = static_cast<int>(i) == last_w_[static_cast<size_t>(in.chunk)];
+    const auto c0 = Clock::now();
+    x.ch.backward_weight(in.mb);
+    res_.compute_s += since(c0);
+    armed_ = false;
+  }
+
+  const Schedule& sch_;
+  const std::vector<Stage*>& chunks_;
+  Communicator& pp_;
+  Backend& be_;
+  const MicroBatchFn& data_;
+  GradReadySink* grads_;
+  float dloss_;
+  bool record_;
+  int stage_, B_, T_;
+  size_t N_;
+  std::vector<int> last_b_, last_w_;
+  bool armed_ = false;  // inside the pass that gives a chunk's parameters their last gradients
+  std::map<Key, Tensor> act_in_, act_out_, grad_in_, grad_out_;
+  std::map<Key, Work> recv_act_, recv_grad_;
+  std::vector<Pending> sends_;
+  std::vector<int32_t> tokens_, targets_;
+  StepResult res_;
+  Clock::time_point t0_;
+};
 }  // namespace
 
 PipelineExecutor::PipelineExecutor(std::vector<Stage*> chunks, Communicator& pp, int micro_batch, int seq,
@@ -46,79 +259,16 @@ StepResult PipelineExecutor::run(const Schedule& sch, const MicroBatchFn& data, 
     TRIAX_THROW(ConfigError, "schedule '{}' has {} chunks per stage but this stage holds {}", sch.label(), sch.chunks,
                 chunks_.size());
   const auto& list = sch.lists.at(static_cast<size_t>(stage));
-  // Hidden states crossing stages: (B*T, C), or this rank's B*T/tp rows under sequence parallelism.
-  const size_t N = static_cast<size_t>(chunks_.front()->io_rows(B_, T_)) * C_;
-
-  // The last backward-input pass and the last weight pass of each chunk arm the DP marks.
-  std::vector<int> last_b(chunks_.size(), -1), last_w(chunks_.size(), -1);
-  for (size_t i = 0; i < list.size(); ++i) {
-    const auto& in = list[i];
-    if (in.op == PipeOp::backward || in.op == PipeOp::backward_input) last_b[static_cast<size_t>(in.chunk)] = static_cast<int>(i);
-    if (in.op == PipeOp::backward || in.op == PipeOp::backward_weight) last_w[static_cast<size_t>(in.chunk)] = static_cast<int>(i);
-  }
-  bool armed = false;
-  // The hook captures locals of this call: cleared on every way out (an exception included).
+  StepState step(sch, chunks_, pp_, B_, T_, C_, data, grads, dloss, record);
+  // The hook refers to this call's step: cleared on every way out (an exception included).
   struct HookGuard {
     std::vector<Stage*>& chunks;
     ~HookGuard() {
       for (auto* c : chunks) c->set_grad_ready_hook(nullptr);
     }
   } hook_guard{chunks_};
-  for (auto* c : chunks_)
-    c->set_grad_ready_hook([&armed, grads](size_t idx) {
-      if (!armed || !grads) return;
-      grads->mark_ready(idx);
-      // On the CPU backend a started all-reduce moves only while this rank is inside MPI: drive
-      // the buckets already in flight at every parameter, or they all wait for finish() (the last
-      // backward is one instruction, with no progress() call inside it).
-      grads->progress();
-    });
-
-  Backend& be = chunks_.front()->backend();
-  auto buffer = [&] { return be.empty(Shape{static_cast<int64_t>(N)}, be.compute_dtype() == DType::f64 ? DType::f64 : DType::f32); };
-  std::map<Key, Tensor> act_in, act_out, grad_in, grad_out;
-  std::map<Key, Work> recv_act, recv_grad;
-  // In-flight sends with the buffer each reads: a buffer is released as soon as its send
-  // completes, so at most the schedule checker's bound of them is held, not one per micro-batch.
-  struct Pending {
-    Work work;
-    Tensor buf;
-  };
-  std::vector<Pending> sends;
-  std::vector<int32_t> tokens, targets;
-  StepResult res;
-  res.micro_batches = sch.micro_batches;
-  const auto t0 = Clock::now();
-  res.origin_s = std::chrono::duration<double>(t0.time_since_epoch()).count();
-
-  auto wait_recv = [&](std::map<Key, Work>& works, Key k, const char* what) {
-    auto it = works.find(k);
-    if (it == works.end())
-      TRIAX_THROW(CommError, "pipeline stage {}: {} of micro-batch {} chunk {} was never received", stage, what, k.mb,
-                  k.chunk);
-    const auto w0 = Clock::now();
-    it->second.wait();
-    const double waited = since(w0);
-    res.p2p_wait_s += waited;
-    works.erase(it);
-    return waited;
-  };
-  auto reap = [&] {
-    std::erase_if(sends, [](Pending& p) { return p.work.test(); });
-  };
-  auto progress = [&] {
-    if (grads) grads->progress();
-    reap();
-  };
-  auto start_send = [&](std::map<Key, Tensor>& from, Key k, int peer, int tag) {
-    auto it = from.find(k);
-    if (it == from.end())
-      TRIAX_THROW(CommError, "pipeline stage {}: nothing to send for micro-batch {} chunk {}", stage, k.mb, k.chunk);
-    Pending p{send(pp_, be, it->second, peer, tag), std::move(it->second)};
-    from.erase(it);
-    sends.push_back(std::move(p));
-    res.peak_send_buffers = std::max(res.peak_send_buffers, sends.size());
-  };
+  for (auto* c : chunks_) c->set_grad_ready_hook([&step](size_t idx) { step.grad_ready(idx); });
+  step.begin();
 
   count_.store(list.size(), std::memory_order_relaxed);
   for (size_t i = 0; i < list.size(); ++i) {
@@ -126,101 +276,11 @@ StepResult PipelineExecutor::run(const Schedule& sch, const MicroBatchFn& data, 
     pos_.store((uint64_t{i} & 0xffffff) << 40 | uint64_t{static_cast<uint8_t>(in.op)} << 32 |
                    (static_cast<uint64_t>(in.mb) & 0xfffff) << 12 | (static_cast<uint64_t>(in.chunk) & 0xfff),
                std::memory_order_relaxed);
-    const Key k{in.mb, in.chunk};
-    Stage& ch = *chunks_.at(static_cast<size_t>(in.chunk));
-    const bool first = sch.is_first_virtual(stage, in.chunk);
-    const bool last = sch.is_last_virtual(stage, in.chunk);
-    const int tag = message_tag(sch, stage, in);
-    double start = since(t0), waited = 0;
-    double cpu0 = record && is_compute(in.op) ? thread_cpu_s() : 0;
-    switch (in.op) {
-      case PipeOp::recv_activation: {
-        auto& buf = act_in[k];
-        buf = buffer();
-        recv_act[k] = recv(pp_, be, buf, in.peer, tag);
-        break;
-      }
-      case PipeOp::recv_grad: {
-        auto& buf = grad_in[k];
-        buf = buffer();
-        recv_grad[k] = recv(pp_, be, buf, in.peer, tag);
-        break;
-      }
-      case PipeOp::send_activation:
-        start_send(act_out, k, in.peer, tag);
-        break;
-      case PipeOp::send_grad:
-        start_send(grad_out, k, in.peer, tag);
-        break;
-      case PipeOp::forward: {
-        Tensor x_in;
-        if (!first) {
-          waited = wait_recv(recv_act, k, "the activation");
-          x_in = act_in[k];
-          start = since(t0);
-          if (record) cpu0 = thread_cpu_s();
-        }
-        if (first || last) data(in.mb, tokens, targets);
-        Tensor x_out;
-        if (!last) {
-          auto& out = act_out[k];
-          out = buffer();
-          x_out = out;
-        }
-        const auto c0 = Clock::now();
-        const double loss = ch.forward(in.mb, B_, T_, first ? std::span<const int32_t>(tokens) : std::span<const int32_t>(),
-                                      last ? std::span<const int32_t>(targets) : std::span<const int32_t>(), x_in, x_out,
-                                      /*training=*/!sch.forward_only, dloss);
-        res.compute_s += since(c0);
-        if (last) res.loss_sum += loss;
-        act_in.erase(k);
-        break;
-      }
-      case PipeOp::backward:
-      case PipeOp::backward_input: {
-        Tensor dx_out;
-        if (!last) {
-          waited = wait_recv(recv_grad, k, "the output gradient");
-          dx_out = grad_in[k];
-          start = since(t0);
-          if (record) cpu0 = thread_cpu_s();
-        }
-        Tensor dx_in;
-        if (!first) {
-          auto& g = grad_out[k];
-          g = buffer();
-          dx_in = g;
-        }
-        armed = static_cast<int>(i) == last_b[static_cast<size_t>(in.chunk)];
-        const auto c0 = Clock::now();
-        ch.backward(in.mb, dx_out, dx_in, in.op == PipeOp::backward_input);
-        res.compute_s += since(c0);
-        armed = false;
-        grad_in.erase(k);
-        break;
-      }
-      case PipeOp::backward_weight: {
-        armed = static_cast<int>(i) == last_w[static_cast<size_t>(in.chunk)];
-        const auto c0 = Clock::now();
-        ch.backward_weight(in.mb);
-        res.compute_s += since(c0);
-        armed = false;
-        break;
-      }
-    }
-    if (record && is_compute(in.op)) res.events.push_back({in, start, since(t0), waited, thread_cpu_s() - cpu0});
-    progress();
+    step.execute(i, in);
   }
   const auto w0 = Clock::now();
   pos_.store(~uint64_t{0}, std::memory_order_relaxed);
-  for (auto& p : sends) p.work.wait();
-  sends.clear();
-  res.p2p_wait_s += since(w0);
-  if (!recv_act.empty() || !recv_grad.empty())
-    TRIAX_THROW(CommError, "pipeline stage {}: {} received tensors were never consumed by schedule '{}'", stage,
-                recv_act.size() + recv_grad.size(), sch.label());
-  res.wall_s = since(t0);
-  return res;
+  return step.finish(w0);
 }
 
 std::string PipelineExecutor::position() const {

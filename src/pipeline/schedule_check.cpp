@@ -74,11 +74,58 @@ void check_shape(const Schedule& s, const CheckOptions& o) {
   }
 }
 
+// Where each instruction of a stage's list stands, per op and (mb, chunk) key mb * chunks + chunk;
+// -1: not in the list.
+using SeenAt = std::array<std::vector<int>, detail::kNumPipeOps>;
+
+// What never came in stage st's list: forward, backward (and W after B), and the sends of what was
+// produced.
+void check_nothing_missing(const Schedule& s, int st, const SeenAt& seen) {
+  const auto label = s.label();
+  const int v = s.chunks;
+  for (int mb = 0; mb < s.micro_batches; ++mb) {
+    for (int c = 0; c < v; ++c) {
+      const size_t k = static_cast<size_t>(mb) * v + c;
+      const auto pos = [&](PipeOp op) { return seen[static_cast<size_t>(op)][k]; };
+      if (pos(PipeOp::forward) < 0)
+        TRIAX_THROW(ConfigError, "{}: stage {} never runs forward(mb={}, chunk={}); every (mb, chunk) is forwarded "
+                    "once on every stage", label, st, mb, c);
+      if (s.forward_only) {
+        for (PipeOp op : {PipeOp::backward, PipeOp::backward_input, PipeOp::backward_weight, PipeOp::send_grad,
+                          PipeOp::recv_grad})
+          if (pos(op) >= 0)
+            TRIAX_THROW(ConfigError, "{}: {} in a forward-only schedule", label, at(s, st, static_cast<size_t>(pos(op))));
+        if (!s.is_last_virtual(st, c) && pos(PipeOp::send_activation) < 0)
+          TRIAX_THROW(ConfigError, "{}: {} never sends its output: expected send_activation(mb={}, chunk={}, to stage "
+                      "{}) after it", label, at(s, st, static_cast<size_t>(pos(PipeOp::forward))), mb, c,
+                      next_virtual(s, st, c).stage);
+        continue;
+      }
+      if (pos(PipeOp::backward) < 0 && pos(PipeOp::backward_input) < 0)
+        TRIAX_THROW(ConfigError, "{}: {} has no backward (neither backward nor backward_input follows it)", label,
+                    at(s, st, static_cast<size_t>(pos(PipeOp::forward))));
+      if (pos(PipeOp::backward_input) >= 0 && pos(PipeOp::backward_weight) < 0)
+        TRIAX_THROW(ConfigError, "{}: {} has no backward_weight after it (the weight gradient is never computed)",
+                    label, at(s, st, static_cast<size_t>(pos(PipeOp::backward_input))));
+      if (!s.is_last_virtual(st, c) && pos(PipeOp::send_activation) < 0)
+        TRIAX_THROW(ConfigError, "{}: {} never sends its output: expected send_activation(mb={}, chunk={}, to stage "
+                    "{}) after it", label, at(s, st, static_cast<size_t>(pos(PipeOp::forward))), mb, c,
+                    next_virtual(s, st, c).stage);
+      if (!s.is_first_virtual(st, c) && pos(PipeOp::send_grad) < 0) {
+        const int b = std::max(pos(PipeOp::backward), pos(PipeOp::backward_input));
+        TRIAX_THROW(ConfigError, "{}: {} never sends its input gradient: expected send_grad(mb={}, chunk={}, to "
+                    "stage {}) after it", label, at(s, st, static_cast<size_t>(b)), mb, c,
+                    prev_virtual(s, st, c).stage);
+      }
+    }
+  }
+}
+
 void check_stage_order(const Schedule& s, int st) {
   const auto label = s.label();
   const int v = s.chunks;
   const size_t keys = static_cast<size_t>(s.micro_batches) * v;
-  std::array<std::vector<int>, detail::kNumPipeOps> seen;
+  SeenAt seen;
   for (auto& t : seen) t.assign(keys, -1);
   const auto& list = s.lists[st];
   const auto seen_at = [&](PipeOp op, const PipeInstr& in) {
@@ -140,43 +187,7 @@ void check_stage_order(const Schedule& s, int st) {
     }
     slot = static_cast<int>(i);
   }
-  // What never came: forward, backward (and W after B), and the sends of what was produced.
-  for (int mb = 0; mb < s.micro_batches; ++mb) {
-    for (int c = 0; c < v; ++c) {
-      const size_t k = static_cast<size_t>(mb) * v + c;
-      const auto pos = [&](PipeOp op) { return seen[static_cast<size_t>(op)][k]; };
-      if (pos(PipeOp::forward) < 0)
-        TRIAX_THROW(ConfigError, "{}: stage {} never runs forward(mb={}, chunk={}); every (mb, chunk) is forwarded "
-                    "once on every stage", label, st, mb, c);
-      if (s.forward_only) {
-        for (PipeOp op : {PipeOp::backward, PipeOp::backward_input, PipeOp::backward_weight, PipeOp::send_grad,
-                          PipeOp::recv_grad})
-          if (pos(op) >= 0)
-            TRIAX_THROW(ConfigError, "{}: {} in a forward-only schedule", label, at(s, st, static_cast<size_t>(pos(op))));
-        if (!s.is_last_virtual(st, c) && pos(PipeOp::send_activation) < 0)
-          TRIAX_THROW(ConfigError, "{}: {} never sends its output: expected send_activation(mb={}, chunk={}, to stage "
-                      "{}) after it", label, at(s, st, static_cast<size_t>(pos(PipeOp::forward))), mb, c,
-                      next_virtual(s, st, c).stage);
-        continue;
-      }
-      if (pos(PipeOp::backward) < 0 && pos(PipeOp::backward_input) < 0)
-        TRIAX_THROW(ConfigError, "{}: {} has no backward (neither backward nor backward_input follows it)", label,
-                    at(s, st, static_cast<size_t>(pos(PipeOp::forward))));
-      if (pos(PipeOp::backward_input) >= 0 && pos(PipeOp::backward_weight) < 0)
-        TRIAX_THROW(ConfigError, "{}: {} has no backward_weight after it (the weight gradient is never computed)",
-                    label, at(s, st, static_cast<size_t>(pos(PipeOp::backward_input))));
-      if (!s.is_last_virtual(st, c) && pos(PipeOp::send_activation) < 0)
-        TRIAX_THROW(ConfigError, "{}: {} never sends its output: expected send_activation(mb={}, chunk={}, to stage "
-                    "{}) after it", label, at(s, st, static_cast<size_t>(pos(PipeOp::forward))), mb, c,
-                    next_virtual(s, st, c).stage);
-      if (!s.is_first_virtual(st, c) && pos(PipeOp::send_grad) < 0) {
-        const int b = std::max(pos(PipeOp::backward), pos(PipeOp::backward_input));
-        TRIAX_THROW(ConfigError, "{}: {} never sends its input gradient: expected send_grad(mb={}, chunk={}, to "
-                    "stage {}) after it", label, at(s, st, static_cast<size_t>(b)), mb, c,
-                    prev_virtual(s, st, c).stage);
-      }
-    }
-  }
+  check_nothing_missing(s, st, seen);
 }
 
 // ---- phase 3: channels agree on the order ----

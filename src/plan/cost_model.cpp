@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <utility>
 #include <vector>
 
 #include "triax/core/error.h"
@@ -53,30 +54,14 @@ struct LayerTimes {
   double tp_fwd = 0, tp_bwd = 0, tp_recompute = 0;
 };
 
-LayerTimes layer_times(const ModelShape& m, const Layout& l, const Device& dev, const CollectiveModel& net) {
-  const double b = l.micro_batch, s = m.seq, h = m.hidden, f = m.ffn_hidden(), a = m.heads;
+// The attention core of one layer for one micro-batch on one tensor-parallel rank: {forward,
+// backward} seconds of the unfused matmuls and softmax, or of the fused kernel.
+std::pair<double, double> attention_core_times(const ModelShape& m, const Layout& l, const Device& dev) {
+  const double b = l.micro_batch, s = m.seq, h = m.hidden, a = m.heads;
   const double t = l.tp, e = activation_bytes(l);
   const double M = b * s;                                // tokens in the micro-batch
-  const double rows = l.sequence_parallel ? M / t : M;   // tokens of LayerNorm / dropout / residual ops
   const double dh = h / a, at = a / t;                   // head dim, heads per rank
   const double q = m.qkv_width();                        // 3h, or less with grouped-query attention
-  const double mask = l.dropout ? 1 : 0;
-  LayerTimes r;
-
-  // Linear layers (column-parallel QKV and fc1, row-parallel projection and fc2).
-  const double qkv = dev.gemm(M, q / t, h, 1, e), fc1 = dev.gemm(M, f / t, h, 1, e);
-  const double proj = dev.gemm(M, h, h / t, 1, e), fc2 = dev.gemm(M, h, f / t, 1, e);
-  const double lin = qkv + proj + fc1 + fc2;
-  r.fwd += lin;
-  // Backward, same FLOPs in other shapes: the input gradient dX (M x K) = dY (M x N) W (N x K) has
-  // inner dimension N, the weight gradient dW (N x K) = dY^T (N x M) X (M x K) inner dimension M (the
-  // tokens), so their tiles, waves and K overhead differ from the forward's.
-  r.bwd_input += dev.gemm(M, h, q / t, 1, e) + dev.gemm(M, h / t, h, 1, e) + dev.gemm(M, h, f / t, 1, e) +
-                 dev.gemm(M, f / t, h, 1, e);
-  const double qkv_wgrad = dev.gemm(q / t, h, M, 1, e), fc1_wgrad = dev.gemm(f / t, h, M, 1, e);
-  r.bwd_weight += qkv_wgrad + dev.gemm(h, h / t, M, 1, e) + fc1_wgrad + dev.gemm(h, f / t, M, 1, e);
-
-  // Attention core.
   double attn_fwd = 0, attn_bwd = 0;
   if (l.attention == AttentionKernel::unfused) {
     const double scores = b * at * s * s;  // elements of the s x s score matrices on this rank
@@ -101,6 +86,33 @@ LayerTimes layer_times(const ModelShape& m, const Layout& l, const Device& dev, 
     attn_fwd = dev.attention(flops, e * M * (q + h) / t, tile);
     attn_bwd = dev.attention(2.5 * flops, 2 * e * M * (q + h) / t, tile);
   }
+  return {attn_fwd, attn_bwd};
+}
+
+LayerTimes layer_times(const ModelShape& m, const Layout& l, const Device& dev, const CollectiveModel& net) {
+  const double b = l.micro_batch, s = m.seq, h = m.hidden, f = m.ffn_hidden();
+  const double t = l.tp, e = activation_bytes(l);
+  const double M = b * s;                                // tokens in the micro-batch
+  const double rows = l.sequence_parallel ? M / t : M;   // tokens of LayerNorm / dropout / residual ops
+  const double q = m.qkv_width();                        // 3h, or less with grouped-query attention
+  const double mask = l.dropout ? 1 : 0;
+  LayerTimes r;
+
+  // Linear layers (column-parallel QKV and fc1, row-parallel projection and fc2).
+  const double qkv = dev.gemm(M, q / t, h, 1, e), fc1 = dev.gemm(M, f / t, h, 1, e);
+  const double proj = dev.gemm(M, h, h / t, 1, e), fc2 = dev.gemm(M, h, f / t, 1, e);
+  const double lin = qkv + proj + fc1 + fc2;
+  r.fwd += lin;
+  // Backward, same FLOPs in other shapes: the input gradient dX (M x K) = dY (M x N) W (N x K) has
+  // inner dimension N, the weight gradient dW (N x K) = dY^T (N x M) X (M x K) inner dimension M (the
+  // tokens), so their tiles, waves and K overhead differ from the forward's.
+  r.bwd_input += dev.gemm(M, h, q / t, 1, e) + dev.gemm(M, h / t, h, 1, e) + dev.gemm(M, h, f / t, 1, e) +
+                 dev.gemm(M, f / t, h, 1, e);
+  const double qkv_wgrad = dev.gemm(q / t, h, M, 1, e), fc1_wgrad = dev.gemm(f / t, h, M, 1, e);
+  r.bwd_weight += qkv_wgrad + dev.gemm(h, h / t, M, 1, e) + fc1_wgrad + dev.gemm(h, f / t, M, 1, e);
+
+  // Attention core.
+  const auto [attn_fwd, attn_bwd] = attention_core_times(m, l, dev);
   r.fwd += attn_fwd;
   r.bwd_input += attn_bwd;
 
@@ -204,88 +216,115 @@ double layer_activation_bytes(const ModelShape& m, const Layout& l) {
   return bytes;
 }
 
-Estimate estimate(const ModelShape& m, const CollectiveModel& net, const Layout& l, const LayoutRules& rules) {
-  validate(m);
-  const Cluster& c = net.cluster();
-  if (auto why = layout_problem(m, c, l, rules))
-    TRIAX_THROW(ConfigError, "layout {} cannot run model '{}' on '{}': {}", describe(l), m.name, c.name, *why);
+namespace {
 
-  const bool fp32 = l.precision == Precision::fp32;
-  const double peak = (fp32 ? c.peak_tflops_fp32 : c.peak_tflops_bf16) * 1e12;
-  const double byte_rate = c.memory_gbps * 1e9 * c.memory_efficiency;
-  const Device dev{GemmModel::for_cluster(c, peak), byte_rate, c.kernel_overhead_us * 1e-6,
-                   peak * c.attention_efficiency, c.copy_gbps > 0 ? c.copy_gbps * 1e9 : byte_rate};
-  const int p = l.pp, v = l.vpp, t = l.tp, d = l.dp;
-  const long mb = micro_batches(m, l);
-  const double e = activation_bytes(l), M = double(l.micro_batch) * m.seq;
-  const double h = m.hidden, V = m.vocab;
-  const double chunk_layers = double(m.layers) / (p * v);
+// What every part of the estimate reads: the model, the layout on its cluster, the device's
+// roofline, and the sizes the equations use (PLANNER.md's symbols).
+struct Setting {
+  const ModelShape& m;
+  const Layout& l;
+  const Cluster& c;
+  const CollectiveModel& net;
+  const Device& dev;
+  int p, v, t, d;           // pipeline ranks, chunks per rank, tensor- and data-parallel sizes
+  long mb;                  // micro-batches per iteration
+  double e, M, h, V;        // activation bytes, tokens per micro-batch, hidden size, vocabulary
+  double chunk_layers;      // layers per model chunk
+  GroupPlacement tp_group;  // the tensor-parallel ranks
+};
 
-  const LayerTimes lt = layer_times(m, l, dev, net);
-  const GroupPlacement tp_group = place_group(c, t, 1);
+// Work outside the layers, per micro-batch: the embedding (first rank), the LM head and
+// cross-entropy (last rank), and the triax runtime's copies at stage boundaries.
+struct EdgeTimes {
+  double emb_fwd = 0, emb_bwd = 0, emb_tp = 0;
+  double head_fwd = 0, head_bwd_input = 0, head_bwd_weight = 0, head_tp = 0;
+  double stage_in = 0, stage_out = 0, head_copy = 0;
+};
 
+EdgeTimes edge_times(const Setting& x) {
+  const Layout& l = x.l;
+  const Device& dev = x.dev;
+  const CollectiveModel& net = x.net;
+  const double e = x.e, M = x.M, h = x.h, V = x.V;
+  const int t = x.t;
+  EdgeTimes r;
   // Embedding (first rank) and LM head + cross-entropy (last rank), per micro-batch.
   const double rows = l.sequence_parallel ? M / t : M;
-  double emb_fwd = dev.stream(3 * e * M * h), emb_bwd = dev.stream(3 * e * M * h), emb_tp = 0;
+  r.emb_fwd = dev.stream(3 * e * M * h);
+  r.emb_bwd = dev.stream(3 * e * M * h);
   const double head_gemm = dev.gemm(M, V / t, h, 1, e);
   const double ce_fwd = l.fused_cross_entropy ? e + 16 : e + 36, ce_bwd = l.fused_cross_entropy ? e + 8 : e + 12;
-  double head_fwd = dev.stream(2 * e * rows * h) + head_gemm + dev.stream(ce_fwd * M * V / t);
+  r.head_fwd = dev.stream(2 * e * rows * h) + head_gemm + dev.stream(ce_fwd * M * V / t);
   // Head backward: the logit gradient times the table (inner V / t), and the table's gradient
   // (V / t x h, inner M).
-  double head_bwd_input = dev.stream(4 * e * rows * h) + dev.gemm(M, h, V / t, 1, e) + dev.stream(ce_bwd * M * V / t);
-  double head_bwd_weight = dev.gemm(V / t, h, M, 1, e);
-  double head_tp = 0;
+  r.head_bwd_input = dev.stream(4 * e * rows * h) + dev.gemm(M, h, V / t, 1, e) + dev.stream(ce_bwd * M * V / t);
+  r.head_bwd_weight = dev.gemm(V / t, h, M, 1, e);
   // The triax runtime's copies outside the layers: the embedding writes the looked-up rows and adds
   // the positions in a second pass (5 e M h, against the 3 e M h above), its backward scatter-adds
   // and sums the position rows (6 e M h); a stage boundary copies its activation into (out of) the
   // stage's working buffer and the gradient back (2 e rows h each way per pass); the head hands its
   // input gradient to the backward through one more copy.
-  double stage_in = 0, stage_out = 0, head_copy = 0;
   if (l.runtime_copies) {
-    emb_fwd += dev.copy(2 * e * M * h);
-    emb_bwd += dev.copy(3 * e * M * h);
-    stage_in = stage_out = 2 * dev.copy(2 * e * rows * h);
-    head_copy = dev.copy(2 * e * rows * h);
+    r.emb_fwd += dev.copy(2 * e * M * h);
+    r.emb_bwd += dev.copy(3 * e * M * h);
+    r.stage_in = r.stage_out = 2 * dev.copy(2 * e * rows * h);
+    r.head_copy = dev.copy(2 * e * rows * h);
   }
   if (t > 1) {
     const double bytes = e * M * h;
     if (l.sequence_parallel) {
-      emb_tp = net.seconds(CollectiveOp::reduce_scatter, tp_group, bytes);
-      head_tp = net.seconds(CollectiveOp::all_gather, tp_group, bytes) +
-                net.seconds(CollectiveOp::reduce_scatter, tp_group, bytes);
+      r.emb_tp = net.seconds(CollectiveOp::reduce_scatter, x.tp_group, bytes);
+      r.head_tp = net.seconds(CollectiveOp::all_gather, x.tp_group, bytes) +
+                  net.seconds(CollectiveOp::reduce_scatter, x.tp_group, bytes);
     } else {
-      emb_tp = net.seconds(CollectiveOp::all_reduce, tp_group, bytes);
-      head_tp = net.seconds(CollectiveOp::all_reduce, tp_group, bytes);
+      r.emb_tp = net.seconds(CollectiveOp::all_reduce, x.tp_group, bytes);
+      r.head_tp = net.seconds(CollectiveOp::all_reduce, x.tp_group, bytes);
     }
     // Vocab-parallel cross-entropy: max, sum-exp and target-logit all-reduces of M fp32 values.
-    head_tp += 3 * net.seconds(CollectiveOp::all_reduce, tp_group, 4 * M);
+    r.head_tp += 3 * net.seconds(CollectiveOp::all_reduce, x.tp_group, 4 * M);
   }
+  return r;
+}
 
-  // Pipeline point-to-point: one activation forward and one gradient backward per chunk boundary.
-  double p2p = 0;
+// Pipeline point-to-point: one activation forward and one gradient backward per chunk boundary.
+struct PipelineP2p {
+  double seconds = 0;   // one message across the worst boundary
   GroupPlacement pair;  // two neighbouring pipeline ranks (the worst boundary)
+};
+
+PipelineP2p pipeline_p2p(const Setting& x) {
+  const Layout& l = x.l;
+  const int p = x.p, t = x.t;
+  PipelineP2p r;
   if (p > 1) {
-    const int stride = t * d;
-    pair = place_group(c, 2, stride);
-    if (long(p) * stride > c.gpus_per_node && pair.nodes == 1) {
-      pair.nodes = 2;
-      pair.per_node = 1;
+    const int stride = t * x.d;
+    r.pair = place_group(x.c, 2, stride);
+    if (long(p) * stride > x.c.gpus_per_node && r.pair.nodes == 1) {
+      r.pair.nodes = 2;
+      r.pair.per_node = 1;
     }
-    if (pair.nodes > 1) pair.level = std::max(pair.level, place_group(c, p, stride).level);
-    const double msg = e * M * h / (l.sequence_parallel ? t : 1);
-    if (l.pp_scatter_gather && !l.sequence_parallel && t > 1 && pair.nodes > 1) {
+    if (r.pair.nodes > 1) r.pair.level = std::max(r.pair.level, place_group(x.c, p, stride).level);
+    const double msg = x.e * x.M * x.h / (l.sequence_parallel ? t : 1);
+    if (l.pp_scatter_gather && !l.sequence_parallel && t > 1 && r.pair.nodes > 1) {
       // Each tp rank sends 1/t of the (replicated) activation over its own NIC; the receivers
       // all-gather it over NVLink (Narayanan et al. 2021 §4.1 scatter/gather).
-      p2p = net.seconds(CollectiveOp::p2p, pair, msg / t) + net.seconds(CollectiveOp::all_gather, tp_group, msg);
+      r.seconds = x.net.seconds(CollectiveOp::p2p, r.pair, msg / t) +
+                  x.net.seconds(CollectiveOp::all_gather, x.tp_group, msg);
     } else {
-      p2p = net.seconds(CollectiveOp::p2p, pair, msg);
+      r.seconds = x.net.seconds(CollectiveOp::p2p, r.pair, msg);
     }
   }
+  return r;
+}
 
+// Per micro-batch work of each pipeline rank: its layers, the edges it holds, its boundaries.
+std::vector<StageTimes> stage_times(const Setting& x, const LayerTimes& lt, const EdgeTimes& et, double p2p) {
+  const Layout& l = x.l;
+  const int p = x.p, v = x.v;
   std::vector<StageTimes> st(p);
   for (int i = 0; i < p; ++i) {
     StageTimes& s = st[i];
-    const double L = chunk_layers * v;  // layers on this rank
+    const double L = x.chunk_layers * v;  // layers on this rank
     s.fwd = L * (lt.fwd + lt.tp_fwd);
     s.bwd_input = L * (lt.bwd_input + lt.recompute + lt.tp_bwd + lt.tp_recompute);
     s.bwd_weight = L * lt.bwd_weight;
@@ -293,24 +332,24 @@ Estimate estimate(const ModelShape& m, const CollectiveModel& net, const Layout&
     s.tp = L * (lt.tp_fwd + lt.tp_bwd + lt.tp_recompute);
     if (l.runtime_copies) {
       // Every chunk boundary of this rank: one copy forward and one backward (half of each term).
-      const double boundaries = (v - (i == 0 ? 1 : 0)) * stage_in + (v - (i == p - 1 ? 1 : 0)) * stage_out;
-      const double head_part = i == p - 1 ? head_copy : 0;
+      const double boundaries = (v - (i == 0 ? 1 : 0)) * et.stage_in + (v - (i == p - 1 ? 1 : 0)) * et.stage_out;
+      const double head_part = i == p - 1 ? et.head_copy : 0;
       s.compute += boundaries + head_part;
       s.fwd += boundaries / 2;
       s.bwd_input += boundaries / 2 + head_part;
     }
     if (i == 0) {
-      s.compute += emb_fwd + emb_bwd;
-      s.tp += emb_tp;
-      s.fwd += emb_fwd + emb_tp;
-      s.bwd_input += emb_bwd;
+      s.compute += et.emb_fwd + et.emb_bwd;
+      s.tp += et.emb_tp;
+      s.fwd += et.emb_fwd + et.emb_tp;
+      s.bwd_input += et.emb_bwd;
     }
     if (i == p - 1) {
-      s.compute += head_fwd + head_bwd_input + head_bwd_weight;
-      s.tp += head_tp;
-      s.fwd += head_fwd;
-      s.bwd_input += head_bwd_input + head_tp;
-      s.bwd_weight += head_bwd_weight;
+      s.compute += et.head_fwd + et.head_bwd_input + et.head_bwd_weight;
+      s.tp += et.head_tp;
+      s.fwd += et.head_fwd;
+      s.bwd_input += et.head_bwd_input + et.head_tp;
+      s.bwd_weight += et.head_bwd_weight;
     }
     const bool pp_hidden = l.pp_overlap && (!l.pp_overlap_interleaved_only || l.schedule == Schedule::interleaved);
     if (p > 1 && !pp_hidden) {
@@ -320,16 +359,17 @@ Estimate estimate(const ModelShape& m, const CollectiveModel& net, const Layout&
     }
     s.backward_tail = s.bwd_input + s.bwd_weight;
   }
+  return st;
+}
 
-  int crit = 0;
-  double sum = 0;
-  for (int i = 0; i < p; ++i) {
-    sum += st[i].total();
-    if (st[i].total() > st[crit].total()) crit = i;
-  }
+// The pipeline's time for all micro-batches under the layout's schedule, given the slowest rank
+// `crit` (its per micro-batch time tmax) and the sum over ranks.
+double pipeline_seconds(const Setting& x, const std::vector<StageTimes>& st, int crit, double sum) {
+  const int p = x.p, v = x.v;
+  const long mb = x.mb;
   const double tmax = st[crit].total();
   double pipe = 0;
-  switch (l.schedule) {
+  switch (x.l.schedule) {
     case Schedule::gpipe:
     case Schedule::one_f_one_b:
       // Fill and drain: (m - 1) steps of the slowest rank plus one pass through every rank;
@@ -353,81 +393,85 @@ Estimate estimate(const ModelShape& m, const CollectiveModel& net, const Layout&
       break;
     }
   }
+  return pipe;
+}
 
-  Estimate est;
-  est.model = m;
-  est.layout = l;
-  est.cluster = c.name;
-  est.micro_batches = mb;
-  est.time.compute = mb * st[crit].compute;
-  est.time.tp_comm = mb * st[crit].tp;
-  est.time.pp_comm = mb * st[crit].pp;
-  est.time.bubble = std::max(0.0, pipe - mb * tmax);
-
-  // Parameters held by each pipeline rank.
+// Parameters held by each pipeline rank.
+std::vector<double> stage_params(const Setting& x) {
+  const ModelShape& m = x.m;
+  const int p = x.p, t = x.t;
+  const double h = x.h, V = x.V;
   const double hf = m.ffn_hidden();
   const double qw = m.qkv_width();
   const double layer_params = (h * qw + h * h + 2 * h * hf + qw + hf) / t + 6 * h;  // LN + 2 row biases replicated
-  std::vector<double> params(p, chunk_layers * v * layer_params);
+  std::vector<double> params(p, x.chunk_layers * x.v * layer_params);
   params[0] += V * h / t + (m.learned_positions ? m.seq * h : 0);
   if (p > 1 || !m.tied_embeddings) params[p - 1] += V * h / t;  // head (a tied copy on the last rank)
   params[p - 1] += 2 * h;                                        // final LayerNorm
+  return params;
+}
 
-  // Data-parallel gradient reduction, exposed part. Reduction of rank i may hide behind its last
-  // backward (with overlap) and behind the drain of the ranks before it, which finish later.
+// Data-parallel gradient reduction, exposed part. Reduction of rank i may hide behind its last
+// backward (with overlap) and behind the drain of the ranks before it, which finish later. Sets
+// est.dp_algorithm when there is a reduction.
+double dp_reduction_seconds(const Setting& x, const std::vector<StageTimes>& st, const std::vector<double>& params,
+                            Estimate& est) {
+  const Layout& l = x.l;
+  const Cluster& c = x.c;
+  const CollectiveModel& net = x.net;
+  const int p = x.p, v = x.v, t = x.t, d = x.d;
+  const double h = x.h, V = x.V;
   const double gbytes = gradient_bytes(l), wbytes = parameter_bytes(l);
-  double dp_exposed = 0;
-  if (d > 1) {
-    const GroupPlacement dg = place_group(c, d, t);
-    double worst = 0, gather = 0, slack = 0, fill = 0, contention = 0;
-    // Megatron-Core buckets: the word embedding (and position table) closes rank 0's last bucket.
-    const double emb_params = V * h / t + (m.learned_positions ? m.seq * h : 0);
-    for (int i = 0; i < p; ++i) {
-      const bool buckets = !l.dp_mcore_buckets || i == 0;  // later ranks: one bucket
-      double reduce, g = 0, tail = 0;  // g: ZeRO-1's parameter all-gather
-      if (l.zero1) {
-        reduce = net.seconds(CollectiveOp::reduce_scatter, dg, params[i] * gbytes);
-        g = net.seconds(CollectiveOp::all_gather, dg, params[i] * wbytes);
-        double exposed = g;
-        if (l.dp_param_gather_overlap) {
-          if (!l.dp_mcore_buckets) {
-            exposed = std::max(0.0, g - st[i].fwd);
-          } else if (i == 0) {
-            // The embedding's bucket is gathered before the first kernel; the rest behind the forward.
-            exposed = std::max(net.seconds(CollectiveOp::all_gather, dg, emb_params * wbytes), g - st[i].fwd);
-          } else {
-            exposed = std::max(0.0, g - fill);  // the first forward here waits for the ranks before
-          }
+  const GroupPlacement dg = place_group(c, d, t);
+  double worst = 0, gather = 0, slack = 0, fill = 0, contention = 0;
+  // Megatron-Core buckets: the word embedding (and position table) closes rank 0's last bucket.
+  const double emb_params = V * h / t + (x.m.learned_positions ? x.m.seq * h : 0);
+  for (int i = 0; i < p; ++i) {
+    const bool buckets = !l.dp_mcore_buckets || i == 0;  // later ranks: one bucket
+    double reduce, g = 0, tail = 0;  // g: ZeRO-1's parameter all-gather
+    if (l.zero1) {
+      reduce = net.seconds(CollectiveOp::reduce_scatter, dg, params[i] * gbytes);
+      g = net.seconds(CollectiveOp::all_gather, dg, params[i] * wbytes);
+      double exposed = g;
+      if (l.dp_param_gather_overlap) {
+        if (!l.dp_mcore_buckets) {
+          exposed = std::max(0.0, g - st[i].fwd);
+        } else if (i == 0) {
+          // The embedding's bucket is gathered before the first kernel; the rest behind the forward.
+          exposed = std::max(net.seconds(CollectiveOp::all_gather, dg, emb_params * wbytes), g - st[i].fwd);
+        } else {
+          exposed = std::max(0.0, g - fill);  // the first forward here waits for the ranks before
         }
-        gather = std::max(gather, exposed);
-        if (l.dp_mcore_buckets && i == 0) tail = net.seconds(CollectiveOp::reduce_scatter, dg, emb_params * gbytes);
-      } else {
-        const CollectiveCost cc = net.cost(CollectiveOp::all_reduce, dg, params[i] * gbytes);
-        reduce = cc.seconds;
-        if (i == 0) est.dp_algorithm = std::string(to_string(cc.algorithm));
-        if (l.dp_mcore_buckets && i == 0) tail = net.seconds(CollectiveOp::all_reduce, dg, emb_params * gbytes);
       }
-      const double window = (l.dp_overlap && buckets ? st[i].backward_tail : 0) + slack;
-      // The hidden part of this rank's reduction that runs beside its own last backward, and of its
-      // gather beside its first forward, holds SMs those kernels would use (Cluster::comm_sm_fraction).
-      double beside = 0;
-      if (l.dp_overlap && buckets) beside += std::min(std::max(0.0, reduce - tail), st[i].backward_tail);
-      if (l.zero1 && l.dp_param_gather_overlap && (!l.dp_mcore_buckets || i == 0))
-        beside += std::min(g, st[i].fwd);
-      contention = std::max(contention, c.comm_sm_fraction * beside);
-      worst = std::max(worst, std::max(tail, reduce - window));
-      slack += st[i].backward_tail;
-      fill += st[i].fwd / v;
+      gather = std::max(gather, exposed);
+      if (l.dp_mcore_buckets && i == 0) tail = net.seconds(CollectiveOp::reduce_scatter, dg, emb_params * gbytes);
+    } else {
+      const CollectiveCost cc = net.cost(CollectiveOp::all_reduce, dg, params[i] * gbytes);
+      reduce = cc.seconds;
+      if (i == 0) est.dp_algorithm = std::string(to_string(cc.algorithm));
+      if (l.dp_mcore_buckets && i == 0) tail = net.seconds(CollectiveOp::all_reduce, dg, emb_params * gbytes);
     }
-    dp_exposed = worst + gather + contention;
-    if (l.zero1) est.dp_algorithm = "ring";
+    const double window = (l.dp_overlap && buckets ? st[i].backward_tail : 0) + slack;
+    // The hidden part of this rank's reduction that runs beside its own last backward, and of its
+    // gather beside its first forward, holds SMs those kernels would use (Cluster::comm_sm_fraction).
+    double beside = 0;
+    if (l.dp_overlap && buckets) beside += std::min(std::max(0.0, reduce - tail), st[i].backward_tail);
+    if (l.zero1 && l.dp_param_gather_overlap && (!l.dp_mcore_buckets || i == 0))
+      beside += std::min(g, st[i].fwd);
+    contention = std::max(contention, c.comm_sm_fraction * beside);
+    worst = std::max(worst, std::max(tail, reduce - window));
+    slack += st[i].backward_tail;
+    fill += st[i].fwd / v;
   }
-  // Tied embedding: the first and last pipeline ranks sum their copies' gradients.
-  if (p > 1 && m.tied_embeddings) dp_exposed += net.seconds(CollectiveOp::all_reduce, pair, V * h / t * gbytes);
-  // Global gradient norm (and the loss-scale overflow check): one tiny all-reduce over the world.
-  if (l.gpus() > 1) dp_exposed += 2 * net.seconds(CollectiveOp::all_reduce, place_group(c, l.gpus(), 1), 4);
-  est.time.dp_comm = dp_exposed;
+  if (l.zero1) est.dp_algorithm = "ring";
+  return worst + gather + contention;
+}
 
+// The optimizer step of the rank with most parameters.
+double optimizer_seconds(const Setting& x, const std::vector<double>& params) {
+  const Layout& l = x.l;
+  const bool fp32 = l.precision == Precision::fp32;
+  const double gbytes = gradient_bytes(l), wbytes = parameter_bytes(l);
   // AdamW streams per parameter: gradient read twice (norm, update) and zeroed, master/param, m, v
   // read and written (24 bytes), the low-precision copy written. Half-precision gradients go through
   // Megatron-LM's mixed-precision optimizer: the model gradient is read and zeroed (2 x 2), copied to
@@ -436,30 +480,29 @@ Estimate estimate(const ModelShape& m, const CollectiveModel& net, const Layout&
   double opt_bytes = fp32 ? 3 * 4 + 24 : 3 * gbytes + 24 + wbytes;
   if (!fp32 && !l.grad_reduce_fp32) opt_bytes = 2 * gbytes + 4 + 8 + 4 + 28 + 4 + wbytes;
   double opt = 0;
-  for (int i = 0; i < p; ++i) {
-    const double owned = l.zero1 ? params[i] / d : params[i];
-    opt = std::max(opt, dev.stream(owned * opt_bytes) + 4 * dev.overhead_s);
+  for (int i = 0; i < x.p; ++i) {
+    const double owned = l.zero1 ? params[i] / x.d : params[i];
+    opt = std::max(opt, x.dev.stream(owned * opt_bytes) + 4 * x.dev.overhead_s);
   }
-  est.time.optimizer = opt;
+  return opt;
+}
 
-  // More ranks than cores on a node: the ranks time-slice. A rank that waits (bubble, a slower
-  // peer) yields its core to the others, so the iteration takes the longer of the dependency-bound
-  // time above (each rank at a full core) and the node's busy time (every rank's kernels, TP and
-  // PP time and optimizer step) spread over its cores.
-  const int on_node = std::min(l.gpus(), c.gpus_per_node);
-  if (c.cores_per_node > 0 && on_node > c.cores_per_node) {
-    double busy = 0;  // one pipeline's ranks, one (tp, dp) copy each
-    for (int i = 0; i < p; ++i) busy += mb * st[i].total() + opt;
-    const double node_busy = busy * double(t) * d * on_node / l.gpus();
-    est.time.core_sharing = std::max(0.0, node_busy / c.cores_per_node - est.time.total());
-  }
-
-  // Memory per pipeline rank; report the rank that needs most.
+// Memory per pipeline rank; the rank that needs most.
+MemoryBreakdown peak_memory(const Setting& x, const std::vector<double>& params) {
+  const ModelShape& m = x.m;
+  const Layout& l = x.l;
+  const Cluster& c = x.c;
+  const int p = x.p, v = x.v, t = x.t, d = x.d;
+  const long mb = x.mb;
+  const double e = x.e, M = x.M, h = x.h, V = x.V, chunk_layers = x.chunk_layers;
+  const bool fp32 = l.precision == Precision::fp32;
+  const double gbytes = gradient_bytes(l), wbytes = parameter_bytes(l);
   const double stored = layer_activation_bytes(m, l);
   Layout no_rc = l;
   no_rc.recompute = Recompute::none;
   const double working = l.recompute == Recompute::none ? 0 : layer_activation_bytes(m, no_rc) - stored;
   int groups = (t > 1) + (d > 1) + (p > 1) + (p > 1 && m.tied_embeddings);
+  MemoryBreakdown peak;
   for (int i = 0; i < p; ++i) {
     MemoryBreakdown mem;
     mem.stage = i;
@@ -481,9 +524,80 @@ Estimate estimate(const ModelShape& m, const CollectiveModel& net, const Layout&
     if (i == p - 1) mem.activations += (e + 4) * M * V / t;  // logits + fp32 softmax for the loss
     if (p > 1) mem.comm_buffers += 2 * e * M * h / (l.sequence_parallel ? t : 1);
     mem.comm_buffers += groups * c.collective_buffer_mib * 1024 * 1024;
-    if (i == 0 || mem.total() > est.memory.total()) est.memory = mem;
+    if (i == 0 || mem.total() > peak.total()) peak = mem;
+  }
+  return peak;
+}
+
+}  // namespace
+
+Estimate estimate(const ModelShape& m, const CollectiveModel& net, const Layout& l, const LayoutRules& rules) {
+  validate(m);
+  const Cluster& c = net.cluster();
+  if (auto why = layout_problem(m, c, l, rules))
+    TRIAX_THROW(ConfigError, "layout {} cannot run model '{}' on '{}': {}", describe(l), m.name, c.name, *why);
+
+  const bool fp32 = l.precision == Precision::fp32;
+  const double peak = (fp32 ? c.peak_tflops_fp32 : c.peak_tflops_bf16) * 1e12;
+  const double byte_rate = c.memory_gbps * 1e9 * c.memory_efficiency;
+  const Device dev{GemmModel::for_cluster(c, peak), byte_rate, c.kernel_overhead_us * 1e-6,
+                   peak * c.attention_efficiency, c.copy_gbps > 0 ? c.copy_gbps * 1e9 : byte_rate};
+  const Setting x{m, l, c, net, dev, l.pp, l.vpp, l.tp, l.dp, micro_batches(m, l), double(activation_bytes(l)),
+                  double(l.micro_batch) * m.seq, double(m.hidden), double(m.vocab),
+                  double(m.layers) / (l.pp * l.vpp), place_group(c, l.tp, 1)};
+  const int p = x.p, t = x.t;
+  const long mb = x.mb;
+  const double h = x.h, V = x.V;
+
+  const LayerTimes lt = layer_times(m, l, dev, net);
+  const EdgeTimes et = edge_times(x);
+  const PipelineP2p p2p = pipeline_p2p(x);
+  const std::vector<StageTimes> st = stage_times(x, lt, et, p2p.seconds);
+
+  int crit = 0;
+  double sum = 0;
+  for (int i = 0; i < p; ++i) {
+    sum += st[i].total();
+    if (st[i].total() > st[crit].total()) crit = i;
+  }
+  const double tmax = st[crit].total();
+  const double pipe = pipeline_seconds(x, st, crit, sum);
+
+  Estimate est;
+  est.model = m;
+  est.layout = l;
+  est.cluster = c.name;
+  est.micro_batches = mb;
+  est.time.compute = mb * st[crit].compute;
+  est.time.tp_comm = mb * st[crit].tp;
+  est.time.pp_comm = mb * st[crit].pp;
+  est.time.bubble = std::max(0.0, pipe - mb * tmax);
+
+  const std::vector<double> params = stage_params(x);
+  const double gbytes = gradient_bytes(l);
+  double dp_exposed = 0;
+  if (x.d > 1) dp_exposed = dp_reduction_seconds(x, st, params, est);
+  // Tied embedding: the first and last pipeline ranks sum their copies' gradients.
+  if (p > 1 && m.tied_embeddings) dp_exposed += net.seconds(CollectiveOp::all_reduce, p2p.pair, V * h / t * gbytes);
+  // Global gradient norm (and the loss-scale overflow check): one tiny all-reduce over the world.
+  if (l.gpus() > 1) dp_exposed += 2 * net.seconds(CollectiveOp::all_reduce, place_group(c, l.gpus(), 1), 4);
+  est.time.dp_comm = dp_exposed;
+  const double opt = optimizer_seconds(x, params);
+  est.time.optimizer = opt;
+
+  // More ranks than cores on a node: the ranks time-slice. A rank that waits (bubble, a slower
+  // peer) yields its core to the others, so the iteration takes the longer of the dependency-bound
+  // time above (each rank at a full core) and the node's busy time (every rank's kernels, TP and
+  // PP time and optimizer step) spread over its cores.
+  const int on_node = std::min(l.gpus(), c.gpus_per_node);
+  if (c.cores_per_node > 0 && on_node > c.cores_per_node) {
+    double busy = 0;  // one pipeline's ranks, one (tp, dp) copy each
+    for (int i = 0; i < p; ++i) busy += mb * st[i].total() + opt;
+    const double node_busy = busy * double(t) * x.d * on_node / l.gpus();
+    est.time.core_sharing = std::max(0.0, node_busy / c.cores_per_node - est.time.total());
   }
 
+  est.memory = peak_memory(x, params);
   est.seconds_per_iteration = est.time.total();
   est.flops = iteration_flops(m, l);
   const double gpus = l.gpus();

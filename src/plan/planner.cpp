@@ -66,6 +66,51 @@ std::vector<T> or_default(const std::vector<T>& given, std::vector<T> all) {
   return given.empty() ? all : given;
 }
 
+// The schedules tried with pp stages: those asked for, else 1f1b, interleaved and ZB-H1.
+std::vector<Schedule> schedules_for(const SearchSpace& sp, int pp) {
+  std::vector<Schedule> schedules = sp.schedules;
+  if (schedules.empty()) {
+    schedules = {Schedule::one_f_one_b};
+    // With one stage every schedule is the same computation; only rank 1f1b.
+    if (pp > 1) schedules = {Schedule::one_f_one_b, Schedule::interleaved, Schedule::zb_h1};
+  }
+  return schedules;
+}
+
+// The chunk counts tried per stage: 1, or for the interleaved schedule those asked for, else every
+// divisor > 1 of the layers per stage.
+std::vector<int> vpps_for(const SearchSpace& sp, const ModelShape& m, int pp, Schedule sched) {
+  std::vector<int> vpps = {1};
+  if (sched == Schedule::interleaved) {
+    vpps = sp.vpp;
+    if (vpps.empty()) {
+      for (int v : divisors(m.layers % pp == 0 ? m.layers / pp : 1))
+        if (v > 1) vpps.push_back(v);
+      if (vpps.empty()) vpps = {2};  // let layout_problem say why
+    }
+  }
+  return vpps;
+}
+
+// Fastest first (equal time: less memory first): the best top_k layouts that fit, what the other
+// fitting ones lost by, and the fastest layout that does not fit when it beats them all.
+void rank_layouts(SearchResult& res, std::vector<Estimate>& fitting, std::vector<Estimate>& not_fitting, int top_k) {
+  auto faster = [](const Estimate& a, const Estimate& b) {
+    if (a.seconds_per_iteration != b.seconds_per_iteration) return a.seconds_per_iteration < b.seconds_per_iteration;
+    return a.memory.total() < b.memory.total();  // equal time: less memory first
+  };
+  std::sort(fitting.begin(), fitting.end(), faster);
+  std::sort(not_fitting.begin(), not_fitting.end(), faster);
+  const size_t k = std::min<size_t>(top_k, fitting.size());
+  res.best.assign(fitting.begin(), fitting.begin() + k);
+  for (size_t i = k; i < fitting.size(); ++i) {
+    const LossReason why = loss_reason(fitting[i], fitting[0]);
+    if (res.lost_by[why]++ == 0) res.lost_example.emplace(why, fitting[i]);
+  }
+  if (!not_fitting.empty() && (fitting.empty() || faster(not_fitting[0], fitting[0])))
+    res.fastest_no_fit.push_back(not_fitting[0]);
+}
+
 }  // namespace
 
 SearchResult search(const ModelShape& m, const CollectiveModel& net, const SearchSpace& sp) {
@@ -101,24 +146,10 @@ SearchResult search(const ModelShape& m, const CollectiveModel& net, const Searc
         reject(fmt::format("dp {} does not divide global batch {}", dp, m.global_batch));
         continue;
       }
-      std::vector<Schedule> schedules = sp.schedules;
-      if (schedules.empty()) {
-        schedules = {Schedule::one_f_one_b};
-        // With one stage every schedule is the same computation; only rank 1f1b.
-        if (pp > 1) schedules = {Schedule::one_f_one_b, Schedule::interleaved, Schedule::zb_h1};
-      }
+      const std::vector<Schedule> schedules = schedules_for(sp, pp);
       for (int mbs : or_default(sp.micro_batch, divisors(m.global_batch / dp))) {
         for (Schedule sched : schedules) {
-          std::vector<int> vpps = {1};
-          if (sched == Schedule::interleaved) {
-            vpps = sp.vpp;
-            if (vpps.empty()) {
-              for (int v : divisors(m.layers % pp == 0 ? m.layers / pp : 1))
-                if (v > 1) vpps.push_back(v);
-              if (vpps.empty()) vpps = {2};  // let layout_problem say why
-            }
-          }
-          for (int v : vpps) {
+          for (int v : vpps_for(sp, m, pp, sched)) {
             // A fused attention kernel stores no scores, so selective recomputation is the same
             // layout as none; rank it only when asked for.
             std::vector<Recompute> rcs = {Recompute::none, Recompute::full};
@@ -160,20 +191,7 @@ SearchResult search(const ModelShape& m, const CollectiveModel& net, const Searc
     }
   }
 
-  auto faster = [](const Estimate& a, const Estimate& b) {
-    if (a.seconds_per_iteration != b.seconds_per_iteration) return a.seconds_per_iteration < b.seconds_per_iteration;
-    return a.memory.total() < b.memory.total();  // equal time: less memory first
-  };
-  std::sort(fitting.begin(), fitting.end(), faster);
-  std::sort(not_fitting.begin(), not_fitting.end(), faster);
-  const size_t k = std::min<size_t>(sp.top_k, fitting.size());
-  res.best.assign(fitting.begin(), fitting.begin() + k);
-  for (size_t i = k; i < fitting.size(); ++i) {
-    const LossReason why = loss_reason(fitting[i], fitting[0]);
-    if (res.lost_by[why]++ == 0) res.lost_example.emplace(why, fitting[i]);
-  }
-  if (!not_fitting.empty() && (fitting.empty() || faster(not_fitting[0], fitting[0])))
-    res.fastest_no_fit.push_back(not_fitting[0]);
+  rank_layouts(res, fitting, not_fitting, sp.top_k);
   return res;
 }
 

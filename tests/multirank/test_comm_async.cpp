@@ -4,7 +4,7 @@
 #include <catch2/catch.hpp>
 
 #include "support/multirank.h"
-#include "multirank/comm_check.h"
+#include "../../benchmarks/comm_check.h"
 
 using namespace triax;
 using namespace triax::test;

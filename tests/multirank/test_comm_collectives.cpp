@@ -9,7 +9,7 @@
 #include <thread>
 
 #include "support/multirank.h"
-#include "multirank/comm_check.h"
+#include "../../benchmarks/comm_check.h"
 
 using namespace triax;
 using namespace triax::test;

@@ -10,7 +10,7 @@
 
 #include "support/multirank.h"
 #include "triax/core/env.h"
-#include "multirank/comm_check.h"
+#include "../../benchmarks/comm_check.h"
 
 using namespace triax;
 using namespace triax::test;

@@ -117,6 +117,19 @@ class GptChunk final : public Stage {
   void layer_backward(Layer& L, Acts& a, Slot& s, int slot, const Tensor& dout, const Tensor& dx, int B, int T,
                       bool defer);
   void layernorm_gathered(const Tensor& x, size_t w, size_t b, Tensor& full, Tensor& mean, Tensor& rstd, int Nl);
+  // The steps of forward, layer_backward and layer_forward (gpt.cpp says what each does).
+  struct LayerGrads;
+  void embed(Slot& s, std::span<const int32_t> tokens, int B, int T);
+  double head_forward(Slot& s, std::span<const int32_t> targets, int B, int T, bool training, float dloss);
+  void recompute_for_backward(Layer& L, Acts& a, int slot, int B, int T);
+  LayerGrads layer_grads(const Layer& L);
+  void mlp_backward(Layer& L, Acts& a, Slot& s, int slot, const Tensor& dout, const LayerGrads& g, int B, int T,
+                    bool defer);
+  Tensor sp_partial_grads();
+  void layernorm_backward_scattered(Tensor& dfull, Tensor& dlocal, const Tensor& dx, const Tensor& gw,
+                                    const Tensor& gb, const Tensor& x, size_t w, const Tensor& mean,
+                                    const Tensor& rstd, int Nl, ops::GradMode mode);
+  void drop_recomputed(Acts& a);
   void add_sp_grads(std::initializer_list<size_t> params, const Tensor& partial);
   void linear_bwd(Slot& s, bool defer, const Tensor& dinp, size_t w, size_t b, const Tensor& dout, const Tensor& inp,
                   int N, int IC, int OC);
@@ -126,6 +139,7 @@ class GptChunk final : public Stage {
   void ensure(Tensor& t, size_t n) { ensure(t, n, dt_); }
   const Tensor& P(size_t i);  // parameter i's master view (cached)
   const Tensor& G(size_t i);  // its gradient view
+  const Tensor& view(size_t i, bool grad);
 
   GptConfig cfg_;
   ChunkSpec spec_;

@@ -8,6 +8,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "triax/distributed/comm/comm.h"
@@ -136,6 +137,10 @@ class MoeMlp {
   struct Slot;
   using ExpertFn = std::function<void(int chunk, const Tensor& in, const Tensor& out, const std::function<void()>& poll)>;
   void exchange(Slot& s, const Tensor& send, const Tensor& back, const Tensor& ein, const ExpertFn& fn, MoeStats& st);
+  // forward's steps before the exchange, in order (moe.cpp says what each fills in the slot).
+  void route(Slot& s, const Tensor& xin, int N);
+  std::pair<Tensor, Tensor> lay_out_sends(Slot& s, const Tensor& xin);
+  void exchange_counts(Slot& s, MoeStats& st);
   void ready(size_t idx);
   // The first n elements of t, regrown (never shrunk) to hold them.
   Tensor grow(Tensor& t, size_t n, DType dtype);

@@ -365,53 +365,150 @@ class TcpBootstrap final : public Bootstrap {
     return out;
   }
 
-  void rendezvous_master() {
-    const auto start = Clock::now();
-    const auto deadline = start + timeout_;
-    std::string bound;
-    Socket listener = tcp::listen_on(env_.master_addr, env_.master_port, env_.port_desc, &bound);
-    peers_.resize(static_cast<size_t>(env_.world_size));
-    std::vector<Peer> pending;           // accepted, hello not yet complete
-    std::vector<std::string> rejected;   // "address: reason", for the timeout message
-    int connected = 1;
+  // The master's rendezvous in progress: the listening socket, the connections that have not
+  // sent a complete hello yet, and what was refused (for the timeout message).
+  struct MasterRendezvous {
+    Clock::time_point start, deadline;
+    std::string bound;                  // the address the listener is bound to
+    Socket listener;
+    std::vector<Peer> pending;          // accepted, hello not yet complete
+    std::vector<std::string> rejected;  // "address: reason", for the timeout message
+    int connected = 1;                  // ranks connected, the master included
+  };
 
-    auto reject = [&](Peer& p, const std::string& reason) {
-      log::warn("TCP rendezvous: refused {}: {}", p.addr, reason);
-      rejected.push_back(fmt::format("{}: {}", p.addr, reason));
-      tcp::send_frame(p.sock.fd(), FrameType::reject, 0, reason, Clock::now() + 500ms);
-      p.sock.close();
-    };
+  void reject(MasterRendezvous& rv, Peer& p, const std::string& reason) {
+    log::warn("TCP rendezvous: refused {}: {}", p.addr, reason);
+    rv.rejected.push_back(fmt::format("{}: {}", p.addr, reason));
+    tcp::send_frame(p.sock.fd(), FrameType::reject, 0, reason, Clock::now() + 500ms);
+    p.sock.close();
+  }
 
-    auto admit = [&](Peer& p) {
-      const auto h = p.reader.header();
-      const std::string payload = p.reader.take_payload();
-      tcp::Hello hello;
-      if (std::string why = check_hello(h, payload, bound, &hello); !why.empty()) return reject(p, why);
-      log::debug("TCP rendezvous: rank {} connected from {} (host {})", hello.rank, p.addr, hello.host);
-      hosts_[static_cast<size_t>(hello.rank)] = hello.host;
-      p.reader.set_limit(tcp::kMaxPayload);  // an admitted rank's all_gather contributions
-      peers_[static_cast<size_t>(hello.rank)] = std::move(p);
-      ++connected;
-    };
+  // A complete hello: the peer takes its RANK's slot, or is refused with the reason.
+  void admit(MasterRendezvous& rv, Peer& p) {
+    const auto h = p.reader.header();
+    const std::string payload = p.reader.take_payload();
+    tcp::Hello hello;
+    if (std::string why = check_hello(h, payload, rv.bound, &hello); !why.empty()) return reject(rv, p, why);
+    log::debug("TCP rendezvous: rank {} connected from {} (host {})", hello.rank, p.addr, hello.host);
+    hosts_[static_cast<size_t>(hello.rank)] = hello.host;
+    p.reader.set_limit(tcp::kMaxPayload);  // an admitted rank's all_gather contributions
+    peers_[static_cast<size_t>(hello.rank)] = std::move(p);
+    ++rv.connected;
+  }
 
-    while (connected < env_.world_size) {
-      const int ms = tcp::poll_ms(deadline);
-      if (ms == 0) {
-        std::vector<int> missing;
-        for (int r = 1; r < env_.world_size; ++r)
-          if (!peers_[static_cast<size_t>(r)].sock.valid()) missing.push_back(r);
-        fail_master<TimeoutError>(fmt::format(
-            "TCP rendezvous on {} timed out after {}: {} of {} ranks connected; missing ranks [{}]{}{}. Are all "
-            "WORLD_SIZE processes started, with MASTER_ADDR={} ({}) reachable from their hosts?",
-            bound, tcp::format_duration(Clock::now() - start), connected, env_.world_size,
-            fmt::join(missing, ","), rejected.empty() ? "" : "; refused: ", refused_summary(rejected),
-            env_.master_addr, env_.port_desc));
+  [[noreturn]] void fail_rendezvous_timeout(const MasterRendezvous& rv) {
+    std::vector<int> missing;
+    for (int r = 1; r < env_.world_size; ++r)
+      if (!peers_[static_cast<size_t>(r)].sock.valid()) missing.push_back(r);
+    fail_master<TimeoutError>(fmt::format(
+        "TCP rendezvous on {} timed out after {}: {} of {} ranks connected; missing ranks [{}]{}{}. Are all "
+        "WORLD_SIZE processes started, with MASTER_ADDR={} ({}) reachable from their hosts?",
+        rv.bound, tcp::format_duration(Clock::now() - rv.start), rv.connected, env_.world_size,
+        fmt::join(missing, ","), rv.rejected.empty() ? "" : "; refused: ", refused_summary(rv.rejected),
+        env_.master_addr, env_.port_desc));
+  }
+
+  // Reads what the half-open connections sent (their poll results from fds[k], in order): a
+  // complete hello is admitted or refused, anything else drops the connection.
+  void pump_pending(MasterRendezvous& rv, const std::vector<pollfd>& fds, size_t& k) {
+    std::vector<Peer> still_pending;
+    for (auto& p : rv.pending) {
+      const short ev = fds[k++].revents;
+      if (!ev) {
+        still_pending.push_back(std::move(p));
+        continue;
       }
+      switch (p.reader.pump(p.sock.fd())) {
+        case FrameReader::State::need_more: still_pending.push_back(std::move(p)); break;
+        case FrameReader::State::frame: admit(rv, p); break;
+        case FrameReader::State::bad_magic:
+          // Not a triax peer (a port scanner, another service): no reply in a protocol it
+          // does not speak.
+          log::warn("TCP rendezvous: dropped {}: not a triax rendezvous peer (magic 0x{:08x})", p.addr,
+                    p.reader.header().magic);
+          rv.rejected.push_back(fmt::format("{}: not a triax rendezvous peer", p.addr));
+          break;
+        case FrameReader::State::too_large:
+          reject(rv, p, fmt::format("a {}-byte hello exceeds the {}-byte limit", p.reader.header().length,
+                                    p.reader.limit()));
+          break;
+        case FrameReader::State::closed:
+        case FrameReader::State::error: log::debug("TCP rendezvous: {} went away before its hello", p.addr); break;
+      }
+    }
+    rv.pending = std::move(still_pending);
+  }
+
+  // The admitted ranks watched in this poll (results from fds[k], in order): one that speaks or
+  // disconnects before the welcome is gone, and its RANK free again.
+  void watch_admitted(MasterRendezvous& rv, const std::vector<int>& admitted, const std::vector<pollfd>& fds,
+                      size_t& k) {
+    for (int r : admitted) {
+      auto& p = peers_[static_cast<size_t>(r)];
+      if (!fds[k++].revents) continue;
+      // An admitted rank must stay silent until the welcome: anything else means it is gone.
+      const auto st = p.reader.pump(p.sock.fd());
+      if (st == FrameReader::State::need_more) continue;
+      log::warn("TCP rendezvous: {} {} before the rendezvous completed; its RANK is free again", who(r),
+                st == FrameReader::State::frame ? "sent an unexpected frame" : "disconnected");
+      p = Peer{};
+      --rv.connected;
+    }
+  }
+
+  // Every connection waiting on the listener, as a pending peer.
+  void accept_new(MasterRendezvous& rv) {
+    for (;;) {
+      int err = 0;
+      Socket s = tcp::accept_one(rv.listener.fd(), &err);
+      if (err)
+        fail_master<CommError>(fmt::format("rank 0 cannot accept more rendezvous connections on {} after {} of {} "
+                                           "ranks: {} (raise the open-file limit, ulimit -n)",
+                                           rv.bound, rv.connected, env_.world_size, std::strerror(err)));
+      if (!s.valid()) break;
+      Peer p;
+      p.reader = FrameReader(tcp::kMaxHelloPayload);  // a stranger's frame is read only this far
+      p.addr = tcp::peer_address(s.fd());
+      p.sock = std::move(s);
+      rv.pending.push_back(std::move(p));
+    }
+  }
+
+  // Every rank is connected: refuse the connections still half-open and send each rank the
+  // welcome (every rank's host name).
+  void complete_rendezvous(MasterRendezvous& rv) {
+    // Connections still half-open sent no complete hello (a port scanner, a process that hangs):
+    // they are not ranks of this job. (A duplicate RANK is refused as one when its hello arrives.)
+    for (auto& p : rv.pending)
+      reject(rv, p, fmt::format("the rendezvous completed with all {} ranks while this connection had sent no "
+                                "complete hello; it is not a rank of this job",
+                                env_.world_size));
+
+    const std::string welcome = tcp::encode_strings(hosts_);
+    const auto d = Clock::now() + timeout_;
+    for (int r = 1; r < env_.world_size; ++r) {
+      auto& p = peers_[static_cast<size_t>(r)];
+      if (auto res = tcp::send_frame(p.sock.fd(), FrameType::welcome, 0, welcome, d); res.status != IoStatus::ok)
+        fail_master<CommError>(fmt::format("sending the rendezvous welcome to {} failed: {}", who(r), tcp::describe(res)));
+    }
+    log::info("TCP rendezvous: {} ranks connected to {} in {}", env_.world_size, rv.bound,
+              tcp::format_duration(Clock::now() - rv.start));
+  }
+
+  void rendezvous_master() {
+    MasterRendezvous rv;
+    rv.start = Clock::now();
+    rv.deadline = rv.start + timeout_;
+    rv.listener = tcp::listen_on(env_.master_addr, env_.master_port, env_.port_desc, &rv.bound);
+    peers_.resize(static_cast<size_t>(env_.world_size));
+    while (rv.connected < env_.world_size) {
+      const int ms = tcp::poll_ms(rv.deadline);
+      if (ms == 0) fail_rendezvous_timeout(rv);
       // Watch the listener, the half-open connections, and the admitted ranks (so a rank that
       // dies before the rendezvous completes frees its slot for a restarted process).
       std::vector<pollfd> fds;
-      fds.push_back({listener.fd(), POLLIN, 0});
-      for (auto& p : pending) fds.push_back({p.sock.fd(), POLLIN, 0});
+      fds.push_back({rv.listener.fd(), POLLIN, 0});
+      for (auto& p : rv.pending) fds.push_back({p.sock.fd(), POLLIN, 0});
       std::vector<int> admitted;  // ranks watched in this poll, in fds order after the pending ones
       for (int r = 1; r < env_.world_size; ++r)
         if (peers_[static_cast<size_t>(r)].sock.valid()) {
@@ -421,77 +518,12 @@ class TcpBootstrap final : public Bootstrap {
       if (::poll(fds.data(), fds.size(), ms) <= 0) continue;  // timeout or EINTR: loop re-checks
 
       size_t k = 1;
-      std::vector<Peer> still_pending;
-      for (auto& p : pending) {
-        const short ev = fds[k++].revents;
-        if (!ev) {
-          still_pending.push_back(std::move(p));
-          continue;
-        }
-        switch (p.reader.pump(p.sock.fd())) {
-          case FrameReader::State::need_more: still_pending.push_back(std::move(p)); break;
-          case FrameReader::State::frame: admit(p); break;
-          case FrameReader::State::bad_magic:
-            // Not a triax peer (a port scanner, another service): no reply in a protocol it
-            // does not speak.
-            log::warn("TCP rendezvous: dropped {}: not a triax rendezvous peer (magic 0x{:08x})", p.addr,
-                      p.reader.header().magic);
-            rejected.push_back(fmt::format("{}: not a triax rendezvous peer", p.addr));
-            break;
-          case FrameReader::State::too_large:
-            reject(p, fmt::format("a {}-byte hello exceeds the {}-byte limit", p.reader.header().length,
-                                  p.reader.limit()));
-            break;
-          case FrameReader::State::closed:
-          case FrameReader::State::error: log::debug("TCP rendezvous: {} went away before its hello", p.addr); break;
-        }
-      }
-      pending = std::move(still_pending);
-      for (int r : admitted) {
-        auto& p = peers_[static_cast<size_t>(r)];
-        if (!fds[k++].revents) continue;
-        // An admitted rank must stay silent until the welcome: anything else means it is gone.
-        const auto st = p.reader.pump(p.sock.fd());
-        if (st == FrameReader::State::need_more) continue;
-        log::warn("TCP rendezvous: {} {} before the rendezvous completed; its RANK is free again", who(r),
-                  st == FrameReader::State::frame ? "sent an unexpected frame" : "disconnected");
-        p = Peer{};
-        --connected;
-      }
-      if (fds[0].revents & POLLIN) {
-        for (;;) {
-          int err = 0;
-          Socket s = tcp::accept_one(listener.fd(), &err);
-          if (err)
-            fail_master<CommError>(fmt::format("rank 0 cannot accept more rendezvous connections on {} after {} of {} "
-                                               "ranks: {} (raise the open-file limit, ulimit -n)",
-                                               bound, connected, env_.world_size, std::strerror(err)));
-          if (!s.valid()) break;
-          Peer p;
-          p.reader = FrameReader(tcp::kMaxHelloPayload);  // a stranger's frame is read only this far
-          p.addr = tcp::peer_address(s.fd());
-          p.sock = std::move(s);
-          pending.push_back(std::move(p));
-        }
-      }
+      pump_pending(rv, fds, k);
+      watch_admitted(rv, admitted, fds, k);
+      if (fds[0].revents & POLLIN) accept_new(rv);
     }
-    listener.close();
-    // Connections still half-open sent no complete hello (a port scanner, a process that hangs):
-    // they are not ranks of this job. (A duplicate RANK is refused as one when its hello arrives.)
-    for (auto& p : pending)
-      reject(p, fmt::format("the rendezvous completed with all {} ranks while this connection had sent no complete "
-                            "hello; it is not a rank of this job",
-                            env_.world_size));
-
-    const std::string welcome = tcp::encode_strings(hosts_);
-    const auto d = Clock::now() + timeout_;
-    for (int r = 1; r < env_.world_size; ++r) {
-      auto& p = peers_[static_cast<size_t>(r)];
-      if (auto res = tcp::send_frame(p.sock.fd(), FrameType::welcome, 0, welcome, d); res.status != IoStatus::ok)
-        fail_master<CommError>(fmt::format("sending the rendezvous welcome to {} failed: {}", who(r), tcp::describe(res)));
-    }
-    log::info("TCP rendezvous: {} ranks connected to {} in {}", env_.world_size, bound,
-              tcp::format_duration(Clock::now() - start));
+    rv.listener.close();
+    complete_rendezvous(rv);
   }
 
   // ---- rendezvous, worker side ----

@@ -1,7 +1,8 @@
-// Helpers shared by the communicator tests: conversions between every element type and double,
-// the largest integers each type holds exactly (so closed-form sums stay exact in bf16/fp16),
-// seeded per-rank random streams every rank can regenerate, and mismatch counting that reports
-// the first wrong element.
+// Helpers shared by the communicator tests (tests/multirank/test_comm_*.cpp) and comm_bench:
+// conversions between every element type and double, the largest integers each type holds exactly
+// (so closed-form sums stay exact in bf16/fp16), seeded per-rank random streams every rank can
+// regenerate, and mismatch counting that reports the first wrong element. Header-only, in
+// benchmarks/ so that the benchmark does not reach into tests/.
 #pragma once
 #include <fmt/format.h>
 

@@ -100,8 +100,8 @@ int main(int argc, char** argv) {
     boot = triax::Bootstrap::create();
     // Without mpirun (TCP rendezvous) a dead rank is named by the peer watch (docs/FAULTS.md).
     boot->watch_peers([](const std::string& msg) {
-      triax::dump_flight_recorder("peer failure: " + msg);  // every rank dumps, not only the failing one
       if (!g_ending.exchange(true)) {
+        triax::dump_flight_recorder("peer failure: " + msg);  // every rank dumps, not only the failing one
         std::fprintf(stderr, "%s: communication error: %s\n", kProgram, msg.c_str());
         std::fflush(stderr);
       }

@@ -69,17 +69,24 @@ void Watchdog::run() {
       timeout_s_ > 0 ? std::clamp<int64_t>(static_cast<int64_t>(timeout_s_ * 1000 / 20), 5, 100) : 100);
   std::unique_lock lock(mu_);
   bool noticed = false;
+  // The checks below run once a second at most, and only after a second without progress: a
+  // ring scan copies every call (milliseconds for a few full rings), and the notice is a stat
+  // on a directory that may be a shared file system.
+  int64_t last_check_us = 0;
   while (!cv_.wait_for(lock, tick, [this] { return stop_; })) {
     if (poll_flight_recorder_signal()) {
       phase_with_detail();
       const std::string path = dump_flight_recorder("SIGUSR2");
       if (!path.empty()) log::info("flight recorder dumped to {} (SIGUSR2)", path);
     }
-    const double idle = (now_us() - last_us_.load(std::memory_order_relaxed)) / 1e6;
+    const int64_t now = now_us();
+    const double idle = (now - last_us_.load(std::memory_order_relaxed)) / 1e6;
+    const bool check = idle >= 1.0 && now - last_check_us >= 1'000'000;
+    if (check) last_check_us = now;
     // Another rank failed by itself and this one makes no progress (it waits for that rank):
     // dump once, so that triax-fr sees where every rank was. Ending the job is the failing
     // rank's (its launcher stops this one).
-    if (!noticed && idle >= 1.0) {
+    if (!noticed && check) {
       if (const auto notice = find_failure_notice()) {
         noticed = true;
         phase_with_detail();
@@ -95,8 +102,8 @@ void Watchdog::run() {
     // Without --stall-timeout (or before it): a call this rank issued and never waited for,
     // past the collective timeout, with no iteration finished since. The ranks waiting for it
     // time out and dump; this rank, stuck outside the communicators, would otherwise leave no
-    // dump and no word (docs/FAULTS.md). The idle gate keeps the ring scans rare.
-    if (idle < 1.0) continue;
+    // dump and no word (docs/FAULTS.md).
+    if (!check) continue;
     const auto overdue = find_overdue_call();
     if (!overdue || idle < overdue->timeout_s) continue;
     fire(lock,

@@ -13,7 +13,7 @@ if(TRIAX_WITH_MPI AND TRIAX_BUILD_EXAMPLES)
   endforeach()
   # The same rank deaths without mpirun: torchrun-style env, TCP rendezvous, Gloo.
   if(TRIAX_HAVE_GLOO)
-    foreach(case gloo-kill gloo-exit gloo-throw gloo-hang)
+    foreach(case gloo-kill gloo-exit gloo-throw gloo-hang gloo-timeout-hang)
       add_test(NAME faults.${case}
         COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/faults/faults_test.sh $<TARGET_FILE:train_gpt> $<TARGET_FILE:triax-fr>
                 ${MPIEXEC_EXECUTABLE} ${case} ${CMAKE_CURRENT_SOURCE_DIR}/support/launch_local.py)

@@ -50,6 +50,9 @@ std::atomic<bool> g_ending{false};
   // code; MPI_Abort would do the same but Open MPI 4.1 sometimes adds ORTE_ERROR_LOG noise to it.
   if (f.abort_job && inited && !finalized) std::_Exit(f.exit_code);
 #endif
+  // Without mpirun (the TCP rendezvous) a rank that leaves without a goodbye is how the others
+  // learn that the job ends (their peer watch ends them quietly once they report themselves).
+  if (f.abort_job) std::_Exit(f.exit_code);
   boot.reset();  // every rank failed alike: finalize cleanly, no abort banner
   std::exit(f.exit_code);
 }
@@ -100,7 +103,9 @@ int main(int argc, char** argv) {
     boot = triax::Bootstrap::create();
     // Without mpirun (TCP rendezvous) a dead rank is named by the peer watch (docs/FAULTS.md).
     boot->watch_peers([](const std::string& msg) {
-      if (!g_ending.exchange(true)) {
+      // A rank whose own call already failed or timed out is reporting that (its main thread may
+      // still be unwinding through the communicators' destructors).
+      if (!g_ending.exchange(true) && !triax::flight_recorder_saw_failure()) {
         triax::dump_flight_recorder("peer failure: " + msg);  // every rank dumps, not only the failing one
         std::fprintf(stderr, "%s: communication error: %s\n", kProgram, msg.c_str());
         std::fflush(stderr);
@@ -201,6 +206,12 @@ int main(int argc, char** argv) {
     triax::dump_flight_recorder(std::string("error: ") + e.what());
     triax::post_failure_notice(e.what());  // the ranks waiting for this one dump too
     triax::JobFailure f = triax::settle_failure(kProgram, e);
+    // settle_failure agrees through MPI only. Without mpirun a collective timeout is taken for
+    // what it nearly always is, a failure of one rank that the others wait for: the one message
+    // comes from rank 0 (explain_failure), and nobody says goodbye (end_job).
+    if (boot && boot->kind() != triax::LaunchKind::mpi && boot->world_size() > 1 &&
+        dynamic_cast<const triax::TimeoutError*>(&e))
+      f.abort_job = true;
     if (boot) triax::explain_failure(kProgram, f, e, boot->rank(), boot->world_size(), started);
     end_job(f, boot);
   }

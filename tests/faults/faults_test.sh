@@ -150,6 +150,10 @@ timeout-hang)
   [ $rc -ne 124 ] || { tail -20 "$tmp/out"; fail "timed out (a hang)"; }
   [ $rc -eq 4 ] || { tail -20 "$tmp/out"; fail "exit $rc, expected 4 (communication error)"; }
   awk -v s="$after" 'BEGIN { exit !(s < 40) }' || fail "ended $after s after the hang, expected < 40"
+  if [ "${LAUNCH:-mpirun}" = gloo ]; then
+    ! grep -q "rank 0 died\|lost the connection to rank 0" "$tmp/out" || fail "rank 0 wrongly reported dead"
+    grep -o "launch_local: exit status by rank: .*" "$tmp/out"
+  fi
   cat "$tmp/out" | grep -v "^ iteration" | tail -20
   check_dumps 0 1 2 3
   grep -q '"watchdog: all_reduce #[0-9]* .* never waited for' "$tmp/triax_fr_rank2.json" || fail "rank 2's dump is not the watchdog's"

@@ -53,6 +53,7 @@ Registry& registry() {
 }
 
 std::atomic<bool> g_sigusr2{false};
+std::atomic<bool> g_saw_failure{false};
 extern "C" void on_sigusr2(int) { g_sigusr2.store(true); }
 
 // Writes PATH.<pid>.tmp and renames it over PATH: a reader never sees half a dump. No fsync
@@ -134,6 +135,7 @@ void FlightRecorder::started(uint64_t seq) {
 }
 
 void FlightRecorder::ended(uint64_t seq, FrState state) {
+  if (state == FrState::failed || state == FrState::timed_out) g_saw_failure.store(true);  // even with no ring
   if (ring_.empty()) return;
   std::lock_guard lock(mu_);
   if (FrEntry* e = find(seq)) {
@@ -203,6 +205,8 @@ std::shared_ptr<FlightRecorder> make_flight_recorder(std::string group, int grou
   register_flight_recorder(fr);
   return fr;
 }
+
+bool flight_recorder_saw_failure() { return g_saw_failure.load(); }
 
 std::optional<FrOverdue> find_overdue_call() {
   std::vector<std::shared_ptr<FlightRecorder>> recs;

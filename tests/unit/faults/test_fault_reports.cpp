@@ -125,9 +125,11 @@ TEST_CASE("a call issued and never waited for past the collective timeout is ove
   REQUIRE(o);
   CHECK_THAT(o->call, Contains("all_gather #1"));
   // Nor once a call has timed out: this process is already handling the failure.
+  CHECK_FALSE(flight_recorder_saw_failure());
   fr->enqueued(CallInfo{2, "all_gather", "float32 x 4", -1}, DType::f32, 4);
   fr->ended(2, FrState::timed_out);
   CHECK_FALSE(find_overdue_call());
+  CHECK(flight_recorder_saw_failure());
   // Leave nothing for the next test: rings are kept once a dump was written, so the timed-out
   // call must leave this one (16 completed calls push it out).
   fr->ended(1, FrState::completed);

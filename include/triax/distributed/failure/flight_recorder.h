@@ -97,6 +97,9 @@ struct FrOverdue {
   double timeout_s = 0;
 };
 std::optional<FrOverdue> find_overdue_call();
+// Whether a call of this process has failed or timed out (FlightRecorder::ended): the rank is on
+// its way to report that failure, so a peer leaving meanwhile is no news to report.
+bool flight_recorder_saw_failure();
 // SIGUSR2 sets a flag that poll_flight_recorder_signal() (the watchdog thread) turns into a dump.
 void install_flight_recorder_signal();
 bool poll_flight_recorder_signal();

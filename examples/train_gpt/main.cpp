@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include <cerrno>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -20,6 +21,7 @@
 #include <triax/distributed/bootstrap/bootstrap.h>
 #include <triax/distributed/failure/flight_recorder.h>
 #include <triax/distributed/failure/job_failure.h>
+#include <triax/faults/watchdog.h>
 #include <triax/model/weight_file.h>
 #include <triax/checkpoint/checkpoint.h>
 #include <triax/config/train_config.h>
@@ -33,6 +35,9 @@
 namespace {
 
 constexpr const char* kProgram = "train_gpt";
+// Set once this rank reports a failure or a stall: a peer death noticed afterwards (rank 0
+// ending the job after printing the verdict) is the job ending, not news worth a message.
+std::atomic<bool> g_ending{false};
 
 [[noreturn]] void end_job(const triax::JobFailure& f, std::unique_ptr<triax::Bootstrap>& boot) {
   if (!f.message.empty()) triax::log::emit(stderr, triax::log::Level::error, f.message);  // JSON under TRIAX_LOG_FORMAT=json
@@ -46,6 +51,9 @@ constexpr const char* kProgram = "train_gpt";
   // code; MPI_Abort would do the same but Open MPI 4.1 sometimes adds ORTE_ERROR_LOG noise to it.
   if (f.abort_job && inited && !finalized) std::_Exit(f.exit_code);
 #endif
+  // Without mpirun (the TCP rendezvous) a rank that leaves without a goodbye is how the others
+  // learn that the job ends (their peer watch ends them quietly once they report themselves).
+  if (f.abort_job) std::_Exit(f.exit_code);
   boot.reset();  // every rank failed alike: finalize cleanly, no abort banner
   std::exit(f.exit_code);
 }
@@ -91,12 +99,18 @@ int main(int argc, char** argv) {
   // The bootstrap outlives the try: an error on one rank must reach end_job (MPI_Abort) while
   // MPI is still up, not wait in MPI_Finalize for ranks blocked in a collective.
   std::unique_ptr<triax::Bootstrap> boot;
+  const auto started = std::chrono::system_clock::now();  // dumps older than this are another job's
   try {
     boot = triax::Bootstrap::create();
     // Without mpirun (TCP rendezvous) a dead rank is named by the peer watch (docs/FAULTS.md).
     boot->watch_peers([](const std::string& msg) {
-      std::fprintf(stderr, "%s: communication error: %s\n", kProgram, msg.c_str());
-      std::fflush(stderr);
+      // A rank whose own call already failed or timed out is reporting that (its main thread may
+      // still be unwinding through the communicators' destructors).
+      if (!g_ending.exchange(true) && !triax::flight_recorder_saw_failure()) {
+        triax::dump_flight_recorder("peer failure: " + msg);  // every rank dumps, not only the failing one
+        std::fprintf(stderr, "%s: communication error: %s\n", kProgram, msg.c_str());
+        std::fflush(stderr);
+      }
       std::_Exit(triax::kExitComm);
     });
     auto world = boot->world();
@@ -110,8 +124,8 @@ int main(int argc, char** argv) {
     triax::Trainer trainer(world, triax::with_checkpoint_batch(c, rank == 0));
     // A stall (--stall-timeout): every rank's watchdog has dumped its flight recorder; rank 0
     // waits for the others' dumps and prints triax-fr's verdict, then the job ends (exit 4).
-    const auto started = std::chrono::system_clock::now();
     trainer.set_stall_handler([rank, size = world->size(), started](const std::string& msg) {
+      g_ending = true;
       std::fprintf(stderr, "%s: %s\n", kProgram, msg.c_str());
       std::fflush(stderr);
       if (rank == 0) {
@@ -119,7 +133,9 @@ int main(int argc, char** argv) {
           std::fprintf(stderr, "%s: triax-fr: %s\n", kProgram, line.c_str());
         std::fflush(stderr);
       } else {
-        std::this_thread::sleep_for(std::chrono::seconds(5));  // rank 0 reads this rank's dump meanwhile
+        // Rank 0 reads this rank's dump meanwhile and ends the job; it may first spend settle_failure's
+        // 5 s when its own collective timed out rather than stalled (docs/FAULTS.md).
+        std::this_thread::sleep_for(std::chrono::seconds(15));
       }
       std::_Exit(triax::kExitComm);
     });
@@ -190,8 +206,18 @@ int main(int argc, char** argv) {
     if (exporter && exporter->port() >= 0 && c.metrics_linger > 0)
       std::this_thread::sleep_for(std::chrono::duration<double>(c.metrics_linger));
   } catch (const std::exception& e) {
+    g_ending = true;
     triax::dump_flight_recorder(std::string("error: ") + e.what());
-    end_job(triax::settle_failure(kProgram, e), boot);
+    triax::post_failure_notice(e.what());  // the ranks waiting for this one dump too
+    triax::JobFailure f = triax::settle_failure(kProgram, e);
+    // settle_failure agrees through MPI only. Without mpirun a collective timeout is taken for
+    // what it nearly always is, a failure of one rank that the others wait for: the one message
+    // comes from rank 0 (explain_failure), and nobody says goodbye (end_job).
+    if (boot && boot->kind() != triax::LaunchKind::mpi && boot->world_size() > 1 &&
+        dynamic_cast<const triax::TimeoutError*>(&e))
+      f.abort_job = true;
+    if (boot) triax::explain_failure(kProgram, f, e, boot->rank(), boot->world_size(), started);
+    end_job(f, boot);
   }
   return 0;
 }

@@ -2,7 +2,8 @@
 // which rank did not reach which sequence number of which group, which ranks left no dump, and
 // which ranks called different operations or sizes at the same number.
 //   triax-fr DUMP... | triax-fr DIR
-// Exit status: 0 nothing wrong found, 1 findings printed, 3 a dump cannot be read, 2 usage.
+// Exit status: 0 nothing wrong found, 1 findings printed or a failure the dumps report but do not
+// explain, 3 a dump cannot be read, 2 usage.
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -41,6 +42,14 @@ int main(int argc, char** argv) {
     if (files.empty()) throw triax::IoError("no triax_fr_rank*.json dump in " + fmt::format("{}", fmt::join(inputs, " ")));
     const triax::FrVerdict v = triax::analyze_flight_records(files);
     for (const auto& n : v.notes) std::printf("%s\n", n.c_str());
+    if (v.findings.empty() && !v.failed_ranks.empty()) {
+      // Something went wrong but these dumps do not show what: not a clean bill of health.
+      std::printf("verdict: none found: ranks [%s] report a failure, but no rank is behind and no call mismatched in "
+                  "these %zu dumps (the rank at fault may have left no dump, or stopped before any call these rings "
+                  "hold)\n",
+                  fmt::format("{}", fmt::join(v.failed_ranks, ",")).c_str(), files.size());
+      return 1;
+    }
     if (v.findings.empty()) {
       std::printf("verdict: no rank behind and no mismatched call in %zu dumps\n", files.size());
       return 0;

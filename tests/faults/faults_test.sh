@@ -57,6 +57,30 @@ run_job() {
   after=$(awk -v a="$tf" -v b="$t1" 'BEGIN { printf "%.1f", b - a }')
 }
 
+# check_dumps RANKS...: each rank left a dump, and every dump holds the same groups (a later dump
+# must not lose a group an earlier one had: issue 24); prints the group names.
+check_dumps() {
+  local r
+  for r in "$@"; do [ -s "$tmp/triax_fr_rank$r.json" ] || fail "no dump from rank $r"; done
+  python3 - "$tmp" "$@" <<'PY' || fail "the dumps do not all hold the same groups"
+import json, sys
+d, ranks = sys.argv[1], sys.argv[2:]
+groups = {r: sorted(g["name"] for g in json.load(open(f"{d}/triax_fr_rank{r}.json"))["groups"]) for r in ranks}
+print("groups by rank:", groups)
+assert len(set(map(tuple, groups.values()))) == 1, groups
+assert len(next(iter(groups.values()))) > 1, "only one group: the training groups were lost"
+PY
+}
+
+# check_verdict: triax-fr over the dumps exits 1 and names rank 2, and only rank 2.
+check_verdict() {
+  verdict=$("$fr" "$tmp"); frc=$?
+  echo "$verdict"
+  [ $frc -eq 1 ] || fail "triax-fr exit $frc, expected 1 (findings)"
+  grep -q "^verdict: rank 2 " <<<"$verdict" || fail "triax-fr does not name rank 2"
+  ! grep "^verdict:" <<<"$verdict" | grep -qv "^verdict: rank 2 " || fail "triax-fr blames another rank"
+}
+
 common=(--train-iters 8 --num-layers 2 --seq-length 16)
 case $case_ in
 gloo-*)
@@ -76,6 +100,14 @@ kill|exit|throw)
   grep -q "triax fault injection (TRIAX_FAULT): rank 2 at iteration 3" "$tmp/out" || fail "the fault did not fire"
   grep -q "rank 2" "$tmp/out" || { tail -20 "$tmp/out"; fail "rank 2 is not named"; }
   awk -v s="$after" 'BEGIN { exit !(s < 15) }' || fail "the job ended $after s after the fault, expected < 15"
+  if [ "$case_" = throw ]; then
+    # Every rank dumps (issue 24): the thrower on its error; the others on the peer failure the
+    # rendezvous reports (Gloo) or on the launcher's SIGTERM (mpirun). triax-fr names the thrower.
+    check_dumps 0 1 2 3
+    check_verdict
+    grep -q "^verdict: rank 2 (host [^)]*) failed outside the communicators, .*injected fault" <<<"$verdict" ||
+      fail "triax-fr does not name rank 2's own error"
+  fi
   if [ "${LAUNCH:-mpirun}" = gloo ]; then
     grep -q "TCP rendezvous: 4 ranks connected" "$tmp/out" || { head -20 "$tmp/out"; fail "no TCP rendezvous (not Gloo)"; }
     # Every rank ended by itself, each non-zero (launch_local prints the status of each).
@@ -97,17 +129,40 @@ hang)
   [ $rc -ne 124 ] || fail "timed out (a hang)"
   [ $rc -ne 0 ] || fail "exit 0 after a hang"
   awk -v s="$after" 'BEGIN { exit !(s < 25) }' || fail "ended $after s after the hang, expected < 25"
-  for r in 0 1 2 3; do [ -s "$tmp/triax_fr_rank$r.json" ] || fail "no dump from rank $r"; done
+  check_dumps 0 1 2 3
   grep -q "stalled: no training progress" "$tmp/out" || { tail -20 "$tmp/out"; fail "no stall message"; }
-  verdict=$("$fr" "$tmp"); frc=$?
-  echo "$verdict"
-  [ $frc -eq 1 ] || fail "triax-fr exit $frc, expected 1 (findings)"
+  check_verdict
   grep -q "^verdict: rank 2 .*#[0-9]* .* of group '[a-z]*' (world ranks" <<<"$verdict" ||
     fail "triax-fr does not name rank 2 with a group and a sequence number"
-  ! grep "^verdict:" <<<"$verdict" | grep -qv "rank 2 " || fail "triax-fr blames another rank"
   grep -q "triax-fr: rank 2 " "$tmp/out" || fail "the job's own message does not name rank 2"
+  # Rank 0 ending the job after its verdict is not a death (issue 24: three "rank 0 died" lines on Gloo).
+  ! grep -q "rank 0 died\|lost the connection to rank 0" "$tmp/out" || { grep "rank 0" "$tmp/out"; fail "rank 0 wrongly reported dead"; }
   check_no_leftovers
   echo "ok: hang on rank 2: the job ended $after s after it ($secs s in all); triax-fr names rank 2"
+  ;;
+timeout-hang)
+  # Issue 24: a hang with no --stall-timeout ends at the collective timeout with the watchdog's
+  # verdict: every rank dumps (the hung one too: its DP all-reduce is overdue), the dumps keep
+  # every group, the job's one message (rank 0's) names rank 2, and no other rank adds its own
+  # timeout message listing every member. 5 s timeout + 5 s settle_failure + up to 3 s for dumps.
+  export TRIAX_COMM_TIMEOUT_S=5
+  run_job 90 "2:3:hang" "${common[@]}"
+  [ $rc -ne 124 ] || { tail -20 "$tmp/out"; fail "timed out (a hang)"; }
+  [ $rc -eq 4 ] || { tail -20 "$tmp/out"; fail "exit $rc, expected 4 (communication error)"; }
+  awk -v s="$after" 'BEGIN { exit !(s < 40) }' || fail "ended $after s after the hang, expected < 40"
+  if [ "${LAUNCH:-mpirun}" = gloo ]; then
+    ! grep -q "rank 0 died\|lost the connection to rank 0" "$tmp/out" || fail "rank 0 wrongly reported dead"
+    grep -o "launch_local: exit status by rank: .*" "$tmp/out"
+  fi
+  cat "$tmp/out" | grep -v "^ iteration" | tail -20
+  check_dumps 0 1 2 3
+  grep -q '"watchdog: all_reduce #[0-9]* .* never waited for' "$tmp/triax_fr_rank2.json" || fail "rank 2's dump is not the watchdog's"
+  grep -q "train_gpt: triax-fr: rank 2 " "$tmp/out" || fail "the job's own message does not name rank 2"
+  n=$(grep -c "timed out after" "$tmp/out")
+  [ "$n" -eq 1 ] || fail "$n timeout messages, expected rank 0's only"
+  check_verdict
+  check_no_leftovers
+  echo "ok: collective timeout after a hang on rank 2: the job ended $after s after it ($secs s in all); rank 0's message and triax-fr name rank 2"
   ;;
 straggler)
   run_job 120 "3:1:slow:300" "${common[@]}" --train-iters 5 --metrics-jsonl "$tmp/m.jsonl"

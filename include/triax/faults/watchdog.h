@@ -1,5 +1,7 @@
 // Watchdog: a thread per rank that watches training progress. When no iteration finishes within
-// the stall timeout (--stall-timeout, separate from the collective timeout) it dumps the flight
+// the stall timeout (--stall-timeout, separate from the collective timeout), or, without one, when
+// a call this rank issued and never waited for is older than the collective timeout (the rank is
+// stuck outside the communicators while the others time out waiting for it), it dumps the flight
 // recorder with the current phase of the step and calls the stall handler with a message naming
 // this rank; it also turns SIGUSR2 into a flight-recorder dump. Ending the job is the handler's.
 #pragma once
@@ -7,11 +9,15 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <exception>
 #include <functional>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
+
+#include "triax/distributed/failure/job_failure.h"
 
 namespace triax {
 
@@ -39,6 +45,7 @@ class Watchdog {
   static int64_t now_us();
   void run();
   std::string phase_with_detail();
+  void fire(std::unique_lock<std::mutex>& lock, const std::string& reason, const std::string& what);
   double timeout_s_;
   int rank_;
   StallHandler handler_;
@@ -56,5 +63,16 @@ class Watchdog {
 // over those present, and a line naming the ranks whose dump did not appear.
 std::vector<std::string> stall_verdict(int world_size, std::chrono::system_clock::time_point since,
                                        std::chrono::milliseconds wait);
+
+// For a failure that not every rank shares (JobFailure::abort_job, from settle_failure), so that
+// the job's one message names the rank at fault as the watchdog's does: rank 0 adds the
+// stall_verdict lines (over the dumps written since `since`, waiting up to `wait` for them) to its
+// message. Another rank whose error is a collective timeout (a symptom: the cause is on another
+// rank, and rank 0 soon times out or stalls too) first waits `linger` without a word, during
+// which rank 0's report normally ends the job; only then does it report for itself.
+void explain_failure(std::string_view program, JobFailure& f, const std::exception& e, int rank, int world_size,
+                     std::chrono::system_clock::time_point since,
+                     std::chrono::milliseconds wait = std::chrono::seconds(3),
+                     std::chrono::milliseconds linger = std::chrono::seconds(15));
 
 }  // namespace triax

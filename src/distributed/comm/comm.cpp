@@ -47,8 +47,8 @@ Communicator::Communicator(int rank, int size, std::string name, std::vector<int
   if (size_ <= 0 || rank_ < 0 || rank_ >= size_ || static_cast<int>(world_ranks_.size()) != size_)
     TRIAX_THROW(CommError, "communicator '{}': rank {} of size {} with {} world ranks is inconsistent", name_, rank_,
                 size_, world_ranks_.size());
-  fr_ = std::make_shared<FlightRecorder>(name_, rank_, world_ranks_.at(rank_), world_ranks_, flight_recorder_capacity());
-  register_flight_recorder(fr_);
+  fr_ = make_flight_recorder(name_, rank_, world_ranks_.at(rank_), world_ranks_, flight_recorder_capacity());
+  fr_->set_timeout(timeout_);
 }
 
 bool debug_collectives_from_env() { return env_flag("TRIAX_DEBUG_COLLECTIVES", false); }

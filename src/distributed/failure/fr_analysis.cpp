@@ -38,13 +38,38 @@ bool done(const Call& c) { return c.state == "completed"; }
 
 std::string describe(const Call& c) { return fmt::format("{} #{} ({})", c.op, c.seq, c.detail); }
 
+using Groups = std::map<std::string, std::pair<std::vector<int>, std::map<int, Member>>>;
+
+// Which dumps report a failure, and which rank failed by itself: an error that reached the
+// program ("error: ..." as train_gpt's main writes it) on a rank none of whose calls failed or
+// timed out. That error is the cause; the others' timeouts and failed calls are its symptoms.
+void own_failures(const std::map<int, Dump>& dumps, const Groups& groups, FrVerdict& v) {
+  for (const auto& [r, d] : dumps) {
+    bool comm_failed = false;
+    for (const auto& [key, gm] : groups)
+      if (auto it = gm.second.find(r); it != gm.second.end())
+        for (const Call& c : it->second.calls) comm_failed |= c.state == "failed" || c.state == "timed_out";
+    const bool failed = comm_failed || std::any_of(d.reasons.begin(), d.reasons.end(), [](const std::string& s) {
+                          return s != "SIGUSR2" && s != "exit";
+                        });
+    if (failed) v.failed_ranks.push_back(r);
+    if (comm_failed) continue;
+    for (const auto& reason : d.reasons)
+      if (reason.rfind("error: ", 0) == 0) {
+        v.findings.push_back(fmt::format("rank {} (host {}) failed outside the communicators, while in {}: {}", r,
+                                         d.host, d.phase.empty() ? "an unknown phase" : d.phase, reason.substr(7)));
+        break;
+      }
+  }
+}
+
 }  // namespace
 
 FrVerdict analyze_flight_records(const std::vector<std::string>& paths) {
   FrVerdict v;
   std::map<int, Dump> dumps;
   // group key "name [world ranks]" -> members that recorded it
-  std::map<std::string, std::pair<std::vector<int>, std::map<int, Member>>> groups;
+  Groups groups;
   for (const auto& path : paths) {
     std::ifstream in(path);
     if (!in) TRIAX_THROW(IoError, "{}: cannot open the flight-recorder dump", path);
@@ -80,6 +105,7 @@ FrVerdict analyze_flight_records(const std::vector<std::string>& paths) {
   for (const auto& [r, d] : dumps)
     v.notes.push_back(fmt::format("rank {} (host {}): dumped on {}; phase: {}", r, d.host, fmt::join(d.reasons, ", "),
                                   d.phase.empty() ? "unknown" : d.phase));
+  own_failures(dumps, groups, v);
 
   for (const auto& [key, gm] : groups) {
     const auto& [ranks, members] = gm;

@@ -121,7 +121,10 @@ class Communicator {
   int world_rank() const { return world_ranks_.at(rank_); }
   virtual CommBackend backend() const = 0;
   std::chrono::milliseconds timeout() const { return timeout_; }
-  void set_timeout(std::chrono::milliseconds t) { timeout_ = t; }
+  void set_timeout(std::chrono::milliseconds t) {
+    timeout_ = t;
+    fr_->set_timeout(t);  // the watchdog's overdue check (find_overdue_call) uses it
+  }
   // How Work::wait polls this communicator's calls: spin, then sleep (wait_policy.h).
   const WaitPolicy& wait_policy() const { return wait_; }
   void set_wait_policy(WaitPolicy p) { wait_ = p; }

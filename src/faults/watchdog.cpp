@@ -169,6 +169,9 @@ void explain_failure(std::string_view program, JobFailure& f, const std::excepti
                      std::chrono::milliseconds linger) {
   if (!f.abort_job || world_size <= 1) return;
   if (rank == 0) {
+    // Rank 0's own error other than a communication failure is the cause, and its message already
+    // says so: the verdict would repeat it (and the job prints one message).
+    if (!dynamic_cast<const CommError*>(&e)) return;
     for (const auto& line : stall_verdict(world_size, since, wait)) f.message += fmt::format("\n{}: triax-fr: {}", program, line);
     return;
   }

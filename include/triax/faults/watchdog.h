@@ -66,7 +66,8 @@ std::vector<std::string> stall_verdict(int world_size, std::chrono::system_clock
 
 // For a failure that not every rank shares (JobFailure::abort_job, from settle_failure), so that
 // the job's one message names the rank at fault as the watchdog's does: rank 0 adds the
-// stall_verdict lines (over the dumps written since `since`, waiting up to `wait` for them) to its
+// stall_verdict lines, when its own error is a communication failure (a symptom; any other
+// error of rank 0 is itself the cause and already named), (over the dumps written since `since`, waiting up to `wait` for them) to its
 // message. Another rank whose error is a collective timeout (a symptom: the cause is on another
 // rank, and rank 0 soon times out or stalls too) first waits `linger` without a word, during
 // which rank 0's report normally ends the job; only then does it report for itself.

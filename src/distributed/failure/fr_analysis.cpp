@@ -65,11 +65,10 @@ void own_failures(const std::map<int, Dump>& dumps, const Groups& groups, FrVerd
 
 }  // namespace
 
-FrVerdict analyze_flight_records(const std::vector<std::string>& paths) {
-  FrVerdict v;
-  std::map<int, Dump> dumps;
-  // group key "name [world ranks]" -> members that recorded it
-  Groups groups;
+namespace {
+
+// Reads every dump: one Dump per rank and, per group, each member's calls in number order.
+void read_dumps(const std::vector<std::string>& paths, std::map<int, Dump>& dumps, Groups& groups) {
   for (const auto& path : paths) {
     std::ifstream in(path);
     if (!in) TRIAX_THROW(IoError, "{}: cannot open the flight-recorder dump", path);
@@ -102,75 +101,97 @@ FrVerdict analyze_flight_records(const std::vector<std::string>& paths) {
       TRIAX_THROW(IoError, "{}: not a triax flight-recorder dump: {}", path, e.what());
     }
   }
+}
+
+// The members of a group that are behind the lowest call some member waits in: never reached it,
+// issued it but never waited, or left no dump.
+void find_laggards(const std::string& key, const Groups::mapped_type& gm, const std::map<int, Dump>& dumps,
+                   FrVerdict& v) {
+  const auto& [ranks, members] = gm;
+  // The lowest collective each rank has issued but not completed.
+  std::map<int, const Call*> pending;
+  for (const auto& [r, m] : members)
+    for (const auto& c : m.calls)
+      if (!done(c) && !p2p(c.op)) {
+        pending[r] = &c;
+        break;
+      }
+  if (!pending.empty()) {
+    // The lowest number some rank waits in; the members that are not waiting there are behind.
+    const Call* first = nullptr;
+    for (const auto& [r, c] : pending)
+      if (c->state != "enqueued" && (!first || c->seq < first->seq)) first = c;
+    std::vector<int> waiting;
+    if (first)
+      for (const auto& [r, c] : pending)
+        if (c->seq == first->seq && c->state != "enqueued") waiting.push_back(r);
+    for (int r : first ? ranks : std::vector<int>{}) {
+      if (std::find(waiting.begin(), waiting.end(), r) != waiting.end()) continue;
+      auto it = members.find(r);
+      if (it == members.end()) {
+        v.findings.push_back(fmt::format("rank {} left no dump: it died or was killed before {} of group {}, "
+                                         "in which ranks [{}] wait",
+                                         r, describe(*first), key, fmt::join(waiting, ",")));
+        continue;
+      }
+      const auto& calls = it->second.calls;
+      const auto at = std::find_if(calls.begin(), calls.end(), [&](const Call& c) { return c.seq == first->seq; });
+      const bool beyond = std::any_of(calls.begin(), calls.end(), [&](const Call& c) { return c.seq > first->seq; });
+      const auto d = dumps.find(r);
+      const std::string phase =
+          d != dumps.end() && !d->second.phase.empty() ? fmt::format(". Rank {} was in: {}", r, d->second.phase) : "";
+      if (at != calls.end() && at->state == "enqueued" && !beyond) {
+        v.findings.push_back(fmt::format("rank {} issued {} of group {} but never waited for it (it stopped making "
+                                         "progress elsewhere); ranks [{}] wait in it{}",
+                                         r, describe(*first), key, fmt::join(waiting, ","), phase));
+        continue;
+      }
+      if (at != calls.end() || beyond) continue;
+      const std::string last = calls.empty() ? std::string("it issued no call on this group")
+                                             : fmt::format("its last call there was {} ({})", describe(calls.back()),
+                                                           calls.back().state);
+      v.findings.push_back(fmt::format("rank {} never reached {} of group {}: {}; ranks [{}] wait in it{}", r,
+                                       describe(*first), key, last, fmt::join(waiting, ","), phase));
+    }
+  }
+}
+
+// Different operations or sizes at the same number of one group.
+void find_mismatches(const std::string& key, const Groups::mapped_type& gm, FrVerdict& v) {
+  const auto& members = gm.second;
+  // Different operations or sizes at the same number.
+  std::map<uint64_t, std::vector<std::pair<int, const Call*>>> by_seq;
+  for (const auto& [r, m] : members)
+    for (const auto& c : m.calls)
+      if (!p2p(c.op)) by_seq[c.seq].push_back({r, &c});
+  for (const auto& [seq, calls] : by_seq) {
+    for (size_t i = 1; i < calls.size(); ++i) {
+      const Call& a = *calls[0].second;
+      const Call& b = *calls[i].second;
+      if (a.op != b.op || a.detail != b.detail) {
+        v.findings.push_back(fmt::format("group {} #{}: rank {} called {} ({}) but rank {} called {} ({})", key, seq,
+                                         calls[0].first, a.op, a.detail, calls[i].first, b.op, b.detail));
+        break;
+      }
+    }
+  }
+}
+
+}  // namespace
+
+FrVerdict analyze_flight_records(const std::vector<std::string>& paths) {
+  FrVerdict v;
+  std::map<int, Dump> dumps;
+  // group key "name [world ranks]" -> members that recorded it
+  Groups groups;
+  read_dumps(paths, dumps, groups);
   for (const auto& [r, d] : dumps)
     v.notes.push_back(fmt::format("rank {} (host {}): dumped on {}; phase: {}", r, d.host, fmt::join(d.reasons, ", "),
                                   d.phase.empty() ? "unknown" : d.phase));
   own_failures(dumps, groups, v);
-
   for (const auto& [key, gm] : groups) {
-    const auto& [ranks, members] = gm;
-    // The lowest collective each rank has issued but not completed.
-    std::map<int, const Call*> pending;
-    for (const auto& [r, m] : members)
-      for (const auto& c : m.calls)
-        if (!done(c) && !p2p(c.op)) {
-          pending[r] = &c;
-          break;
-        }
-    if (!pending.empty()) {
-      // The lowest number some rank waits in; the members that are not waiting there are behind.
-      const Call* first = nullptr;
-      for (const auto& [r, c] : pending)
-        if (c->state != "enqueued" && (!first || c->seq < first->seq)) first = c;
-      std::vector<int> waiting;
-      if (first)
-        for (const auto& [r, c] : pending)
-          if (c->seq == first->seq && c->state != "enqueued") waiting.push_back(r);
-      for (int r : first ? ranks : std::vector<int>{}) {
-        if (std::find(waiting.begin(), waiting.end(), r) != waiting.end()) continue;
-        auto it = members.find(r);
-        if (it == members.end()) {
-          v.findings.push_back(fmt::format("rank {} left no dump: it died or was killed before {} of group {}, "
-                                           "in which ranks [{}] wait",
-                                           r, describe(*first), key, fmt::join(waiting, ",")));
-          continue;
-        }
-        const auto& calls = it->second.calls;
-        const auto at = std::find_if(calls.begin(), calls.end(), [&](const Call& c) { return c.seq == first->seq; });
-        const bool beyond = std::any_of(calls.begin(), calls.end(), [&](const Call& c) { return c.seq > first->seq; });
-        const auto d = dumps.find(r);
-        const std::string phase =
-            d != dumps.end() && !d->second.phase.empty() ? fmt::format(". Rank {} was in: {}", r, d->second.phase) : "";
-        if (at != calls.end() && at->state == "enqueued" && !beyond) {
-          v.findings.push_back(fmt::format("rank {} issued {} of group {} but never waited for it (it stopped making "
-                                           "progress elsewhere); ranks [{}] wait in it{}",
-                                           r, describe(*first), key, fmt::join(waiting, ","), phase));
-          continue;
-        }
-        if (at != calls.end() || beyond) continue;
-        const std::string last = calls.empty() ? std::string("it issued no call on this group")
-                                               : fmt::format("its last call there was {} ({})", describe(calls.back()),
-                                                             calls.back().state);
-        v.findings.push_back(fmt::format("rank {} never reached {} of group {}: {}; ranks [{}] wait in it{}", r,
-                                         describe(*first), key, last, fmt::join(waiting, ","), phase));
-      }
-    }
-    // Different operations or sizes at the same number.
-    std::map<uint64_t, std::vector<std::pair<int, const Call*>>> by_seq;
-    for (const auto& [r, m] : members)
-      for (const auto& c : m.calls)
-        if (!p2p(c.op)) by_seq[c.seq].push_back({r, &c});
-    for (const auto& [seq, calls] : by_seq) {
-      for (size_t i = 1; i < calls.size(); ++i) {
-        const Call& a = *calls[0].second;
-        const Call& b = *calls[i].second;
-        if (a.op != b.op || a.detail != b.detail) {
-          v.findings.push_back(fmt::format("group {} #{}: rank {} called {} ({}) but rank {} called {} ({})", key, seq,
-                                           calls[0].first, a.op, a.detail, calls[i].first, b.op, b.detail));
-          break;
-        }
-      }
-    }
+    find_laggards(key, gm, dumps, v);
+    find_mismatches(key, gm, v);
   }
   return v;
 }

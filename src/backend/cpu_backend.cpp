@@ -405,11 +405,12 @@ void CpuBackend::attention_forward(const Tensor& out, const Tensor& lse, const T
   });
 }
 
-void CpuBackend::attention_backward(const Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& lse,
-                                    int B, int T, int C, int NH) {
+void CpuBackend::attention_backward(const Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& out,
+                                    const Tensor& lse, int B, int T, int C, int NH) {
   const char* op = "attention_backward";
   need(dqkv, op, "dqkv", int64_t{B} * T * 3 * C);
   need(dout, op, "dout", int64_t{B} * T * C);
+  need(out, op, "out", int64_t{B} * T * C);
   need(qkv, op, "qkv", int64_t{B} * T * 3 * C);
   need(lse, op, "lse", int64_t{B} * NH * T);
   auto a = open({&dqkv, &dout, &qkv, &lse});
@@ -582,18 +583,27 @@ void CpuBackend::count_nonfinite_into(const Tensor& acc, int64_t index, const Te
 }
 
 void CpuBackend::adamw(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v,
-                       const AdamWConfig& cfg, float weight_decay, const AdamWStep& step) {
+                       const AdamWConfig& cfg, float weight_decay, const AdamWStep& step, const Tensor& compute_copy) {
   const char* op = "adamw";
   need(param, op, "param", -1);
   need(grad, op, "grad", param.numel());
   need(m, op, "m", param.numel());
   need(v, op, "v", param.numel());
-  auto a = open({&param, &grad, &m, &v});
+  if (compute_copy.defined()) {
+    need(compute_copy, op, "compute_copy", param.numel());
+    // The CPU backends compute in the master's own type: their compute copy is a plain copy.
+    if (compute_copy.dtype() != param.dtype())
+      TRIAX_THROW(ConfigError, "backend {}: the cpu backend keeps no {} compute copy of {} weights", op,
+                  dtype_name(compute_copy.dtype()), dtype_name(param.dtype()));
+  }
+  auto a = open({&param, &grad, &m, &v, &compute_copy});
   const size_t n = static_cast<size_t>(param.numel());
   by_real(param.dtype(), op, [&](auto r) {
     using R = decltype(r);
     adamw_update(std::span<R>(ptr<R>(param, op, "param"), n), std::span<const R>(ptr<R>(grad, op, "grad"), n),
                  std::span<R>(ptr<R>(m, op, "m"), n), std::span<R>(ptr<R>(v, op, "v"), n), cfg, weight_decay, step);
+    if (compute_copy.defined() && compute_copy.raw_data() != param.raw_data())
+      std::memcpy(compute_copy.raw_data(), param.raw_data(), n * sizeof(R));
   });
 }
 

@@ -489,7 +489,7 @@ void GptChunk::layer_backward(Layer& L, Acts& a, Slot& s, int slot, const Tensor
   if (!defer) ready(L.projw);
   Tensor& dqkv = S.dqkv;
   ensure(dqkv, static_cast<size_t>(Nf) * 3 * Cl_);
-  be_.attention_backward(dqkv, datt, a.qkv, a.lse, B, T, Cl_, NHl_);
+  be_.attention_backward(dqkv, datt, a.qkv, a.att, a.lse, B, T, Cl_, NHl_);
   Tensor& dln1 = S.dln;
   ensure(dln1, NCf);
   linear_bwd(s, defer, dln1, L.qkvw, L.qkvb, dqkv, a.ln1, Nf, C_, 3 * Cl_);

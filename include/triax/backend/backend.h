@@ -97,8 +97,10 @@ class Backend {
   // Causal self-attention, heads split over channels: qkv (B, T, 3C) -> out (B, T, C), lse (B, NH, T).
   virtual void attention_forward(const Tensor& out, const Tensor& lse, const Tensor& qkv, int B, int T, int C,
                                  int NH) = 0;
-  virtual void attention_backward(const Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& lse, int B,
-                                  int T, int C, int NH) = 0;
+  // out is the forward output (B, T, C): the CUDA kernel reads rowsum(dout * out) from it; the CPU
+  // reference recomputes what it needs and only checks its size.
+  virtual void attention_backward(const Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& out,
+                                  const Tensor& lse, int B, int T, int C, int NH) = 0;
   // Vocab-sharded lookup: rows of tokens (i32, N) outside [v0, v1) give zeros (the TP reduction
   // fills them in); wte (v1 - v0, C). Backward accumulates into dwte.
   virtual void embedding_forward(const Tensor& out, const Tensor& tokens, const Tensor& wte, int N, int C, int v0,
@@ -126,8 +128,12 @@ class Backend {
   virtual void count_nonfinite_into(const Tensor& acc, int64_t index, const Tensor& x) = 0;
 
   // ---- optimizer: one fused AdamW pass on fp32 master weights, grads and moments (ops/adamw_config.h).
+  // compute_copy (optional: an undefined Tensor for none) receives the updated weights rounded to
+  // its own element type (the bf16/fp16 compute copy of mixed precision) in the same pass; a
+  // compute copy of the master's own type is a plain copy.
   virtual void adamw(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v,
-                     const AdamWConfig& cfg, float weight_decay, const AdamWStep& step) = 0;
+                     const AdamWConfig& cfg, float weight_decay, const AdamWStep& step,
+                     const Tensor& compute_copy = Tensor()) = 0;
 
   // ---- mixture of experts (model/moe.h). Row moves keep the routing on the host (the counts feed
   // all_to_all_v there anyway) and the rows on the device.

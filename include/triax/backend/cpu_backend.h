@@ -50,8 +50,8 @@ class CpuBackend : public Backend {
   void gelu_backward(const Tensor& dinp, const Tensor& inp, const Tensor& dout) override;
   void attention_forward(const Tensor& out, const Tensor& lse, const Tensor& qkv, int B, int T, int C,
                          int NH) override;
-  void attention_backward(const Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& lse, int B, int T,
-                          int C, int NH) override;
+  void attention_backward(const Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& out,
+                          const Tensor& lse, int B, int T, int C, int NH) override;
   void embedding_forward(const Tensor& out, const Tensor& tokens, const Tensor& wte, int N, int C, int v0,
                          int v1) override;
   void embedding_backward(const Tensor& dwte, const Tensor& dout, const Tensor& tokens, int N, int C, int v0,
@@ -70,7 +70,7 @@ class CpuBackend : public Backend {
   void sum_squares_into(const Tensor& acc, int64_t index, const Tensor& x) override;
   void count_nonfinite_into(const Tensor& acc, int64_t index, const Tensor& x) override;
   void adamw(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v, const AdamWConfig& cfg,
-             float weight_decay, const AdamWStep& step) override;
+             float weight_decay, const AdamWStep& step, const Tensor& compute_copy) override;
 
   void gather_rows(const Tensor& out, const Tensor& in, const Tensor& index, int rows, int C) override;
   void scatter_add_rows(const Tensor& out, const Tensor& in, const Tensor& index, const Tensor& scale, int rows,

@@ -371,9 +371,11 @@ TEST_CASE("cuda backend: adamw with float32, bfloat16 and float16 compute copies
   const size_t n = 10007;
   const AdamWConfig cfg;
   AdamWStep step;
-  step.lr = 1e-3f, step.t = 3, step.grad_scale = 0.8f;
+  step.lr = 0.1f, step.t = 3, step.grad_scale = 0.8f;  // a large step: the change is checked, not just the weights
   for (DType copy_dt : {DType::f32, DType::bf16, DType::f16}) {
-    auto p = bt::rand_pair(x, DType::f32, n), g = bt::rand_pair(x, DType::f32, n);
+    std::vector<double> p0 = test::random_vec(n);
+    for (auto& e : p0) e = bt::round_to(DType::f32, e);
+    auto p = bt::pair(x, DType::f32, p0), g = bt::rand_pair(x, DType::f32, n);
     auto m = bt::rand_pair(x, DType::f32, n, -0.1, 0.1), v = bt::rand_pair(x, DType::f32, n, 0.0, 0.01);
     Tensor copy = x.gpu->empty(Shape{static_cast<int64_t>(n)}, copy_dt);
     const std::vector<unsigned char> ones(copy.nbytes(), 0xff);
@@ -382,6 +384,9 @@ TEST_CASE("cuda backend: adamw with float32, bfloat16 and float16 compute copies
     x.cpu->adamw(p.c, g.c, m.c, v.c, cfg, 0.1f, step, Tensor());
     const std::string tag = fmt::format("adamw (copy {})", dtype_name(copy_dt));
     bt::check(x, tag + " param", p);
+    std::vector<double> dg = bt::download(*x.gpu, p.g), dc = bt::download(*x.cpu, p.c);
+    for (size_t i = 0; i < n; ++i) dg[i] -= p0[i], dc[i] -= p0[i];
+    bt::report(tag + " param change", DType::f32, bt::rel_err(dg, dc), 1e-5);
     bt::check(x, tag + " m", m);
     bt::check(x, tag + " v", v);
     std::vector<double> want = bt::download(*x.gpu, p.g);

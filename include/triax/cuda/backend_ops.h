@@ -13,9 +13,9 @@
 #include "triax/cuda/stream.h"
 
 #if defined(__CUDACC__)
-#define TRIAX_HD __host__ __device__
+#define TRIAX_ROWMAP_HD __host__ __device__
 #else
-#define TRIAX_HD
+#define TRIAX_ROWMAP_HD
 #endif
 
 namespace triax::cuda {
@@ -24,13 +24,13 @@ namespace triax::cuda {
 namespace rowmap {
 
 // add_rows_periodic: row i of x receives row (row0 + i) % period of src (row0 >= 0, period > 0).
-TRIAX_HD inline int periodic_src_row(int i, int row0, int period) {
+TRIAX_ROWMAP_HD inline int periodic_src_row(int i, int row0, int period) {
   return static_cast<int>((int64_t{row0} + i) % period);
 }
 
 // sum_rows_periodic: the smallest i >= 0 with periodic_src_row(i, row0, period) == p. The thread
 // that owns row p of dsrc walks i = first, first + period, ... < rows: the CPU op's row order.
-TRIAX_HD inline int periodic_first_row(int p, int row0, int period) {
+TRIAX_ROWMAP_HD inline int periodic_first_row(int p, int row0, int period) {
   const int r = row0 % period;
   return (p - r + period) % period;
 }
@@ -40,14 +40,14 @@ TRIAX_HD inline int periodic_first_row(int p, int row0, int period) {
 // then a fixed tree per block, then one block adds the block partials in index order.
 inline constexpr int kReduceThreads = 256;
 inline constexpr int kReduceMaxBlocks = 1024;
-TRIAX_HD inline int reduce_blocks(int64_t n) {
+TRIAX_ROWMAP_HD inline int reduce_blocks(int64_t n) {
   const int64_t b = (n + kReduceThreads - 1) / kReduceThreads;
   return static_cast<int>(b < 1 ? 1 : (b > kReduceMaxBlocks ? kReduceMaxBlocks : b));
 }
 struct Range {
   int64_t begin, end;
 };
-TRIAX_HD inline Range block_range(int64_t n, int nblocks, int b) {
+TRIAX_ROWMAP_HD inline Range block_range(int64_t n, int nblocks, int b) {
   const int64_t chunk = (n + nblocks - 1) / nblocks;
   int64_t begin = chunk * b, end = begin + chunk;
   if (begin > n) begin = n;
@@ -56,13 +56,13 @@ TRIAX_HD inline Range block_range(int64_t n, int nblocks, int b) {
 }
 
 // Grid-stride element loops: how many elements thread `tid` of `stride` threads visits in [0, n).
-TRIAX_HD inline int64_t grid_stride_count(int64_t n, int64_t tid, int64_t stride) {
+TRIAX_ROWMAP_HD inline int64_t grid_stride_count(int64_t n, int64_t tid, int64_t stride) {
   return tid >= n ? 0 : (n - tid + stride - 1) / stride;
 }
 
 // scatter_add_rows after a stable sort of the destination rows: position i of the sorted order
 // starts a run (and does the run's work) when its key differs from the one before it.
-TRIAX_HD inline bool run_head(const int32_t* sorted_keys, int i) { return i == 0 || sorted_keys[i - 1] != sorted_keys[i]; }
+TRIAX_ROWMAP_HD inline bool run_head(const int32_t* sorted_keys, int i) { return i == 0 || sorted_keys[i - 1] != sorted_keys[i]; }
 
 }  // namespace rowmap
 

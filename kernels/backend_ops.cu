@@ -50,18 +50,65 @@ __global__ void fill_kernel(U* x, int64_t n, U v) {
 
 // ---- element-wise
 
+// W elements in one 16-byte access.
 template <class D>
-__global__ void scale_kernel(D* x, int64_t n, acc_t<D> a) {
-  for (int64_t i = global_index(); i < n; i += global_stride()) x[i] = store<D>(mul_rn(load(x[i]), a));
+struct alignas(16) Pack {
+  static constexpr int W = 16 / sizeof(D);
+  D v[W];
+};
+
+// The pack part (when vec) and the tail of an element-wise update f(i-th element) -> element.
+template <class D, class F>
+__device__ __forceinline__ void elementwise(D* x, int64_t n, bool vec, F f) {
+  int64_t tail = 0;
+  if (vec) {
+    constexpr int W = Pack<D>::W;
+    auto* xv = reinterpret_cast<Pack<D>*>(x);
+    const int64_t nv = rowmap::vec_count(n, W);
+    for (int64_t i = global_index(); i < nv; i += global_stride()) {
+      Pack<D> p = xv[i];
+#pragma unroll
+      for (int k = 0; k < W; ++k) p.v[k] = f(p.v[k], i * W + k);
+      xv[i] = p;
+    }
+    tail = rowmap::vec_tail_begin(n, W);
+  }
+  for (int64_t i = tail + global_index(); i < n; i += global_stride()) x[i] = f(x[i], i);
 }
 
 template <class D>
-__global__ void axpy_kernel(D* y, acc_t<D> a, bool unit, const D* x, int64_t n) {
-  for (int64_t i = global_index(); i < n; i += global_stride()) {
+__global__ void scale_kernel(D* x, int64_t n, acc_t<D> a, bool vec) {
+  elementwise(x, n, vec, [a](D e, int64_t) { return store<D>(mul_rn(load(e), a)); });
+}
+
+// The x elements of a pack are loaded as a pack too (x shares y's alignment when vec is set).
+template <class D>
+__global__ void axpy_kernel(D* y, acc_t<D> a, bool unit, const D* x, int64_t n, bool vec) {
+  int64_t tail = 0;
+  if (vec) {
+    constexpr int W = Pack<D>::W;
+    auto* yv = reinterpret_cast<Pack<D>*>(y);
+    const auto* xv = reinterpret_cast<const Pack<D>*>(x);
+    const int64_t nv = rowmap::vec_count(n, W);
+    for (int64_t i = global_index(); i < nv; i += global_stride()) {
+      Pack<D> p = yv[i];
+      const Pack<D> q = xv[i];
+#pragma unroll
+      for (int k = 0; k < W; ++k) {
+        const acc_t<D> xi = load(q.v[k]);
+        p.v[k] = store<D>(add_rn(load(p.v[k]), unit ? xi : mul_rn(a, xi)));
+      }
+      yv[i] = p;
+    }
+    tail = rowmap::vec_tail_begin(n, W);
+  }
+  for (int64_t i = tail + global_index(); i < n; i += global_stride()) {
     const acc_t<D> xi = load(x[i]);
     y[i] = store<D>(add_rn(load(y[i]), unit ? xi : mul_rn(a, xi)));
   }
 }
+
+bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
 template <class D>
 __global__ void add_rows_periodic_kernel(D* x, const D* src, int rows, int C, int row0, int period) {
@@ -232,7 +279,7 @@ void scale(Real* x, int64_t n, double a, cudaStream_t stream) {
   require_nonnegative("cuda::scale", "n", n);
   if (n == 0) return;
   require_pointer("cuda::scale", "x", x);
-  scale_kernel<<<grid_for(n), kThreads, 0, stream>>>(dptr(x), n, static_cast<acc_t<device_t<Real>>>(a));
+  scale_kernel<<<grid_for(n), kThreads, 0, stream>>>(dptr(x), n, static_cast<acc_t<device_t<Real>>>(a), aligned16(x));
   check_launch();
 }
 
@@ -243,7 +290,7 @@ void axpy(Real* y, double a, const Real* x, int64_t n, cudaStream_t stream) {
   require_pointer("cuda::axpy", "y", y);
   require_pointer("cuda::axpy", "x", x);
   axpy_kernel<<<grid_for(n), kThreads, 0, stream>>>(dptr(y), static_cast<acc_t<device_t<Real>>>(a), a == 1.0, dptr(x),
-                                                    n);
+                                                    n, aligned16(y) && aligned16(x));
   check_launch();
 }
 

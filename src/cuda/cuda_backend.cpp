@@ -251,7 +251,18 @@ void CudaBackend::copy(const Tensor& dst, const Tensor& src) {
     TRIAX_THROW(ConfigError, "backend copy: {} from {}", dst.str(), src.str());
   if (dst.raw_data() == src.raw_data() || !src.nbytes()) return;
   use_device();
-  TRIAX_CHECK_CUDA(cudaMemcpyAsync(dst.raw_data(), src.raw_data(), src.nbytes(), cudaMemcpyDeviceToDevice, stream_));
+  const auto* d = static_cast<const char*>(dst.raw_data());
+  const auto* s = static_cast<const char*>(src.raw_data());
+  const size_t n = src.nbytes();
+  if (d < s + n && s < d + n) {
+    // Overlapping views of one buffer (memmove on the CPU): through launcher scratch.
+    void* tmp = scratch_acquire(n, stream_);
+    TRIAX_CHECK_CUDA(cudaMemcpyAsync(tmp, s, n, cudaMemcpyDeviceToDevice, stream_));
+    TRIAX_CHECK_CUDA(cudaMemcpyAsync(dst.raw_data(), tmp, n, cudaMemcpyDeviceToDevice, stream_));
+    scratch_release(tmp, stream_);
+    return;
+  }
+  TRIAX_CHECK_CUDA(cudaMemcpyAsync(dst.raw_data(), src.raw_data(), n, cudaMemcpyDeviceToDevice, stream_));
 }
 
 void CudaBackend::fill(const Tensor& x, double value) {

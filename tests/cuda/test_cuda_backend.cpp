@@ -202,6 +202,13 @@ TEST_CASE("cuda backend: element-wise ops, biases and periodic rows match the cp
     bt::check(x, "axpy a=1", y);
     x.gpu->axpy(y.g, 0.625, b.g), x.cpu->axpy(y.c, 0.625, b.c);
     bt::check(x, "axpy a=0.625", y);
+    // Views one element in: not 16-byte aligned, so the element-by-element path.
+    x.gpu->scale(y.g.slice(1, n), 1.5), x.cpu->scale(y.c.slice(1, n), 1.5);
+    bt::check(x, "scale unaligned view", y);
+    x.gpu->axpy(y.g.slice(1, n), -2.0, a.g.slice(0, n - 1)), x.cpu->axpy(y.c.slice(1, n), -2.0, a.c.slice(0, n - 1));
+    bt::check(x, "axpy unaligned view", y);
+    x.gpu->copy(y.g.slice(0, n - 3), y.g.slice(3, n)), x.cpu->copy(y.c.slice(0, n - 3), y.c.slice(3, n));
+    bt::check(x, "copy overlapping views", y);
     auto out = bt::out_pair(x, dt, n);
     x.gpu->residual(out.g, a.g, b.g), x.cpu->residual(out.c, a.c, b.c);
     bt::check(x, "residual", out);

@@ -60,6 +60,12 @@ TRIAX_ROWMAP_HD inline int64_t grid_stride_count(int64_t n, int64_t tid, int64_t
   return tid >= n ? 0 : (n - tid + stride - 1) / stride;
 }
 
+// Vectorised element-wise kernels (scale, axpy): when every pointer is 16-byte aligned, the first
+// vec_tail_begin(n, W) elements go as vec_count(n, W) packs of W = 16 / sizeof(element), one pack
+// per grid-stride step, and the tail [vec_tail_begin, n) element by element.
+TRIAX_ROWMAP_HD inline int64_t vec_count(int64_t n, int W) { return n / W; }
+TRIAX_ROWMAP_HD inline int64_t vec_tail_begin(int64_t n, int W) { return n / W * W; }
+
 // scatter_add_rows after a stable sort of the destination rows: position i of the sorted order
 // starts a run (and does the run's work) when its key differs from the one before it.
 TRIAX_ROWMAP_HD inline bool run_head(const int32_t* sorted_keys, int i) { return i == 0 || sorted_keys[i - 1] != sorted_keys[i]; }

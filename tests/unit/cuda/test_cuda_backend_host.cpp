@@ -122,6 +122,22 @@ TEST_CASE("rowmap: grid-stride counts add up to n (the tail included)", "[cuda][
     }
 }
 
+TEST_CASE("rowmap: vector packs and their tail visit every element once", "[cuda][rowmap]") {
+  for (int64_t n : {0, 1, 3, 7, 8, 9, 2479, 100003})
+    for (int W : {2, 4, 8})
+      for (int64_t stride : {1, 32, 257}) {
+        std::vector<int> seen(static_cast<size_t>(n), 0);
+        for (int64_t t = 0; t < stride; ++t) {
+          for (int64_t i = t; i < rowmap::vec_count(n, W); i += stride)
+            for (int k = 0; k < W; ++k) ++seen[static_cast<size_t>(i * W + k)];
+          for (int64_t i = rowmap::vec_tail_begin(n, W) + t; i < n; i += stride) ++seen[static_cast<size_t>(i)];
+        }
+        INFO("n " << n << " W " << W << " stride " << stride);
+        CHECK(std::all_of(seen.begin(), seen.end(), [](int s) { return s == 1; }));
+        CHECK(n - rowmap::vec_tail_begin(n, W) < W);
+      }
+}
+
 TEST_CASE("rowmap: the sorted scatter equals the CPU scatter_add_rows bit for bit", "[cuda][rowmap]") {
   auto cpu = make_cpu_backend();
   const int rows = 53, C = 5, out_rows = 7;  // many duplicates

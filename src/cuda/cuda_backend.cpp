@@ -112,12 +112,12 @@ CudaBackend::CudaBackend(const CudaBackendOptions& opts) : dev_(opts.device), co
   gemm_ = std::make_unique<CublasLtGemm>();
   arena_ = std::make_unique<ScratchArena>([this](size_t n) { return alloc_->allocate(n, dev_); },
                                           [this](void* p, size_t n) { alloc_->deallocate(p, n, dev_); });
-  bind_scratch(stream_, arena_.get());
   dev_words_ = raw_alloc(kWordsBytes);
   TRIAX_CHECK_CUDA(cudaMemsetAsync(dev_words_, 0, kWordsBytes, stream_));
   TRIAX_CHECK_CUDA(cudaMallocHost(&host_words_, kWordsBytes));
   std::memset(host_words_, 0, kWordsBytes);
   TRIAX_CHECK_CUDA(cudaStreamSynchronize(stream_));
+  bind_scratch(stream_, arena_.get());  // last: nothing after it can throw and leave it bound
 }
 
 CudaBackend::~CudaBackend() {

@@ -12,6 +12,7 @@
 #include "triax/core/cuda_check.h"
 #include "triax/core/dtype.h"
 #include "triax/core/error.h"
+#include "triax/cuda/scratch.h"
 
 namespace triax::cuda::detail {
 
@@ -132,16 +133,16 @@ inline void require_pointer(const char* op, const char* what, const void* p) {
 // After every launch: a bad configuration (too many threads, too much shared memory) shows here.
 inline void check_launch() { TRIAX_CHECK_CUDA(cudaGetLastError()); }
 
-// Stream-ordered scratch: freed on the stream when the object dies (after the kernels enqueued
-// on it before that point). Host memory never waits.
+// Stream-ordered scratch: given back on the stream when the object dies (after the kernels
+// enqueued on it before that point). Host memory never waits. From the stream's ScratchArena when
+// one is bound (the CUDA backend's compute stream: no allocation per call), else cudaMallocAsync
+// (cuda/scratch.h).
 class Scratch {
  public:
   Scratch(size_t nbytes, cudaStream_t stream) : stream_(stream) {
-    if (nbytes) TRIAX_CHECK_CUDA(cudaMallocAsync(&p_, nbytes, stream));
+    if (nbytes) p_ = scratch_acquire(nbytes, stream);
   }
-  ~Scratch() {
-    if (p_) (void)cudaFreeAsync(p_, stream_);
-  }
+  ~Scratch() { scratch_release(p_, stream_); }
   Scratch(const Scratch&) = delete;
   Scratch& operator=(const Scratch&) = delete;
   template <class T>

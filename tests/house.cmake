@@ -12,3 +12,8 @@ set_tests_properties(house.env_reads PROPERTIES TIMEOUT 60 LABELS "house")
 # lizard), checked on the tree and shown to fail on a synthetic long function.
 add_test(NAME house.function_length COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/house/function_length_test.sh)
 set_tests_properties(house.function_length PROPERTIES TIMEOUT 300 LABELS "house")
+
+# No CUDA launcher allocates device memory per call (kernels/, src/cuda/ outside the files that own
+# memory: the backend's pool, the scratch arena, the plain allocator, the cuBLASLt workspace).
+add_test(NAME house.cuda_alloc COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/house/cuda_alloc_test.sh)
+set_tests_properties(house.cuda_alloc PROPERTIES TIMEOUT 60 LABELS "house")

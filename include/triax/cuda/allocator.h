@@ -1,6 +1,9 @@
-// The CUDA Allocator for tensor storage (tensor/allocator.h): plain cudaMalloc/cudaFree on the
-// tensor's device ordinal. install_cuda_allocator() registers it for DeviceKind::cuda, after
-// which Tensor::empty(shape, dtype, Device::cuda(i)) works. CUDA builds only (TRIAX_HAVE_CUDA).
+// The process-wide CUDA Allocator for tensor storage made outside a backend (tensor/allocator.h):
+// plain cudaMalloc/cudaFree on the tensor's device ordinal, so it is safe with any stream but
+// cudaFree synchronises the device - for tests and tools, not the training step. The CUDA backend
+// does not use it: its buffers come from the stream-ordered pool (cuda/cuda_backend.h).
+// install_cuda_allocator() registers it for DeviceKind::cuda, after which
+// Tensor::empty(shape, dtype, Device::cuda(i)) works. CUDA builds only (TRIAX_HAVE_CUDA).
 #pragma once
 #include "triax/tensor/allocator.h"
 

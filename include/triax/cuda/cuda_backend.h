@@ -1,6 +1,11 @@
 // CudaBackend: the Backend seam (backend/backend.h) on one CUDA device. Every op is enqueued on
 // the backend's compute stream (kernels/ and cuBLASLt); record()/wait() are CUDA events on it;
-// buffers come from the stream-ordered allocator (cudaMallocAsync on the device's pool). It lives
+// buffers come from the stream-ordered allocator (cudaMallocAsync on the device's pool) and are
+// freed in the compute stream's order (cudaFreeAsync) when their last Tensor goes: a buffer that
+// another stream (an NCCL communicator's) still reads or writes must be ordered first - wait() on
+// an event recorded on that stream, or keep the Tensor until the communicator's Work completes.
+// The backend must outlive the Tensors it made (as the CPU backend). Launcher scratch comes from
+// an arena bound to the compute stream (cuda/scratch.h), so no op allocates after warm-up. It lives
 // in the cuda layer, above backend/ (scripts/check_layers.py): the seam stays free of CUDA.
 // This header includes no CUDA header, so host code of any layer above may name it. CUDA builds
 // only (TRIAX_HAVE_CUDA); docs/CUDA.md describes the backend as it is.
@@ -30,5 +35,15 @@ std::unique_ptr<Backend> make_cuda_backend(const CudaBackendOptions& opts = {});
 // The compute stream of a backend made by make_cuda_backend (NCCL communicators order their
 // calls after it); nullptr for any other backend.
 cudaStream_t compute_stream(const Backend& be);
+
+// dst = src converted on a cuda backend's stream: float32 <-> bfloat16 and float32 <-> float16
+// (round to nearest even), the same type a copy. ConfigError for another backend or pair. (The
+// CudaBackend's cast member; it becomes Backend::cast when the seam declares one.)
+void backend_cast(Backend& be, const Tensor& dst, const Tensor& src);
+
+// The high-water mark of the device memory pool a cuda backend allocates from
+// (cudaMemPoolAttrUsedMemHigh: buffers and launcher scratch), reset by reset_peak(); 0 for any
+// other backend. bytes_in_use()/peak_bytes() count the backend's own buffers only.
+uint64_t pool_used_high(const Backend& be);
 
 }  // namespace triax::cuda

@@ -3,7 +3,9 @@
 #     by default <source>/.deps/cudnn-frontend/include (scripts/fetch_cudnn_frontend.sh puts it there);
 #   - cuDNN 9 itself, cudnn.h and libcudnn, header and library from the same place: CUDNN_ROOT
 #     (CMake variable, then environment), the CUDA toolkit, the nvidia-cudnn wheel of the active
-#     Python (PyTorch's images), then the system paths.
+#     Python (PyTorch's images), then the system paths;
+#   - NVRTC (CUDA::nvrtc of the toolkit): the frontend's headers reference it (an engine it
+#     compiles at run time for other operations), so the link needs it.
 # With both (and CUDA on), sets TRIAX_HAVE_CUDNN_FRONTEND=ON and TRIAX_CUDNN_{INCLUDE_DIR,LIBRARY,
 # VERSION}; otherwise OFF and the attention runs on the CUDA-core kernels. Included by TriaxCuda.cmake.
 set(TRIAX_CUDNN_FRONTEND_INCLUDE_DIR "${PROJECT_SOURCE_DIR}/.deps/cudnn-frontend/include" CACHE PATH
@@ -47,6 +49,9 @@ if(NOT EXISTS "${TRIAX_CUDNN_FRONTEND_INCLUDE_DIR}/cudnn_frontend.h")
 elseif(NOT TRIAX_CUDNN_LIBRARY OR NOT TRIAX_CUDNN_INCLUDE_DIR)
   message(STATUS "triax: cuDNN attention off: cuDNN not found (set CUDNN_ROOT to the directory holding "
     "include/cudnn.h and lib/libcudnn.so[.9])")
+elseif(NOT TARGET CUDA::nvrtc)
+  # The frontend's headers call NVRTC (for engines it compiles at run time; not the attention's).
+  message(STATUS "triax: cuDNN attention off: the CUDA toolkit has no NVRTC (CUDA::nvrtc), which the frontend links")
 elseif(NOT TRIAX_CUDNN_VERSION MATCHES "^9\\.")
   message(STATUS "triax: cuDNN attention off: cuDNN ${TRIAX_CUDNN_VERSION} at ${TRIAX_CUDNN_INCLUDE_DIR}; 9.x needed")
 else()
@@ -66,5 +71,5 @@ endif()
 function(triax_add_cudnn target)
   target_include_directories(${target} SYSTEM PRIVATE ${TRIAX_CUDNN_FRONTEND_INCLUDE_DIR} ${TRIAX_CUDNN_INCLUDE_DIR})
   target_compile_definitions(${target} PUBLIC TRIAX_HAVE_CUDNN_FRONTEND=1 PRIVATE CUDNN_FRONTEND_SKIP_JSON_LIB=1)
-  target_link_libraries(${target} PRIVATE ${TRIAX_CUDNN_LIBRARY})
+  target_link_libraries(${target} PRIVATE ${TRIAX_CUDNN_LIBRARY} CUDA::nvrtc)
 endfunction()

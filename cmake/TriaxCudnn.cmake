@@ -6,7 +6,7 @@
 #     Python (PyTorch's images), then the system paths;
 #   - NVRTC (CUDA::nvrtc of the toolkit): the frontend's headers reference it (an engine it
 #     compiles at run time for other operations), so the link needs it.
-# With both (and CUDA on), sets TRIAX_HAVE_CUDNN_FRONTEND=ON and TRIAX_CUDNN_{INCLUDE_DIR,LIBRARY,
+# With both (and CUDA on), sets the CMake variable TRIAX_HAVE_CUDNN_FRONTEND=ON and TRIAX_CUDNN_{INCLUDE_DIR,LIBRARY,
 # VERSION}; otherwise OFF and the attention runs on the CUDA-core kernels. Included by TriaxCuda.cmake.
 set(TRIAX_CUDNN_FRONTEND_INCLUDE_DIR "${PROJECT_SOURCE_DIR}/.deps/cudnn-frontend/include" CACHE PATH
   "Directory holding cudnn_frontend.h (the nvidia-cudnn-frontend wheel's include/; scripts/fetch_cudnn_frontend.sh)")
@@ -65,11 +65,18 @@ else()
 endif()
 
 # Adds the cuDNN attention to `target` (called by triax_add_cuda when TRIAX_HAVE_CUDNN_FRONTEND).
-# Both include directories are SYSTEM: the frontend's headers are not held to triax's warnings.
-# JSON serialisation of graphs is not used: the frontend's bundled nlohmann/json stays out, so it
-# cannot clash with the system nlohmann_json that triax links.
+# Everything is scoped to the two source files that need it, so every other file compiles with the
+# same command line with or without the frontend (ccache hits across both builds):
+#   - src/cuda/cudnn_attention.cpp gets the frontend's and cuDNN's headers as system headers (not
+#     held to triax's warnings) and CUDNN_FRONTEND_SKIP_JSON_LIB (no graph serialisation: the
+#     frontend's bundled nlohmann/json stays out, so it cannot clash with the one triax links);
+#   - src/cuda/cudnn_attention_select.cpp gets TRIAX_HAVE_CUDNN_FRONTEND=1 (instead of its stubs).
+# At run time cuda::cudnn_attention_built() says which.
 function(triax_add_cudnn target)
-  target_include_directories(${target} SYSTEM PRIVATE ${TRIAX_CUDNN_FRONTEND_INCLUDE_DIR} ${TRIAX_CUDNN_INCLUDE_DIR})
-  target_compile_definitions(${target} PUBLIC TRIAX_HAVE_CUDNN_FRONTEND=1 PRIVATE CUDNN_FRONTEND_SKIP_JSON_LIB=1)
+  set_source_files_properties(${PROJECT_SOURCE_DIR}/src/cuda/cudnn_attention.cpp PROPERTIES
+    COMPILE_OPTIONS "-isystem;${TRIAX_CUDNN_FRONTEND_INCLUDE_DIR};-isystem;${TRIAX_CUDNN_INCLUDE_DIR}"
+    COMPILE_DEFINITIONS "CUDNN_FRONTEND_SKIP_JSON_LIB=1")
+  set_source_files_properties(${PROJECT_SOURCE_DIR}/src/cuda/cudnn_attention_select.cpp PROPERTIES
+    COMPILE_DEFINITIONS "TRIAX_HAVE_CUDNN_FRONTEND=1")
   target_link_libraries(${target} PRIVATE ${TRIAX_CUDNN_LIBRARY} CUDA::nvrtc)
 endfunction()

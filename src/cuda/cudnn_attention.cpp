@@ -80,19 +80,22 @@ void output(const TensorPtr& t, Uid uid, const AttentionView& v, fe::DataType_t 
   if (type != fe::DataType_t::NOT_SET) t->set_data_type(type);
 }
 
-std::shared_ptr<fe::graph::Graph> new_graph(DType dtype) {
+// sm_version > 0: a graph for that compute capability instead of the current device's (set before
+// any node is added: nodes take the graph's context when they are made).
+std::shared_ptr<fe::graph::Graph> new_graph(DType dtype, int sm_version) {
   auto g = std::make_shared<fe::graph::Graph>();
   g->set_io_data_type(dtype == DType::bf16 ? fe::DataType_t::BFLOAT16 : fe::DataType_t::HALF)
       .set_intermediate_data_type(fe::DataType_t::FLOAT)
       .set_compute_data_type(fe::DataType_t::FLOAT);
+  if (sm_version > 0) g->set_sm_version(sm_version);
   return g;
 }
 
 float attention_scale(int hs) { return 1.0f / std::sqrt(static_cast<float>(hs)); }
 
 // out, Stats = causal sdpa(Q, K, V), Stats (the saved LSE) fp32 (B, NH, T, 1) packed.
-std::shared_ptr<fe::graph::Graph> forward_graph(const CudnnAttentionKey& k) {
-  auto g = new_graph(k.dtype);
+std::shared_ptr<fe::graph::Graph> forward_graph(const CudnnAttentionKey& k, int sm_version = 0) {
+  auto g = new_graph(k.dtype, sm_version);
   auto q = input(*g, "Q", kQ, view(AttentionTensor::q, k));
   auto kk = input(*g, "K", kK, view(AttentionTensor::k, k));
   auto v = input(*g, "V", kV, view(AttentionTensor::v, k));
@@ -108,8 +111,8 @@ std::shared_ptr<fe::graph::Graph> forward_graph(const CudnnAttentionKey& k) {
   return g;
 }
 
-std::shared_ptr<fe::graph::Graph> backward_graph(const CudnnAttentionKey& k, bool deterministic) {
-  auto g = new_graph(k.dtype);
+std::shared_ptr<fe::graph::Graph> backward_graph(const CudnnAttentionKey& k, bool deterministic, int sm_version = 0) {
+  auto g = new_graph(k.dtype, sm_version);
   auto q = input(*g, "Q", kQ, view(AttentionTensor::q, k));
   auto kk = input(*g, "K", kK, view(AttentionTensor::k, k));
   auto v = input(*g, "V", kV, view(AttentionTensor::v, k));
@@ -294,6 +297,20 @@ std::optional<std::string> cudnn_attention_unsupported_reason(DType dtype, int B
     }
   } catch (const Error& e) {
     return std::string(e.what());
+  }
+  return std::nullopt;
+}
+
+std::optional<std::string> cudnn_attention_check_graphs(DType dtype, int B, int T, int NH, int HS, int sm_version) {
+  if (dtype != DType::bf16 && dtype != DType::f16)
+    return fmt::format("dtype {}: cuDNN's fused attention takes bfloat16 or float16", dtype_name(dtype));
+  if (B <= 0 || T <= 0 || NH <= 0 || HS <= 0)
+    return fmt::format("sizes B={} T={} NH={} HS={} must be positive", B, T, NH, HS);
+  for (const bool backward : {false, true}) {
+    const CudnnAttentionKey k{dtype, B, T, NH, HS, backward};
+    auto g = backward ? backward_graph(k, true, sm_version) : forward_graph(k, sm_version);
+    if (auto why = fe_failure("Graph::validate", g->validate()))
+      return fmt::format("{}: {}", backward ? "backward" : "forward", *why);
   }
   return std::nullopt;
 }

@@ -28,6 +28,10 @@ std::optional<std::string> cudnn_attention_unsupported_reason(DType, int, int, i
   return std::string(kNotBuilt);
 }
 
+std::optional<std::string> cudnn_attention_check_graphs(DType, int, int, int, int, int) {
+  return std::string(kNotBuilt);
+}
+
 bool cudnn_attention_backward_deterministic(DType, int, int, int, int) { return false; }
 
 void cudnn_attention_forward(DType, void*, float*, const void*, int, int, int, int, cudaStream_t) {

@@ -170,6 +170,22 @@ TEST_CASE("cudnn attention refuses bad arguments before touching the device", "[
   CHECK_FALSE(cuda::use_cudnn_attention(DType::bf16, 1, 8, 128, 2));
 }
 
+TEST_CASE("cudnn attention graphs pass the frontend's checks for sm_80 and sm_90, without a device", "[cudnn][nogpu]") {
+  for (const int sm : {80, 90})
+    for (const DType dt : {DType::bf16, DType::f16})
+      for (const Shape sh : {Shape{2, 200, 256, 4}, Shape{1, 131, 384, 3}, Shape{3, 77, 128, 4}, Shape{8, 1024, 768, 12}}) {
+        const auto why = cuda::cudnn_attention_check_graphs(dt, sh.B, sh.T, sh.NH, sh.C / sh.NH, sm);
+        INFO("sm_" << sm << " " << dtype_name(dt) << " B=" << sh.B << " T=" << sh.T << " C=" << sh.C << " NH=" << sh.NH
+                   << ": " << why.value_or("ok"));
+        CHECK_FALSE(why.has_value());
+      }
+  // What the frontend refuses up front: a head size that is not a multiple of 8, fp32.
+  const auto odd = cuda::cudnn_attention_check_graphs(DType::bf16, 1, 16, 3, 12, 90);
+  fmt::print("cudnn check_graphs HS=12: {}\n", odd.value_or("accepted"));
+  CHECK(odd.has_value());
+  CHECK(cuda::cudnn_attention_check_graphs(DType::f32, 1, 16, 2, 64, 90).has_value());
+}
+
 // ---------------------------------------------------------------- on the GPU
 
 TEMPLATE_TEST_CASE("cudnn attention forward/backward match ops::attention", "[cuda][cudnn]", bf16, f16) {

@@ -117,6 +117,13 @@ inline bool cudnn_attention_supported(DType dtype, int B, int T, int NH, int HS)
   return !cudnn_attention_unsupported_reason(dtype, B, T, NH, HS).has_value();
 }
 
+// The frontend's own checks of both graphs (forward, and backward with the deterministic
+// algorithm) for a GPU of compute capability `sm_version` (90: H100/H200), with no device, handle
+// or cuDNN engine involved: dims, strides, types and attributes as the frontend validates them
+// before it lowers a graph to cuDNN. The first failure, or nullopt. A CI check without a GPU; what
+// cuDNN's engines accept on a real device only cudnn_attention_unsupported_reason can tell.
+std::optional<std::string> cudnn_attention_check_graphs(DType dtype, int B, int T, int NH, int HS, int sm_version);
+
 // Whether the cached backward graph of this shape is cuDNN's deterministic algorithm (tried
 // first; the non-deterministic one only where cuDNN refuses it). False when not supported.
 bool cudnn_attention_backward_deterministic(DType dtype, int B, int T, int NH, int HS);

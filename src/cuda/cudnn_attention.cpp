@@ -66,7 +66,9 @@ std::optional<std::string> fe_failure(const char* call, const fe::error_t& e) {
 std::vector<int64_t> dims_of(const AttentionView& v) { return {v.dim[0], v.dim[1], v.dim[2], v.dim[3]}; }
 std::vector<int64_t> strides_of(const AttentionView& v) { return {v.stride[0], v.stride[1], v.stride[2], v.stride[3]}; }
 
-AttentionView view(AttentionTensor t, const CudnnAttentionKey& k) { return cudnn_attention_view(t, k.B, k.T, k.NH, k.HS); }
+AttentionView view(AttentionTensor t, const CudnnAttentionKey& k) {
+  return cudnn_attention_view(t, k.B, k.T, k.NH, k.HS);
+}
 
 TensorPtr input(fe::graph::Graph& g, const char* name, Uid uid, const AttentionView& v,
                 fe::DataType_t type = fe::DataType_t::NOT_SET) {
@@ -213,8 +215,8 @@ Entry build_entry(DeviceCache& d, const CudnnAttentionKey& k) {
     const bool det = k.backward && i == 0;
     auto g = k.backward ? backward_graph(k, det) : forward_graph(k);
     if (auto why = build(*g, d.handle)) {
-      tried += fmt::format("{}{}{}", tried.empty() ? "" : "; ", k.backward ? (det ? "deterministic: " : "default: ") : "",
-                           *why);
+      const char* which = k.backward ? (det ? "deterministic: " : "default: ") : "";
+      tried += fmt::format("{}{}{}", tried.empty() ? "" : "; ", which, *why);
       continue;
     }
     int64_t ws = 0;

@@ -171,9 +171,10 @@ TEST_CASE("cudnn attention refuses bad arguments before touching the device", "[
 }
 
 TEST_CASE("cudnn attention graphs pass the frontend's checks for sm_80 and sm_90, without a device", "[cudnn][nogpu]") {
+  const Shape shapes[] = {{2, 200, 256, 4}, {1, 131, 384, 3}, {3, 77, 128, 4}, {8, 1024, 768, 12}};
   for (const int sm : {80, 90})
     for (const DType dt : {DType::bf16, DType::f16})
-      for (const Shape sh : {Shape{2, 200, 256, 4}, Shape{1, 131, 384, 3}, Shape{3, 77, 128, 4}, Shape{8, 1024, 768, 12}}) {
+      for (const Shape sh : shapes) {
         const auto why = cuda::cudnn_attention_check_graphs(dt, sh.B, sh.T, sh.NH, sh.C / sh.NH, sm);
         INFO("sm_" << sm << " " << dtype_name(dt) << " B=" << sh.B << " T=" << sh.T << " C=" << sh.C << " NH=" << sh.NH
                    << ": " << why.value_or("ok"));

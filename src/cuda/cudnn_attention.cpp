@@ -13,6 +13,7 @@
 #include <cudnn_frontend.h>
 
 #include <cmath>
+#include <cstdint>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -252,8 +253,12 @@ void check_call(const char* op, DType dtype, int B, int T, int C, int NH) {
   if (C % NH != 0) TRIAX_THROW(ConfigError, "{}: NH={} does not divide C={}", op, NH, C);
 }
 
-void require_pointer(const char* op, const char* name, const void* p) {
+// Half-type tensors 16-byte aligned (cuDNN's Hopper kernels load them with TMA; our allocations are
+// 256-byte aligned, and with HS % 8 == 0 so are the K and V views); lse float-aligned.
+void require_pointer(const char* op, const char* name, const void* p, size_t align = 16) {
   if (!p) TRIAX_THROW(ConfigError, "{}: {} is null", op, name);
+  if (reinterpret_cast<uintptr_t>(p) % align != 0)
+    TRIAX_THROW(ConfigError, "{}: {} = {} is not {}-byte aligned (cuDNN attention needs it)", op, name, p, align);
 }
 
 // Byte pointer to element `offset` of a half-type buffer (every view's offset is in elements).
@@ -329,7 +334,7 @@ void cudnn_attention_forward(DType dtype, void* out, float* lse, const void* qkv
   const char* op = "cuda::cudnn_attention_forward";
   check_call(op, dtype, B, T, C, NH);
   require_pointer(op, "out", out);
-  require_pointer(op, "lse", lse);
+  require_pointer(op, "lse", lse, alignof(float));
   require_pointer(op, "qkv", qkv);
   const CudnnAttentionKey k{dtype, B, T, NH, C / NH, false};
   std::unordered_map<int64_t, void*> pack{{kQ, at(qkv, view(AttentionTensor::q, k).offset)},
@@ -348,7 +353,7 @@ void cudnn_attention_backward(DType dtype, void* dqkv, const void* dout, const v
   require_pointer(op, "dout", dout);
   require_pointer(op, "qkv", qkv);
   require_pointer(op, "out", out);
-  require_pointer(op, "lse", lse);
+  require_pointer(op, "lse", lse, alignof(float));
   const CudnnAttentionKey k{dtype, B, T, NH, C / NH, true};
   const int64_t oq = view(AttentionTensor::q, k).offset, ok = view(AttentionTensor::k, k).offset,
                 ov = view(AttentionTensor::v, k).offset;

@@ -164,6 +164,10 @@ TEST_CASE("cudnn attention refuses bad arguments before touching the device", "[
   CHECK_THROWS_AS(cuda::cudnn_attention_backward(DType::f16, p, p, p, nullptr, f, 1, 8, 128, 2, nullptr), ConfigError);
   CHECK_THROWS_WITH(cuda::cudnn_attention_backward(DType::f16, p, p, p, p, nullptr, 1, 8, 128, 2, nullptr),
                     Contains("lse is null"));
+  void* odd = reinterpret_cast<void*>(uintptr_t{256 + 2});  // bf16-aligned, not 16-byte aligned
+  CHECK_THROWS_WITH(cuda::cudnn_attention_forward(DType::bf16, p, f, odd, 1, 8, 128, 2, nullptr),
+                    Contains("qkv") && Contains("16-byte aligned"));
+  CHECK_THROWS_AS(cuda::cudnn_attention_backward(DType::bf16, odd, p, p, p, f, 1, 8, 128, 2, nullptr), ConfigError);
   CHECK_THAT(cuda::cudnn_attention_unsupported_reason(DType::f32, 1, 8, 2, 64).value_or(""), Contains("float32"));
   CHECK(cuda::cudnn_attention_unsupported_reason(DType::bf16, 1, 0, 2, 64).has_value());
   ScopedEnv e("TRIAX_ATTENTION", "kernel");

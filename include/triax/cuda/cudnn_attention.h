@@ -133,13 +133,18 @@ bool cudnn_attention_backward_deterministic(DType dtype, int B, int T, int NH, i
 // where cuDNN cannot run it.
 bool use_cudnn_attention(DType dtype, int B, int T, int C, int NH);
 
-// out, lse from qkv on `stream` (dtype bf16 or f16; all pointers device memory). ConfigError for
-// bad sizes (non-positive, NH not dividing C), a null pointer or an unsupported dtype;
+// out, lse from qkv on `stream` (dtype bf16 or f16; all pointers device memory, the half-type ones
+// 16-byte aligned). ConfigError for bad sizes (non-positive, NH not dividing C), a null or
+// misaligned pointer or an unsupported dtype;
 // DeviceError naming the cuDNN call and its message where cuDNN fails or rejects the shape
 // (check cudnn_attention_supported first to fall back instead).
 void cudnn_attention_forward(DType dtype, void* out, float* lse, const void* qkv, int B, int T, int C, int NH,
                              cudaStream_t stream);
 
+// One workspace per device serves every call: the calls on one device must run in order (one
+// stream, or streams ordered by events, as the CUDA backend's compute stream is); two calls left
+// to run concurrently on unordered streams would share it.
+//
 // dqkv (written in full) from dout, the forward's qkv, out and lse.
 void cudnn_attention_backward(DType dtype, void* dqkv, const void* dout, const void* qkv, const void* out,
                               const float* lse, int B, int T, int C, int NH, cudaStream_t stream);

@@ -22,6 +22,7 @@
 
 #include "triax/core/cuda_check.h"
 #include "triax/core/log.h"
+#include "triax/cuda/allocator.h"
 #include "triax/cuda/cudnn_attention.h"
 
 namespace triax::cuda {
@@ -153,6 +154,7 @@ struct Entry {
 };
 
 struct DeviceCache {
+  int device = -1;
   cudnnHandle_t handle = nullptr;
   std::string handle_error;  // cudnnCreate failed: every shape is rejected with this
   void* workspace = nullptr;
@@ -177,6 +179,7 @@ DeviceCache& device_cache(Cache& c) {
   int dev = -1;
   TRIAX_CHECK_CUDA(cudaGetDevice(&dev));
   DeviceCache& d = c.devices[dev];
+  d.device = dev;
   if (!d.handle && d.handle_error.empty()) {
     const cudnnStatus_t s = cudnnCreate(&d.handle);
     if (s != CUDNN_STATUS_SUCCESS) {
@@ -188,18 +191,19 @@ DeviceCache& device_cache(Cache& c) {
   return d;
 }
 
-// Grows the device's workspace to `bytes`. The old buffer may still be read by work queued on any
-// stream: wait for the device before freeing it (only when a larger graph is first built).
-void reserve_workspace(DeviceCache& d, int64_t bytes) {
+// Grows the device's workspace to `bytes` (through the plain CUDA allocator, cuda/allocator.h:
+// this is set-up time, when a larger graph is first built, never a step's). The old buffer may
+// still be read by work queued on any stream: wait for the device before giving it back.
+void reserve_workspace(DeviceCache& d, int device, int64_t bytes) {
   if (bytes <= 0 || static_cast<size_t>(bytes) <= d.workspace_bytes) return;
   const size_t want = (static_cast<size_t>(bytes) + 255) / 256 * 256;
   if (d.workspace) {
     TRIAX_CHECK_CUDA(cudaDeviceSynchronize());
-    TRIAX_CHECK_CUDA(cudaFree(d.workspace));
+    cuda_allocator().deallocate(d.workspace, d.workspace_bytes, device);
     d.workspace = nullptr;
     d.workspace_bytes = 0;
   }
-  TRIAX_CHECK_CUDA(cudaMalloc(&d.workspace, want));
+  d.workspace = cuda_allocator().allocate(want, device);
   d.workspace_bytes = want;
 }
 
@@ -225,7 +229,7 @@ Entry build_entry(DeviceCache& d, const CudnnAttentionKey& k) {
       tried += (tried.empty() ? "" : "; ") + *why;
       continue;
     }
-    reserve_workspace(d, ws);
+    reserve_workspace(d, d.device, ws);
     e.graph = std::move(g);
     e.deterministic = det;
     log::debug("cuDNN attention: built {}{}, workspace {} bytes", to_string(k),
@@ -373,7 +377,7 @@ void cudnn_attention_release() {
     d.graphs.clear();
     if (d.workspace) {
       (void)cudaDeviceSynchronize();
-      (void)cudaFree(d.workspace);
+      cuda_allocator().deallocate(d.workspace, d.workspace_bytes, dev);
     }
     if (d.handle) (void)cudnnDestroy(d.handle);
   }

@@ -1,6 +1,8 @@
 # Detects a usable nvcc and defines triax_add_cuda(target), which adds kernels/*.cu and links
-# cudart, cuBLAS, cuBLASLt and NCCL. Sets TRIAX_HAVE_CUDA.
+# cudart, cuBLAS, cuBLASLt and NCCL (and cuDNN with its frontend where TriaxCudnn.cmake finds
+# them). Sets TRIAX_HAVE_CUDA and TRIAX_HAVE_CUDNN_FRONTEND.
 set(TRIAX_HAVE_CUDA OFF)
+set(TRIAX_HAVE_CUDNN_FRONTEND OFF)
 if(NOT TRIAX_WITH_CUDA STREQUAL "OFF")
   include(CheckLanguage)
   if(NOT CMAKE_CUDA_COMPILER AND EXISTS /usr/local/cuda/bin/nvcc)
@@ -22,6 +24,7 @@ if(NOT TRIAX_WITH_CUDA STREQUAL "OFF")
     if(TRIAX_NCCL_LIBRARY AND TRIAX_NCCL_INCLUDE_DIR)
       set(TRIAX_HAVE_CUDA ON)
       message(STATUS "triax: NCCL ${TRIAX_NCCL_VERSION}: ${TRIAX_NCCL_LIBRARY} (headers ${TRIAX_NCCL_INCLUDE_DIR})")
+      include(${CMAKE_CURRENT_LIST_DIR}/TriaxCudnn.cmake)
     elseif(TRIAX_WITH_CUDA STREQUAL "ON")
       message(FATAL_ERROR "triax: TRIAX_WITH_CUDA=ON but NCCL was not found: set NCCL_ROOT to the directory "
         "holding include/nccl.h and lib/libnccl.so[.2] (for PyTorch's wheel: python3 -c "
@@ -42,4 +45,7 @@ function(triax_add_cuda target)
   # fmt 9's consteval format strings do not compile under nvcc in C++20.
   target_compile_options(${target} PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:-DFMT_USE_CONSTEXPR=1 --expt-relaxed-constexpr>)
   target_link_libraries(${target} PUBLIC CUDA::cudart CUDA::cublas CUDA::cublasLt triax_nccl)
+  if(TRIAX_HAVE_CUDNN_FRONTEND)
+    triax_add_cudnn(${target})
+  endif()
 endfunction()

@@ -31,6 +31,12 @@ if ! python3 -c 'import lizard' 2>/dev/null; then
     python3 -m pip install -q --user --break-system-packages lizard==1.24.3 ||
     echo "setup: lizard could not be installed; only the test house.function_length needs it"
 fi
+# The cuDNN frontend's header-only C++ API (PyPI wheel nvidia-cudnn-frontend, pinned in the script)
+# into .deps/cudnn-frontend: CMake then compiles cuDNN's fused attention. Only where nvcc exists.
+if command -v nvcc >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ]; then
+  "$here/scripts/fetch_cudnn_frontend.sh" ||
+    echo "setup: the cuDNN frontend headers could not be installed; building without cuDNN attention (the CUDA kernels run instead)"
+fi
 # OpenBLAS built for OpenMP: one thread pool with triax's own OpenMP loops (see DESIGN.md).
 if update-alternatives --list libblas.so.3-x86_64-linux-gnu >/dev/null 2>&1; then
   alt=$(update-alternatives --list libblas.so.3-x86_64-linux-gnu | grep openblas-openmp | head -n1 || true)

@@ -11,6 +11,7 @@
 #include "triax/core/cuda_check.h"
 #include "triax/cuda/adamw.h"
 #include "triax/cuda/attention.h"
+#include "triax/cuda/cudnn_attention.h"
 #include "triax/cuda/backend_ops.h"
 #include "triax/cuda/embedding.h"
 #include "triax/cuda/gelu.h"
@@ -186,6 +187,14 @@ void CudaBackend::attention_forward(const Tensor& out, const Tensor& lse, const 
   need(lse, op, "lse", int64_t{B} * NH * T);
   need(qkv, op, "qkv", int64_t{B} * T * 3 * C);
   use_device();
+  // bf16/fp16: cuDNN's fused attention where the build has it and cuDNN takes the shape
+  // (TRIAX_ATTENTION, docs/CUDA.md); the kernels of cuda/attention.h otherwise and for fp32.
+  if (out.dtype() != DType::f32 && cuda::use_cudnn_attention(out.dtype(), B, T, C, NH)) {
+    if (qkv.dtype() != out.dtype()) TRIAX_THROW(ConfigError, "backend {}: qkv is {}, out is {}", op, dtype_name(qkv.dtype()), dtype_name(out.dtype()));
+    cuda::cudnn_attention_forward(out.dtype(), out.raw_data(), stat_ptr(lse, op, "lse"), qkv.raw_data(), B, T, C, NH,
+                                  stream_);
+    return;
+  }
   by_act(out.dtype(), op, [&](auto r) {
     using R = decltype(r);
     cuda::attention_forward(ptr<R>(out, op, "out"), stat_ptr(lse, op, "lse"),
@@ -202,6 +211,14 @@ void CudaBackend::attention_backward(const Tensor& dqkv, const Tensor& dout, con
   need(qkv, op, "qkv", int64_t{B} * T * 3 * C);
   need(lse, op, "lse", int64_t{B} * NH * T);
   use_device();
+  if (dqkv.dtype() != DType::f32 && cuda::use_cudnn_attention(dqkv.dtype(), B, T, C, NH)) {
+    for (const Tensor* t : {&dout, &qkv, &out})
+      if (t->dtype() != dqkv.dtype())
+        TRIAX_THROW(ConfigError, "backend {}: {} and dqkv differ in type", op, t->str());
+    cuda::cudnn_attention_backward(dqkv.dtype(), dqkv.raw_data(), dout.raw_data(), qkv.raw_data(), out.raw_data(),
+                                   stat_ptr(lse, op, "lse"), B, T, C, NH, stream_);
+    return;
+  }
   by_act(dqkv.dtype(), op, [&](auto r) {
     using R = decltype(r);
     cuda::attention_backward(ptr<R>(dqkv, op, "dqkv"), static_cast<const R*>(ptr<R>(dout, op, "dout")),

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "triax/core/cuda_check.h"
+#include "triax/core/env.h"
 #include "triax/core/error.h"
 #include "triax/core/gpu_count.h"
 #include "triax/cuda/cuda_backend.h"
@@ -30,6 +31,11 @@ MemoryPlace memory_place(const void* p) noexcept {
     return MemoryPlace::host;
   }
   return a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged ? MemoryPlace::device : MemoryPlace::host;
+}
+
+DevicePath device_path_from_env() {
+  return env_choice("TRIAX_DEVICE_COMM", {"nccl", "staged"}, "nccl") == "staged" ? DevicePath::staged
+                                                                               : DevicePath::nccl;
 }
 
 namespace {
@@ -147,15 +153,24 @@ struct Forward final : WorkImpl {
   Work inner;
 };
 
-// An NCCL call: complete for the caller once the compute stream waits for it on the device; the
-// NCCL Work itself goes to the family's outstanding list.
+// An NCCL call. test() is the plain question (has NCCL finished it? then the compute stream is
+// ordered after it, at no cost), so polling for progress (DP buckets during backward, pipeline
+// sends) never makes the compute stream wait early. wait() is a device-side dependency: the
+// compute stream waits for the call's completion event, the host goes on, and the NCCL Work joins
+// the family's outstanding list, where later calls test it for errors and timeouts.
 struct DeviceWork final : WorkImpl {
   DeviceWork(Work w, std::shared_ptr<Family> f, const void* o, std::chrono::milliseconds t)
       : inner(std::move(w)), family(std::move(f)), owner(o), timeout(t) {}
   bool test() override {
-    if (!ordered) {
+    if (deferred) return true;
+    if (!inner.test()) return false;
+    wait_on_stream(inner, family->stream);  // complete already: keeps the order explicit
+    return true;
+  }
+  bool wait_on_device() override {
+    if (!deferred) {
       wait_on_stream(inner, family->stream);
-      ordered = true;
+      deferred = true;
       family->defer(std::move(inner), owner, timeout);
     }
     return true;
@@ -164,7 +179,7 @@ struct DeviceWork final : WorkImpl {
   std::shared_ptr<Family> family;
   const void* owner;
   std::chrono::milliseconds timeout;
-  bool ordered = false;
+  bool deferred = false;
 };
 
 // A staged call: complete once the host call is and the outputs are back on the device.

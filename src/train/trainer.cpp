@@ -213,7 +213,7 @@ std::shared_ptr<Communicator> Trainer::start_cuda(const std::shared_ptr<Communic
   backend_ = cuda::make_cuda_backend(cuda::CudaBackendOptions{device, DType::f32});
   // Host spans (metrics, norms, checkpoints, weight files) stay on world's host communicator;
   // device buffers travel on NCCL over the same ranks (cuda/device_comm.h, docs/CUDA.md).
-  return cuda::make_device_communicator(world, *backend_);
+  return cuda::make_device_communicator(world, *backend_, cuda::device_path_from_env());
 #else
   TRIAX_THROW(ConfigError, "--backend cuda: this triax was built without CUDA (configure with -DTRIAX_WITH_CUDA=ON "
               "where nvcc and NCCL are installed)");

@@ -8,6 +8,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <cstdlib>
 #include <numeric>
 
 #include "support/cuda_buffer.h"
@@ -89,6 +90,16 @@ TEST_CASE("device comm: split keeps both halves; wrapping twice is refused", "[n
                     Catch::Contains("is a device communicator already"));
 }
 
+TEST_CASE("device comm: TRIAX_DEVICE_COMM picks the device path", "[nogpu]") {
+  ::unsetenv("TRIAX_DEVICE_COMM");
+  CHECK(cuda::device_path_from_env() == cuda::DevicePath::nccl);
+  ::setenv("TRIAX_DEVICE_COMM", "staged", 1);
+  CHECK(cuda::device_path_from_env() == cuda::DevicePath::staged);
+  ::setenv("TRIAX_DEVICE_COMM", "mpi", 1);
+  CHECK_THROWS_WITH(cuda::device_path_from_env(), Catch::Contains("TRIAX_DEVICE_COMM") && Catch::Contains("staged"));
+  ::unsetenv("TRIAX_DEVICE_COMM");
+}
+
 namespace {
 
 void device_round_trip(cuda::DevicePath path) {
@@ -108,6 +119,10 @@ void device_round_trip(cuda::DevicePath path) {
   TRIAX_CHECK_CUDA(cudaStreamSynchronize(stream));
   CHECK(host == src);
 
+  // test() is the plain question; once it (or wait()) says complete, the result is ordered.
+  Work t = c->all_gather(in.cspan(), out.span());
+  while (!t.test()) {
+  }
   // all_reduce in place (sum over one rank) and a reduce_scatter into a poisoned output.
   c->all_reduce(in.span(), ReduceOp::sum).wait();
   DeviceBuffer<float> rs(src.size());

@@ -6,13 +6,15 @@
 // buffers live (cudaPointerGetAttributes); host and device buffers mixed in one call is a
 // ConfigError naming the call.
 //
-// Device calls on NCCL are ordered after the compute stream (NcclCommunicator::set_input_stream),
-// and their Work completes for the caller as soon as the compute stream has been made to wait for
-// the NCCL call (wait_on_stream): Work::wait() on a device call is a device-side dependency, not a
-// host stall, so no step waits on the host for communication. The NCCL Work itself stays
+// Device calls on NCCL are ordered after the compute stream (NcclCommunicator::set_input_stream).
+// Work::wait() on a device call is a device-side dependency, not a host stall: the compute stream
+// is made to wait for the NCCL call's completion event (wait_on_stream, WorkImpl::wait_on_device)
+// and the host goes on, so no step waits on the host for communication. The NCCL Work itself stays
 // outstanding: every later call of the communicator family (and poll()) tests it, so an NCCL error
-// or a timeout is still raised on the host, naming the original call. Buffers freed after such a
-// wait must be freed in the compute stream's order (the CUDA backend's stream-ordered allocator).
+// or a timeout is still raised on the host, naming the original call. Work::test() stays the plain
+// question (true once NCCL has finished), so progress polling during backward never makes the
+// compute stream wait early. A buffer freed right after wait() must be freed in the compute
+// stream's order (the CUDA backend's stream-ordered allocator does).
 //
 // Without NCCL (DevicePath::staged) device buffers are staged through pinned host memory and
 // travel on the host communicator: a device-to-host copy and a compute-stream synchronisation when
@@ -34,6 +36,9 @@ namespace triax::cuda {
 // How device buffers travel: NCCL (the default; any world size, one rank included), or staged
 // through pinned host memory on the host communicator.
 enum class DevicePath { nccl, staged };
+
+// TRIAX_DEVICE_COMM: nccl (default) or staged (docs/ENVIRONMENT.md); ConfigError for another word.
+DevicePath device_path_from_env();
 
 struct DeviceCommOptions {
   int device = 0;                  // the CUDA ordinal of this rank's buffers

@@ -71,8 +71,8 @@ class PinnedPool : public std::enable_shared_from_this<PinnedPool> {
   std::multimap<size_t, void*> free_;
 };
 
-// A device call on NCCL whose Work the caller has already seen complete (the compute stream waits
-// for it on the device): tested by every later call of the family until NCCL says it is done.
+// A device call on NCCL that the caller has waited for on the device (the compute stream waits for
+// it): tested by every later call of the family until NCCL says it is done.
 struct Outstanding {
   Work work;
   const void* owner;  // the DeviceComm that issued it (its entries go when it is destroyed)
@@ -105,7 +105,8 @@ struct Family {
       if (Clock::now() - o.issued > o.timeout) {
         Work w = std::move(o.work);
         outstanding.erase(outstanding.begin() + static_cast<std::ptrdiff_t>(i));
-        w.wait(std::chrono::milliseconds(0));  // raises the call's TimeoutError
+        w.wait(std::chrono::milliseconds(0));  // raises the call's TimeoutError (unless it just completed)
+        continue;
       }
       ++i;
     }

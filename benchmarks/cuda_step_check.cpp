@@ -12,10 +12,12 @@
 // function of the gradient and a kernel error in AdamW still shows (the update is up to lr).
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <fstream>
 #include <map>
 #include <string>
 #include <vector>
@@ -77,7 +79,7 @@ int main(int argc, char** argv) {
   int layers = 2, hidden = 128, heads = 2, seq = 64, micro = 2, global = 4;
   double tol = 1e-5, lr = 1e-3;
   uint64_t seed = 1234;
-  std::string model = "tiny", against = "cuda";
+  std::string model = "tiny", against = "cuda", json_path;
   CLI::App app{"cuda_step_check: one fp32 step on --backend cpu and --backend cuda, compared tensor by tensor"};
   app.add_option("--model", model, "model preset")->capture_default_str();
   app.add_option("--num-layers", layers, "layers")->capture_default_str();
@@ -91,6 +93,7 @@ int main(int argc, char** argv) {
   app.add_option("--tol", tol, "largest relative error accepted")->capture_default_str();
   app.add_option("--against", against, "the backend compared with cpu (cpu-checked rehearses the check without a GPU)")
       ->capture_default_str();
+  app.add_option("--json", json_path, "also write the table as JSON (ok, tol, rows of tensor, rel_err, max_abs_cpu)");
   CLI11_PARSE(app, argc, argv);
 
   std::string why;
@@ -121,10 +124,12 @@ int main(int argc, char** argv) {
     bool ok = true;
     int bad = 0;
     // scale: max |cpu| of the tensor; an all-zero reference would compare nothing, so it fails.
+    nlohmann::json rows = nlohmann::json::array();
     auto row = [&](const std::string& what, double e, double scale) {
       const bool pass = e <= tol && scale > 0;
       ok = ok && pass;
       bad += !pass;
+      rows.push_back({{"tensor", what}, {"rel_err", e}, {"max_abs_cpu", scale}, {"ok", pass}});
       std::printf("%-44s %12.3e %12.3e  %s\n", what.c_str(), e, scale, pass ? "ok" : "FAIL");
     };
     auto amax = [](const std::vector<float>& v) {
@@ -144,6 +149,16 @@ int main(int argc, char** argv) {
       row("param " + name, rel_err(gpu.params.at(name), cpu.params.at(name)), amax(cpu.params.at(name)));
     std::printf("cuda_step_check: %s (loss cpu %.9g %s %.9g; %d of %zu checks over %g)\n", ok ? "ok" : "FAIL",
                 cpu.loss, against.c_str(), gpu.loss, bad, 2 + 2 * cpu.names.size(), tol);
+    if (!json_path.empty()) {
+      std::ofstream f(json_path);
+      f << nlohmann::json{{"ok", ok}, {"tol", tol}, {"against", against}, {"loss_cpu", cpu.loss},
+                          {"loss_other", gpu.loss}, {"rows", rows}}.dump(1)
+        << "\n";
+      if (!f) {
+        std::fprintf(stderr, "cuda_step_check: --json %s: write failed\n", json_path.c_str());
+        return 1;
+      }
+    }
     return ok ? 0 : 1;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "cuda_step_check: error: %s\n", e.what());

@@ -111,11 +111,37 @@ struct Family {
       ++i;
     }
   }
+  // Waits on the host for every outstanding call, each until its own deadline (past it, the
+  // call's TimeoutError, which aborts its NCCL communicator).
+  void drain() {
+    std::lock_guard<std::mutex> lock(mu);
+    while (!outstanding.empty()) {
+      Outstanding o = std::move(outstanding.front());
+      outstanding.erase(outstanding.begin());
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(o.timeout - (Clock::now() - o.issued));
+      o.work.wait(std::max(left, std::chrono::milliseconds(0)));
+    }
+  }
   void forget(const void* owner) {
     std::lock_guard<std::mutex> lock(mu);
     std::erase_if(outstanding, [owner](const Outstanding& o) { return o.owner == owner; });
   }
 };
+
+// Every live family, for settle_device_waits (which knows only a stream).
+struct Registry {
+  std::mutex mu;
+  std::vector<std::weak_ptr<Family>> families;
+};
+Registry& registry() {
+  static Registry* r = new Registry;  // never destroyed: families may outlive static destruction
+  return *r;
+}
+void enroll(const std::shared_ptr<Family>& f) {
+  std::lock_guard<std::mutex> lock(registry().mu);
+  std::erase_if(registry().families, [](const std::weak_ptr<Family>& w) { return w.expired(); });
+  registry().families.push_back(f);
+}
 
 template <class F>
 Work with_span(const Buffer& b, F&& f) {
@@ -380,6 +406,7 @@ std::shared_ptr<Communicator> make_device_communicator(std::shared_ptr<Communica
     nccl = make_nccl_communicator(*host, opts.device, host->name());
     static_cast<NcclCommunicator&>(*nccl).set_input_stream(opts.stream);
   }
+  enroll(family);
   return std::make_shared<DeviceComm>(std::move(host), std::move(nccl), std::move(family));
 }
 
@@ -389,6 +416,16 @@ std::shared_ptr<Communicator> make_device_communicator(std::shared_ptr<Communica
     TRIAX_THROW(ConfigError, "make_device_communicator: backend '{}' on {} is not a CUDA backend", be.name(),
                 be.device().str());
   return make_device_communicator(std::move(host), DeviceCommOptions{be.device().index, compute_stream(be), path});
+}
+
+void settle_device_waits(cudaStream_t stream) {
+  std::vector<std::shared_ptr<Family>> mine;
+  {
+    std::lock_guard<std::mutex> lock(registry().mu);
+    for (const auto& w : registry().families)
+      if (auto f = w.lock(); f && f->stream == stream) mine.push_back(std::move(f));
+  }
+  for (auto& f : mine) f->drain();
 }
 
 bool has_nccl(const Communicator& c) {

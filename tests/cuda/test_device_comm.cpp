@@ -74,7 +74,8 @@ TEST_CASE("device comm: host spans pass through to the host communicator", "[nog
   CHECK(c->calls() == 7);
   CHECK(cuda::memory_place(a.data()) == cuda::MemoryPlace::host);
   CHECK(cuda::memory_place(nullptr) == cuda::MemoryPlace::host);
-  cuda::poll(*c);  // nothing outstanding
+  cuda::poll(*c);                    // nothing outstanding
+  cuda::settle_device_waits(nullptr);  // nor for the (default) stream of this family
 }
 
 TEST_CASE("device comm: split keeps both halves; wrapping twice is refused", "[nogpu]") {
@@ -114,6 +115,7 @@ void device_round_trip(cuda::DevicePath path) {
   // all_gather over one rank: out = in, read back on the compute stream after wait().
   Work w = c->all_gather(in.cspan(), out.span());
   w.wait();
+  cuda::settle_device_waits(stream);  // the host waits (with the deadline) before it reads back
   std::vector<float> host(src.size(), 0.0f);
   TRIAX_CHECK_CUDA(cudaMemcpyAsync(host.data(), out.data(), host.size() * sizeof(float), cudaMemcpyDeviceToHost, stream));
   TRIAX_CHECK_CUDA(cudaStreamSynchronize(stream));

@@ -10,7 +10,8 @@
 // Work::wait() on a device call is a device-side dependency, not a host stall: the compute stream
 // is made to wait for the NCCL call's completion event (wait_on_stream, WorkImpl::wait_on_device)
 // and the host goes on, so no step waits on the host for communication. The NCCL Work itself stays
-// outstanding: every later call of the communicator family (and poll()) tests it, so an NCCL error
+// outstanding: every later call of the communicator family (and poll()) tests it, and
+// settle_device_waits() waits for it before the host blocks on the compute stream, so an NCCL error
 // or a timeout is still raised on the host, naming the original call. Work::test() stays the plain
 // question (true once NCCL has finished), so progress polling during backward never makes the
 // compute stream wait early. A buffer freed right after wait() must be freed in the compute
@@ -58,6 +59,14 @@ std::shared_ptr<Communicator> make_device_communicator(std::shared_ptr<Communica
 // pinned, or anything CUDA cannot classify: also every pointer on a machine without a usable GPU).
 enum class MemoryPlace { host, device };
 MemoryPlace memory_place(const void* p) noexcept;
+
+// Call before the host blocks on `stream` (a read-back, a synchronize): waits on the host, each
+// until its own deadline, for the NCCL calls that `stream` was made to wait for by Work::wait().
+// Without it, a peer that died during an all-reduce leaves the host in cudaStreamSynchronize for
+// ever; with it, the call's TimeoutError (naming the call, group and peers; the NCCL communicator
+// is aborted) ends the job as on the CPU path. Nothing outstanding: a lock and a scan. The CUDA
+// backend calls it in its host read-backs (copy_to_host, sum, synchronize).
+void settle_device_waits(cudaStream_t stream);
 
 // Whether c is a device communicator with an NCCL communicator beside its host one (false for any
 // other communicator, and on DevicePath::staged).

@@ -252,6 +252,9 @@ class DeviceComm final : public Communicator {
     if (nccl_ && !n)
       TRIAX_THROW(CommError, "split '{}' of {}: the host communicator placed this rank in a group, NCCL in none",
                   name, describe());
+    if (n && (n->rank() != h->rank() || n->size() != h->size() || n->world_ranks() != h->world_ranks()))
+      TRIAX_THROW(CommError, "split '{}' of {}: the host communicator made this rank {} of {}, NCCL {} of {}", name,
+                  describe(), h->rank(), h->size(), n->rank(), n->size());
     return std::make_unique<DeviceComm>(std::shared_ptr<Communicator>(std::move(h)), std::move(n), family_);
   }
 

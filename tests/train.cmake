@@ -22,5 +22,12 @@ if(TRIAX_WITH_MPI AND TRIAX_BUILD_EXAMPLES)
     CASES main_job config errors moe config_file roundtrip ranges one_message writes inputs hostile huge_shapes memory
           textfile late)
   triax_add_train_script_tests(checkpoint checkpoint_test.sh checkpoint
-    CASES exact reshard moe kill9 sigterm sigusr1 bad prune wide batch startup init export_hf ARGS $<TARGET_FILE:gpt_eval> ${TRIAX_HF_PYTHON})
+    CASES exact reshard moe kill9 sigterm sigusr1 bad prune wide batch startup init init_checked export_hf ARGS $<TARGET_FILE:gpt_eval> ${TRIAX_HF_PYTHON})
+endif()
+
+# train.cuda.no_gpu: `train_gpt --backend cuda` where CUDA sees no device exits 2 within seconds,
+# naming CUDA and the device count (skipped, 77, where a GPU is visible and the run trains).
+if(TRIAX_BUILD_EXAMPLES)
+  add_test(NAME train.cuda.no_gpu COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/train/cuda_refusal_test.sh $<TARGET_FILE:train_gpt>)
+  set_tests_properties(train.cuda.no_gpu PROPERTIES TIMEOUT 120 LABELS train SKIP_RETURN_CODE 77)
 endif()

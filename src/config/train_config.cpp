@@ -411,8 +411,9 @@ void training_options(Options& t) {
   t.push_back(rampup_opt());
   t.push_back(int_opt("train-iters", "iterations", TRIAX_FIELD(train_iters), 1, kMaxI64));
   t.push_back(int_opt("seed", "seed of initialisation and generated data", TRIAX_FIELD(seed), 0, kMaxI64));
-  t.push_back(string_opt("backend", "where the step runs: cpu, or cpu-checked (buffers inaccessible outside the "
-                         "backend: a check, slower)", TRIAX_FIELD(backend), enum_names<BackendKind>()));
+  t.push_back(string_opt("backend", "where the step runs: cpu, cpu-checked (buffers inaccessible outside the "
+                         "backend: a check, slower), or cuda (one GPU per rank, the local rank's; NCCL for device "
+                         "buffers)", TRIAX_FIELD(backend), enum_names<BackendKind>()));
 }
 
 void optimizer_options(Options& t) {

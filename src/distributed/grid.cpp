@@ -195,25 +195,34 @@ std::unique_ptr<Communicator> split_by(Communicator& world, const std::vector<in
 }
 }  // namespace
 
+std::vector<std::string> gather_host_names(Communicator& world) {
+  constexpr size_t kW = 256;
+  std::string mine = host_name();
+  std::vector<char> in(kW, '\0'), out(kW * static_cast<size_t>(world.size()), '\0');
+  std::memcpy(in.data(), mine.data(), std::min(mine.size(), kW - 1));
+  world.all_gather(std::span<const char>(in), std::span<char>(out)).wait();
+  std::vector<std::string> hosts;
+  for (int r = 0; r < world.size(); ++r) hosts.emplace_back(out.data() + static_cast<size_t>(r) * kW);
+  return hosts;
+}
+
+int local_rank_of(const std::vector<std::string>& hosts, int rank) {
+  const auto& mine = hosts.at(static_cast<size_t>(rank));
+  return static_cast<int>(std::count(hosts.begin(), hosts.begin() + rank, mine));
+}
+
+int local_size_of(const std::vector<std::string>& hosts, int rank) {
+  return static_cast<int>(std::count(hosts.begin(), hosts.end(), hosts.at(static_cast<size_t>(rank))));
+}
+
 ProcessGrid::ProcessGrid(std::shared_ptr<Communicator> world, const GridShape& shape, const GridOptions& opts,
                          std::vector<std::string> hosts)
     : world_(std::move(world)), layout_(world_->size(), shape), hosts_(std::move(hosts)) {
-  if (hosts_.empty()) {
-    // Fixed-width exchange of host names (truncated to 255 bytes).
-    constexpr size_t kW = 256;
-    std::string mine = host_name();
-    std::vector<char> in(kW, '\0'), out(kW * static_cast<size_t>(world_->size()), '\0');
-    std::memcpy(in.data(), mine.data(), std::min(mine.size(), kW - 1));
-    world_->all_gather(std::span<const char>(in), std::span<char>(out)).wait();
-    for (int r = 0; r < world_->size(); ++r) hosts_.emplace_back(out.data() + static_cast<size_t>(r) * kW);
-  }
+  if (hosts_.empty()) hosts_ = gather_host_names(*world_);
   check_tp_placement(layout_, hosts_, opts.allow_tp_across_hosts);
   const int me = rank();
-  for (int r = 0; r < world_->size(); ++r) {
-    if (hosts_[static_cast<size_t>(r)] != hosts_[static_cast<size_t>(me)]) continue;
-    if (r < me) ++local_rank_;
-  }
-  local_size_ = static_cast<int>(std::count(hosts_.begin(), hosts_.end(), hosts_[static_cast<size_t>(me)]));
+  local_rank_ = local_rank_of(hosts_, me);
+  local_size_ = local_size_of(hosts_, me);
 
   Communicator& w = *world_;
   tp_ = split_by(w, layout_.group(Axis::tp, me), "tp");

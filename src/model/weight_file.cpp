@@ -371,11 +371,12 @@ void WeightFile::load(ParamStore& store, const GptConfig& cfg, int tp_rank, int 
     const auto& full = info.spec.full_shape;
     const Source src = locate(*file_, format_, prefix_, info, cfg);
     const std::vector<float> shard = read_shard(*file_, src, info.spec, tp_rank, tp_size);
-    auto dst = store.param(i);
-    if (shard.size() != dst.size())
+    // Through the backend's copy: the store's memory may not be host-accessible (a device, the
+    // checking backend).
+    if (shard.size() != info.numel)
       TRIAX_THROW(ConfigError, "parameter '{}': the store holds {} elements {} for tp rank {} of {}, the shard has {}",
-                  name, dst.size(), io::shape_string(info.local_shape), tp_rank, tp_size, shard.size());
-    std::copy(shard.begin(), shard.end(), dst.begin());
+                  name, info.numel, io::shape_string(info.local_shape), tp_rank, tp_size, shard.size());
+    store.param_from_host(i, shard);
 
     if (src.is_wte && has_lm_head_) {
       // A file may carry the tied head explicitly; triax ties it, so it must equal wte.
@@ -385,7 +386,7 @@ void WeightFile::load(ParamStore& store, const GptConfig& cfg, int tp_rank, int 
       const int64_t r1 = std::min<int64_t>(r0 + n, cfg.vocab);
       if (r1 > r0) {
         const auto head = file_->read_rows("lm_head.weight", r0, r1);
-        if (!std::equal(head.begin(), head.end(), dst.begin()))
+        if (!std::equal(head.begin(), head.end(), shard.begin()))
           TRIAX_THROW(IoError,
                       "{}: 'lm_head.weight' differs from '{}wte.weight': triax ties the LM head to the token "
                       "embedding and cannot load an untied model",
@@ -489,13 +490,13 @@ FullWeights gather_full_weights(const ParamStore& store, Communicator& tp, Commu
   std::vector<std::pair<std::string, std::vector<float>>> mine;
   for (size_t i = 0; i < store.size(); ++i) {
     const ParamInfo& info = store.info(i);
-    const auto local = store.param(i);
+    const std::vector<float> local = store.param_to_host(i);  // any backend, host-accessible or not
     std::vector<float> full;
     if (info.spec.split == TpSplit::none || tp.size() == 1) {
       full.assign(local.begin(), local.end());
     } else {
       std::vector<float> all(local.size() * static_cast<size_t>(tp.size()));
-      tp.all_gather(local, std::span<float>(all)).wait();
+      tp.all_gather(std::span<const float>(local), std::span<float>(all)).wait();
       full.assign(static_cast<size_t>(numel_of(info.spec.full_shape)), 0.0f);
       for (int r = 0; r < tp.size(); ++r)
         place_shard(std::span<const float>(all).subspan(static_cast<size_t>(r) * local.size(), local.size()), full,

@@ -11,10 +11,16 @@
 #include <numeric>
 
 #include "triax/core/env.h"
+#include "triax/core/gpu_count.h"
 #include "triax/core/log.h"
 #include "triax/core/memory_limit.h"
 #include "triax/train/memory_plan.h"
 #include "triax/model/weight_file.h"
+
+#if defined(TRIAX_HAVE_CUDA)
+#include "triax/cuda/cuda_backend.h"
+#include "triax/cuda/device_comm.h"
+#endif
 
 #include <omp.h>
 
@@ -85,8 +91,8 @@ std::string describe_start_up_oom(const ResolvedTrainConfig& r, int world_size, 
 // The memory available, the same number on every rank (collective): the smallest measurement in
 // the job. Ranks of one host read MemAvailable at slightly different moments, and a refusal must
 // print one message per job, not one per rank.
-MemoryLimit job_memory_limit(Communicator& world) {
-  MemoryLimit limit = available_memory(Device::cpu());
+MemoryLimit job_memory_limit(Communicator& world, Device device) {
+  MemoryLimit limit = available_memory(device);
   double room = limit.bytes ? static_cast<double>(*limit.bytes) : std::numeric_limits<double>::infinity();
   world.all_reduce(std::span<double>(&room, 1), ReduceOp::min).wait();
   if (std::isfinite(room)) limit.bytes = static_cast<uint64_t>(room);
@@ -155,21 +161,30 @@ Trainer::Trainer(const std::shared_ptr<Communicator>& world, const ResolvedTrain
 
 void Trainer::start_rank(const std::shared_ptr<Communicator>& world, const ResolvedTrainConfig& r) {
   const TrainConfig& cfg = cfg_;
-  switch (parse_enum<BackendKind>(cfg.backend)) {
+  const BackendKind kind = parse_enum<BackendKind>(cfg.backend);
+  std::shared_ptr<Communicator> comm;
+  std::vector<std::string> hosts;
+  switch (kind) {
     case BackendKind::cpu: backend_ = make_cpu_backend(); break;
     case BackendKind::cpu_checked: backend_ = make_checked_cpu_backend(); break;
+    case BackendKind::cuda:
+      hosts = gather_host_names(*world);  // the local rank picks the device; the grid reuses the names
+      comm = start_cuda(world, hosts);
+      break;
   }
-  const std::shared_ptr<Communicator> comm = backend_->adapt(world);
+  if (!comm) comm = backend_->adapt(world);
   store_ = std::make_unique<ParamStore>(*backend_);
   faults_ = FaultInjector::from_env(comm->rank());
   watchdog_ = std::make_unique<Watchdog>(cfg.stall_timeout, comm->rank());
   spikes_ = LossSpikeDetector(cfg.loss_spike_zscore);
   stragglers_ = StragglerDetector(cfg.straggler_factor);
   grid_ = std::make_unique<ProcessGrid>(comm, GridShape{cfg.tp, cfg.pp, r.dp, cfg.ep, cfg.order},
-                                        GridOptions{cfg.allow_tp_across_hosts});
+                                        GridOptions{cfg.allow_tp_across_hosts}, std::move(hosts));
   // Refuse before allocating anything large when the ranks of this host would not fit
-  // (docs/ERRORS.md, "Memory at start-up").
-  refuse_if_over_memory(r, stages_on_my_host(*grid_), job_memory_limit(grid_->world()),
+  // (docs/ERRORS.md, "Memory at start-up"). A GPU rank has its device's memory to itself.
+  const bool own_device = kind == BackendKind::cuda;
+  refuse_if_over_memory(r, own_device ? std::vector<int>{grid_->coord().pp} : stages_on_my_host(*grid_),
+                        job_memory_limit(grid_->world(), backend_->device()),
                         grid_->hosts().empty() ? std::string("?") : grid_->hosts()[static_cast<size_t>(grid_->rank())]);
   // One thread pool per core: unless the user chose (OMP_NUM_THREADS), ranks sharing a host
   // split its cores, so oversubscribed runs do not spin against each other.
@@ -177,6 +192,32 @@ void Trainer::start_rank(const std::shared_ptr<Communicator>& world, const Resol
     const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
     omp_set_num_threads(std::max(1, cores / std::max(1, grid_->local_size())));
   }
+}
+
+std::shared_ptr<Communicator> Trainer::start_cuda(const std::shared_ptr<Communicator>& world,
+                                                  const std::vector<std::string>& hosts) {
+  // Refused here, before anything is built, with what CUDA said: exit 2 within seconds on a
+  // machine without a GPU (or a triax built without CUDA, where the count is 0 too).
+  std::string why;
+  const int devices = cuda_device_count(&why);
+  const std::string& host = hosts.at(static_cast<size_t>(world->rank()));
+  if (devices == 0)
+    TRIAX_THROW(ConfigError,
+                "--backend cuda: CUDA sees 0 devices on host {} (rank {}): {}; run on a GPU machine or use --backend "
+                "cpu",
+                host, world->rank(), why.empty() ? "no CUDA-capable device" : why);
+#if defined(TRIAX_HAVE_CUDA)
+  // One GPU per rank: the rank's place on its host, modulo the devices it sees (a launcher that
+  // gives each rank one device through CUDA_VISIBLE_DEVICES makes that device 0).
+  const int device = local_rank_of(hosts, world->rank()) % devices;
+  backend_ = cuda::make_cuda_backend(cuda::CudaBackendOptions{device, DType::f32});
+  // Host spans (metrics, norms, checkpoints, weight files) stay on world's host communicator;
+  // device buffers travel on NCCL over the same ranks (cuda/device_comm.h, docs/CUDA.md).
+  return cuda::make_device_communicator(world, *backend_, cuda::device_path_from_env());
+#else
+  TRIAX_THROW(ConfigError, "--backend cuda: this triax was built without CUDA (configure with -DTRIAX_WITH_CUDA=ON "
+              "where nvcc and NCCL are installed)");
+#endif
 }
 
 void Trainer::build_model(const ResolvedTrainConfig& r) {

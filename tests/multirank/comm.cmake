@@ -68,3 +68,10 @@ if(TRIAX_WITH_MPI AND TARGET comm_bench)
       FIXTURES_REQUIRED comm_bench_calibration)
   endif()
 endif()
+
+# The CUDA layer's device communicator over MPI / Gloo, host spans only (no GPU needed).
+if(TRIAX_HAVE_CUDA)
+  triax_add_multirank_test(device_comm_host SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/multirank/test_device_comm_host.cpp
+    NP 1 2 3 TIMEOUT 120)
+  triax_add_gloo_runs(device_comm_host NP 3 TIMEOUT 120)
+endif()

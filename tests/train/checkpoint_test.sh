@@ -351,6 +351,22 @@ open('tok.bin','wb').write(struct.pack('<256i',20240520,1,len(t),*([0]*253))+str
     ok "--init-from the llm.c .bin of the same weights at tp2 x pp2 = one rank from the HF file"
   fi
   ;;
+init_checked)
+  # --init-from and --export-hf on a backend whose buffers the host cannot read (cpu-checked maps
+  # them PROT_NONE outside its own calls, as a GPU's memory is to the host): the same losses and
+  # the same exported bytes as the plain CPU backend, at tp 2 (sharded load, gathered save).
+  mb=(--micro-batch-size 4 --global-batch-size 16 --train-iters 2 --lr-decay-iters 2)
+  run -np 1 "$exe" --model nano --num-layers 2 "${mb[@]}" --seed 5 --export-hf init.safetensors >p.log 2>&1 ||
+    { tail -5 p.log; fail "pretraining run"; }
+  for b in cpu cpu-checked; do
+    run -np 2 "$exe" "${mb[@]}" --tp 2 --backend $b --init-from init.safetensors --metrics-jsonl $b.jsonl \
+      --export-hf $b.safetensors >$b.log 2>&1 || { tail -5 $b.log; fail "--backend $b --init-from --export-hf"; }
+  done
+  same_losses cpu.jsonl cpu-checked.jsonl 0
+  cmp cpu.safetensors cpu-checked.safetensors || fail "the files exported by cpu and cpu-checked differ"
+  cmp -s init.safetensors cpu.safetensors && fail "the export equals the initial weights: no step was taken"
+  ok "--init-from and --export-hf on cpu-checked = cpu, bit for bit"
+  ;;
 export_hf)
   # The exported file gives HF (or the plain-torch GPT-2 of hf_check.py) gpt_eval's loss.
   [ -n "$gpt_eval" ] || fail "needs gpt_eval"

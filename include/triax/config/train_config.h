@@ -22,14 +22,15 @@
 
 namespace triax {
 
-// Where the step runs (backend/backend.h): "cpu" (the reference), or "cpu-checked" (buffers
-// mapped PROT_NONE outside the backend's own calls: proves no code outside the backend touches them).
-enum class BackendKind { cpu, cpu_checked };
+// Where the step runs (backend/backend.h): "cpu" (the reference), "cpu-checked" (buffers
+// mapped PROT_NONE outside the backend's own calls: proves no code outside the backend touches them),
+// or "cuda" (cuda/cuda_backend.h: one GPU per rank, device = local rank; CUDA builds only).
+enum class BackendKind { cpu, cpu_checked, cuda };
 template <>
 struct EnumNames<BackendKind> {
   static constexpr std::string_view what = "backend";
-  static constexpr std::array<EnumName<BackendKind>, 2> table{
-      {{"cpu", BackendKind::cpu}, {"cpu-checked", BackendKind::cpu_checked}}};
+  static constexpr std::array<EnumName<BackendKind>, 3> table{
+      {{"cpu", BackendKind::cpu}, {"cpu-checked", BackendKind::cpu_checked}, {"cuda", BackendKind::cuda}}};
 };
 
 struct TrainConfig {

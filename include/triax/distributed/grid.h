@@ -89,6 +89,13 @@ class GridLayout {
 // every layer), naming the ranks and the hosts, unless allow is set. hosts[r] is rank r's host.
 void check_tp_placement(const GridLayout& layout, const std::vector<std::string>& hosts, bool allow);
 
+// Every rank's host name, by world rank (a fixed-width all_gather of host_name(), truncated to 255
+// bytes). Collective over world.
+std::vector<std::string> gather_host_names(Communicator& world);
+// The rank's position among the ranks on its own host (hosts[r] is rank r's host), and their number.
+int local_rank_of(const std::vector<std::string>& hosts, int rank);
+int local_size_of(const std::vector<std::string>& hosts, int rank);
+
 struct GridOptions {
   bool allow_tp_across_hosts = false;
 };

@@ -125,6 +125,9 @@ class Trainer {
   // Construction steps, in order: backend, fault watchers and grid; model chunks and their
   // parameters; optimizer, executor and learning-rate schedule.
   void start_rank(const std::shared_ptr<Communicator>& world, const ResolvedTrainConfig& r);
+  // --backend cuda: the rank's device (its local rank among hosts) and its communicator.
+  std::shared_ptr<Communicator> start_cuda(const std::shared_ptr<Communicator>& world,
+                                           const std::vector<std::string>& hosts);
   void build_model(const ResolvedTrainConfig& r);
   void build_optimizer(const ResolvedTrainConfig& r);
   void open_validation();  // trainer_eval.cpp

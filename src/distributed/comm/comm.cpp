@@ -217,6 +217,12 @@ void Work::wait() { wait(comm_ ? comm_->timeout() : default_comm_timeout()); }
 void Work::wait(std::chrono::milliseconds timeout) {
   if (!impl_ || finished_) return;
   if (comm_) comm_->fr_->started(info_.seq);
+  if (impl_->wait_on_device()) {  // a device-side dependency instead of a host wait
+    finished_ = true;
+    impl_->finish();
+    if (comm_) comm_->fr_->ended(info_.seq, FrState::completed);
+    return;
+  }
   const auto start = std::chrono::steady_clock::now();
   const auto deadline = start + timeout;
   // Spin for wait_policy().spin (50 us), and on up to spin_idle (1 s) while this thread is not

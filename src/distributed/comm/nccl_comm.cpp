@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <functional>
 #include <numeric>
 #include <thread>
 
@@ -179,9 +180,15 @@ class NcclCommunicator::NcclWork final : public WorkImpl {
 };
 
 // ---- creation ----
-std::unique_ptr<Communicator> make_nccl_communicator(Bootstrap& boot, int cuda_device, std::string name,
-                                                     NcclOptions opts) {
-  const int rank = boot.rank(), size = boot.world_size();
+namespace {
+
+// Rank 0's 128-byte ncclUniqueId reaches every rank through exchange (a broadcast from rank 0 of a
+// string: the id, or an empty string when rank 0 could not make one, so no rank waits for an id
+// that will never come). Collective over the ranks that exchange reaches.
+using IdExchange = std::function<std::string(std::string_view rank0_bytes)>;
+
+std::unique_ptr<Communicator> make_nccl(int rank, int size, std::vector<int> world, int cuda_device,
+                                        std::string name, NcclOptions opts, const IdExchange& exchange) {
   std::string why;
   const int devices = cuda_device_count(&why);
   if (cuda_device < 0 || cuda_device >= devices)
@@ -194,15 +201,13 @@ std::unique_ptr<Communicator> make_nccl_communicator(Bootstrap& boot, int cuda_d
   const auto timeout = resolve_timeout(opts);
   DeviceGuard guard(cuda_device);  // NCCL binds the communicator to the current device
 
-  // Rank 0 makes the id; an empty broadcast tells everyone that it could not, so no rank waits
-  // for an id that will never come.
   ncclUniqueId id{};
   std::string failure;
   if (rank == 0) {
     if (const ncclResult_t r = ncclGetUniqueId(&id); r != ncclSuccess) failure = nccl_why("ncclGetUniqueId", r);
   }
   const std::string bytes =
-      boot.broadcast(rank == 0 && failure.empty() ? std::string_view(id.internal, sizeof(id.internal)) : "", 0);
+      exchange(rank == 0 && failure.empty() ? std::string_view(id.internal, sizeof(id.internal)) : "");
   if (!failure.empty()) TRIAX_THROW(CommError, "NCCL communicator '{}' at rank 0: {}", name, failure);
   if (bytes.size() != sizeof(id.internal))
     TRIAX_THROW(CommError, "NCCL communicator '{}' at rank {}: rank 0 sent a unique id of {} bytes, expected {}{}",
@@ -225,10 +230,35 @@ std::unique_ptr<Communicator> make_nccl_communicator(Bootstrap& boot, int cuda_d
                 nccl_why(r != ncclSuccess && r != ncclInProgress ? "ncclCommInitRankConfig" : "NCCL initialisation",
                          state));
   }
-  std::vector<int> world(static_cast<size_t>(size));
-  std::iota(world.begin(), world.end(), 0);
   return std::make_unique<NcclCommunicator>(comm, std::move(nccl_name), cuda_device, rank, size, std::move(name),
                                             std::move(world), opts);
+}
+
+}  // namespace
+
+std::unique_ptr<Communicator> make_nccl_communicator(Bootstrap& boot, int cuda_device, std::string name,
+                                                     NcclOptions opts) {
+  std::vector<int> world(static_cast<size_t>(boot.world_size()));
+  std::iota(world.begin(), world.end(), 0);
+  return make_nccl(boot.rank(), boot.world_size(), std::move(world), cuda_device, std::move(name), opts,
+                   [&](std::string_view bytes) { return boot.broadcast(bytes, 0); });
+}
+
+std::unique_ptr<Communicator> make_nccl_communicator(Communicator& host, int cuda_device, std::string name,
+                                                     NcclOptions opts) {
+  // One fixed-size broadcast on the host communicator: a flag byte (1 = rank 0 made an id), then the id.
+  constexpr size_t kId = sizeof(ncclUniqueId::internal);
+  auto exchange = [&](std::string_view bytes) {
+    std::vector<uint8_t> buf(1 + kId, 0);
+    if (host.rank() == 0 && bytes.size() == kId) {
+      buf[0] = 1;
+      std::memcpy(buf.data() + 1, bytes.data(), kId);
+    }
+    host.broadcast(std::span<uint8_t>(buf), 0).wait();
+    return buf[0] == 1 ? std::string(reinterpret_cast<const char*>(buf.data() + 1), kId) : std::string();
+  };
+  if (opts.timeout.count() == 0) opts.timeout = host.timeout();
+  return make_nccl(host.rank(), host.size(), host.world_ranks(), cuda_device, std::move(name), opts, exchange);
 }
 
 NcclCommunicator::NcclCommunicator(ncclComm* comm, std::unique_ptr<std::string> nccl_name, int device, int rank,

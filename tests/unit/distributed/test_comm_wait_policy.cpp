@@ -201,3 +201,44 @@ TEST_CASE("Work::wait stops spinning when a busy thread shares its core") {
   // preemption holds a time slice or two (a few ms) plus its wake-ups.
   CHECK(waiter < 0.25 * wall);
 }
+
+namespace {
+// Never completes on the host; counts what Work asks of it.
+class DeviceSideWork final : public WorkImpl {
+ public:
+  explicit DeviceSideWork(bool on_device) : on_device_(on_device) {}
+  bool test() override {
+    ++polls;
+    return polls > 3;  // a host wait needs four polls
+  }
+  void finish() override { ++finishes; }
+  bool wait_on_device() override {
+    ++device_waits;
+    return on_device_;
+  }
+  int polls = 0, finishes = 0, device_waits = 0;
+
+ private:
+  bool on_device_;
+};
+}  // namespace
+
+TEST_CASE("Work::wait takes a device-side dependency when the implementation offers one") {
+  auto dev = std::make_shared<DeviceSideWork>(true);
+  Work w(dev, nullptr, CallInfo{});
+  w.wait(1h);
+  CHECK(dev->device_waits == 1);
+  CHECK(dev->polls == 0);  // the host never polled
+  CHECK(dev->finishes == 1);
+  CHECK(w.test());  // complete for the caller from now on
+  w.wait();
+  CHECK(dev->finishes == 1);
+  CHECK(dev->device_waits == 1);
+
+  auto host = std::make_shared<DeviceSideWork>(false);  // the default: a host wait, polled to completion
+  Work h(host, nullptr, CallInfo{});
+  h.wait(1h);
+  CHECK(host->device_waits == 1);
+  CHECK(host->polls == 4);
+  CHECK(host->finishes == 1);
+}

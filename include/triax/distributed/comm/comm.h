@@ -54,6 +54,12 @@ class WorkImpl {
   virtual bool test() = 0;
   // Runs after completion, exactly once (e.g. divide for ReduceOp::avg).
   virtual void finish() {}
+  // Work::wait() asks this first. An implementation that can order everything the caller does
+  // next after the call without the host waiting (a device stream made to wait for it: the CUDA
+  // layer's device communicator, cuda/device_comm.h) does so and returns true: the call then
+  // counts as complete for the caller, and the implementation still reports its errors and
+  // timeouts later. test() stays the plain question "has it completed?". Default: no.
+  virtual bool wait_on_device() { return false; }
 };
 
 // Handle of an asynchronous call. wait() blocks until it completes or the timeout passes, then

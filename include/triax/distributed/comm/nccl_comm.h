@@ -34,6 +34,13 @@ struct NcclOptions {
 std::unique_ptr<Communicator> make_nccl_communicator(Bootstrap& boot, int cuda_device, std::string name = "world",
                                                      NcclOptions opts = {});
 
+// The same over the ranks of an existing host communicator (MPI, Gloo, Self): rank 0's id travels
+// in one broadcast on host, and the NCCL communicator has host's ranks, size and world ranks (and
+// its timeout unless opts gives one). Collective over host. What the CUDA layer's device
+// communicator (cuda/device_comm.h) builds beside the host communicator of a job.
+std::unique_ptr<Communicator> make_nccl_communicator(Communicator& host, int cuda_device, std::string name,
+                                                     NcclOptions opts = {});
+
 class NcclCommunicator final : public Communicator {
  public:
   // Takes ownership of comm (initialised: ncclCommGetAsyncError says ncclSuccess) and of the

@@ -25,6 +25,7 @@
 #include "triax/core/gpu_count.h"
 #include "triax/cuda/backend_ops.h"
 #include "triax/cuda/cast.h"
+#include "triax/cuda/device_comm.h"
 #include "triax/cuda/grad_norm.h"
 #include "triax/cuda/residual.h"
 
@@ -41,7 +42,7 @@ cudaMemPool_t as_pool(CUmemPoolHandle_st* p) { return p; }
 // A CUDA event recorded on a backend's stream.
 class CudaEvent final : public BackendEvent {
  public:
-  CudaEvent(int dev, cudaStream_t stream) : dev_(dev) {
+  CudaEvent(int dev, cudaStream_t stream) : dev_(dev), stream_(stream) {
     TRIAX_CHECK_CUDA(cudaEventCreateWithFlags(&ev_, cudaEventDisableTiming));
     const cudaError_t e = cudaEventRecord(ev_, stream);
     if (e != cudaSuccess) {
@@ -64,12 +65,16 @@ class CudaEvent final : public BackendEvent {
     TRIAX_CHECK_CUDA(e);
     return false;
   }
-  void synchronize() override { TRIAX_CHECK_CUDA(cudaEventSynchronize(ev_)); }
+  void synchronize() override {
+    settle_device_waits(stream_);  // an NCCL call the stream waits on: its errors and deadline
+    TRIAX_CHECK_CUDA(cudaEventSynchronize(ev_));
+  }
   cudaEvent_t event() const { return ev_; }
   int device() const { return dev_; }
 
  private:
   int dev_;
+  cudaStream_t stream_ = nullptr;
   cudaEvent_t ev_ = nullptr;
 };
 
@@ -188,7 +193,7 @@ void CudaBackend::need(const Tensor& t, const char* op, const char* what, int64_
 void CudaBackend::sync_checked(const char* op) {
   TRIAX_CHECK_CUDA(cudaMemcpyAsync(host_words_, dev_words_, sizeof(int64_t) * kRowErrorWords, cudaMemcpyDeviceToHost,
                                    stream_));
-  TRIAX_CHECK_CUDA(cudaStreamSynchronize(stream_));
+  host_wait();
   const auto* w = static_cast<const int64_t*>(host_words_);
   if (w[0] == static_cast<int64_t>(RowError::none)) return;
   const int64_t code = w[0], pos = w[1], value = w[2], bound = w[3];
@@ -198,6 +203,14 @@ void CudaBackend::sync_checked(const char* op) {
   TRIAX_THROW(ConfigError,
               "backend {}: row index {} at {} outside [0, {}) (found on the device by an earlier {}; reported at {})",
               bad_op, value, pos, bound, bad_op, op);
+}
+
+// The host blocks on the compute stream only here: first the NCCL calls the stream was made to
+// wait on (device_comm.h) are settled with their deadlines, so a dead peer becomes a CommError or
+// TimeoutError naming the call instead of a host stuck in cudaStreamSynchronize.
+void CudaBackend::host_wait() {
+  settle_device_waits(stream_);
+  TRIAX_CHECK_CUDA(cudaStreamSynchronize(stream_));
 }
 
 // ---- ordering
@@ -232,7 +245,7 @@ void CudaBackend::copy_from_host(const Tensor& dst, const void* src, size_t nbyt
   if (!nbytes) return;
   use_device();
   TRIAX_CHECK_CUDA(cudaMemcpyAsync(dst.raw_data(), src, nbytes, cudaMemcpyHostToDevice, stream_));
-  TRIAX_CHECK_CUDA(cudaStreamSynchronize(stream_));  // the host buffer may be reused on return
+  host_wait();  // the host buffer may be reused on return
 }
 
 void CudaBackend::copy_to_host(void* dst, const Tensor& src, size_t nbytes) {

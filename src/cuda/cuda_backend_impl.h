@@ -106,6 +106,7 @@ class CudaBackend final : public Backend {
   // Waits for the stream (after enqueuing the read-back of the device row-error words) and throws
   // ConfigError for a bad row index an earlier gather/scatter found on the device.
   void sync_checked(const char* op);
+  void host_wait();  // settle_device_waits, then cudaStreamSynchronize
   void* raw_alloc(size_t nbytes);
   void raw_free(void* p, size_t nbytes) noexcept;
 

@@ -1,5 +1,6 @@
 // Fused AdamW with fp32 master weights and an optional bf16/fp16 copy: one memory-bound pass.
-// The bias corrections are computed once on the host in double, as the CPU adamw_update does.
+// The per-call constants (bias corrections in double) and the per-element update are
+// ops/shared_math.h's, the CPU adamw_update's own.
 #include <cmath>
 
 #include "common.cuh"
@@ -9,22 +10,17 @@ namespace triax::cuda {
 namespace {
 using namespace detail;
 
-struct AdamWScalars {
-  float b1, b2, ob1, ob2, bc1, bc2, eps, lr, wd, gs;
-};
+using Coeffs = ops::math::AdamWCoeffs<float>;
 
 template <class G, class P>
-__global__ void adamw_kernel(float* master, P* copy, const G* grad, float* m, float* v, int64_t n, AdamWScalars s) {
+__global__ void __launch_bounds__(kThreads)
+    adamw_kernel(float* __restrict__ master, P* __restrict__ copy, const G* __restrict__ grad, float* __restrict__ m,
+                 float* __restrict__ v, int64_t n, Coeffs k) {
   for (int64_t i = global_index(); i < n; i += global_stride()) {
-    const float gi = to_f32(grad[i]) * s.gs;
-    const float mi = s.b1 * m[i] + s.ob1 * gi;
-    const float vi = s.b2 * v[i] + s.ob2 * gi * gi;
+    float mi = m[i], vi = v[i];
+    const float p = ops::math::adamw_element(master[i], to_f32(grad[i]), mi, vi, k);
     m[i] = mi;
     v[i] = vi;
-    const float mhat = mi / s.bc1;
-    const float vhat = vi / s.bc2;
-    float p = master[i];
-    p -= s.lr * (mhat / (sqrtf(vhat) + s.eps) + s.wd * p);
     master[i] = p;
     if (copy) copy[i] = from_f32<P>(p);
   }
@@ -36,6 +32,7 @@ template <class Grad, class Copy>
 void adamw_update(float* master, Copy* copy, const Grad* grad, float* m, float* v, int64_t n, const AdamWConfig& cfg,
                   float weight_decay, const AdamWStep& step, cudaStream_t stream) {
   const char* op = "cuda::adamw_update";
+  const NvtxRange range(op);
   validate(cfg);
   if (step.t < 1) TRIAX_THROW(ConfigError, "{}: step count t = {} must be >= 1", op, step.t);
   require_nonnegative(op, "n", n);
@@ -44,19 +41,9 @@ void adamw_update(float* master, Copy* copy, const Grad* grad, float* m, float* 
   require_pointer(op, "grad", grad);
   require_pointer(op, "m", m);
   require_pointer(op, "v", v);
-  const double td = static_cast<double>(step.t);
-  AdamWScalars s;
-  s.b1 = cfg.beta1;
-  s.b2 = cfg.beta2;
-  s.ob1 = 1.0f - cfg.beta1;
-  s.ob2 = 1.0f - cfg.beta2;
-  s.bc1 = static_cast<float>(1.0 - std::pow(static_cast<double>(cfg.beta1), td));
-  s.bc2 = static_cast<float>(1.0 - std::pow(static_cast<double>(cfg.beta2), td));
-  s.eps = cfg.eps;
-  s.lr = step.lr;
-  s.wd = weight_decay;
-  s.gs = step.grad_scale;
-  adamw_kernel<<<grid_for(n), kThreads, 0, stream>>>(master, dptr(copy), dptr(grad), m, v, n, s);
+  const Coeffs k =
+      ops::math::adamw_coeffs<float>(cfg.beta1, cfg.beta2, cfg.eps, step.lr, weight_decay, step.grad_scale, step.t);
+  adamw_kernel<<<grid_for(n), kThreads, 0, stream>>>(master, dptr(copy), dptr(grad), m, v, n, k);
   check_launch();
 }
 

@@ -7,7 +7,8 @@ namespace {
 using namespace detail;
 
 template <class DTo, class DFrom>
-__global__ void cast_kernel(DTo* out, const DFrom* in, int64_t n) {
+__global__ void __launch_bounds__(kThreads)
+    cast_kernel(DTo* __restrict__ out, const DFrom* __restrict__ in, int64_t n) {
   for (int64_t i = global_index(); i < n; i += global_stride()) out[i] = from_f32<DTo>(to_f32(in[i]));
 }
 
@@ -16,6 +17,7 @@ __global__ void cast_kernel(DTo* out, const DFrom* in, int64_t n) {
 template <class To, class From>
 void cast(To* out, const From* in, int64_t n, cudaStream_t stream) {
   const char* op = "cuda::cast";
+  const NvtxRange range(op);
   require_nonnegative(op, "n", n);
   if (n == 0) return;
   require_pointer(op, "out", out);

@@ -7,7 +7,8 @@ namespace {
 using namespace detail;
 
 template <class D>
-__global__ void scale_and_check_kernel(D* x, int64_t n, float factor, int* found_nonfinite) {
+__global__ void __launch_bounds__(kThreads)
+    scale_and_check_kernel(D* __restrict__ x, int64_t n, float factor, int* __restrict__ found_nonfinite) {
   bool bad = false;
   for (int64_t i = global_index(); i < n; i += global_stride()) {
     const float v = to_f32(x[i]);
@@ -24,6 +25,7 @@ __global__ void scale_and_check_kernel(D* x, int64_t n, float factor, int* found
 template <class Real>
 void scale_and_check(Real* x, int64_t n, float factor, int* found_nonfinite, cudaStream_t stream) {
   const char* op = "cuda::scale_and_check";
+  const NvtxRange range(op);
   require_nonnegative(op, "n", n);
   if (n == 0) return;
   require_pointer(op, "x", x);

@@ -106,18 +106,24 @@ __device__ __forceinline__ int64_t global_stride() { return int64_t{gridDim.x} *
 // ---- 16-byte vector access: 8 bf16/fp16 or 4 fp32 elements per load or store ----
 template <class D>
 inline constexpr int kVecWidth = 16 / static_cast<int>(sizeof(D));
-template <class D>
-struct alignas(16) Pack {
-  D e[kVecWidth<D>];
+// W elements of D in one access: 16 bytes by default (a narrower W for a kernel that mixes types,
+// e.g. 4 fp32 = 16 bytes beside 4 bf16 = 8 bytes).
+template <class D, int W = kVecWidth<D>>
+struct alignas(sizeof(D) * W) Pack {
+  D e[W];
 };
-// Vector v of p: elements [v * width, (v + 1) * width); p must be 16-byte aligned.
-template <class D>
-__device__ __forceinline__ Pack<D> load_pack(const D* p, int64_t v) {
-  return reinterpret_cast<const Pack<D>*>(p)[v];
+// Vector v of p: elements [v * W, (v + 1) * W); p must be aligned to the pack's size.
+template <int W, class D>
+__device__ __forceinline__ Pack<D, W> load_pack(const D* p, int64_t v) {
+  return reinterpret_cast<const Pack<D, W>*>(p)[v];
 }
 template <class D>
-__device__ __forceinline__ void store_pack(D* p, int64_t v, const Pack<D>& x) {
-  reinterpret_cast<Pack<D>*>(p)[v] = x;
+__device__ __forceinline__ Pack<D> load_pack(const D* p, int64_t v) {
+  return load_pack<kVecWidth<D>>(p, v);
+}
+template <class D, int W>
+__device__ __forceinline__ void store_pack(D* p, int64_t v, const Pack<D, W>& x) {
+  reinterpret_cast<Pack<D, W>*>(p)[v] = x;
 }
 // Whether every pointer may be read as vectors (null pointers, absent optional arguments, may).
 template <class... T>

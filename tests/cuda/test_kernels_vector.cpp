@@ -1,4 +1,4 @@
-// The 16-byte vector paths of the element-wise and LayerNorm kernels against the CPU ops, on the
+// The vector paths of the element-wise, LayerNorm, softmax and AdamW kernels against the CPU ops, on the
 // sizes and pointers that choose between them: sizes around multiples of the vector width (8 bf16
 // or 4 fp32 per load, then a scalar tail), and pointers one element past an aligned address
 // (everything scalar). Outputs are poisoned (all bits set: NaN) first, and the element after each
@@ -7,20 +7,26 @@
 #include <cuda_runtime_api.h>
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <span>
 #include <string>
 #include <type_traits>
 #include <vector>
 
 #include "support/cuda_buffer.h"
 #include "triax/core/cuda_check.h"
+#include "triax/cuda/adamw.h"
 #include "triax/cuda/gelu.h"
 #include "triax/cuda/layernorm.h"
 #include "triax/cuda/residual.h"
+#include "triax/cuda/softmax_xent.h"
+#include "triax/ops/adamw.h"
 #include "triax/ops/gelu.h"
 #include "triax/ops/layernorm.h"
 #include "triax/ops/residual.h"
+#include "triax/ops/softmax_xent.h"
 #include "unit/ops_testing.h"
 
 using namespace triax;
@@ -133,6 +139,81 @@ TEMPLATE_TEST_CASE("cuda layernorm: vector rows, odd widths, unaligned rows", "[
       cuda::layernorm_backward(dinp.data() + off, nullptr, nullptr, dg.data() + off, dx.data() + off,
                                dw.data() + off, mean.data(), rstd.data(), N, C, ops::GradMode::overwrite, nullptr);
       check("layernorm_backward dinp" + tag, dinp, off, rdinp);
+    }
+  }
+}
+
+TEMPLATE_TEST_CASE("cuda softmax_xent: vector rows, a tail of real columns, unaligned rows", "[cuda][vector]", float,
+                   bf16) {
+  using T = TestType;
+  const int N = 6;
+  for (auto [V, valid] : {std::pair{1024, 1024}, std::pair{1024, 1001}, std::pair{1024, 997}, std::pair{1000, 999}}) {
+    for (size_t off : {size_t{0}, size_t{1}}) {
+      const std::string tag = fmt::format(" V={} valid={} off={}", V, valid, off);
+      const size_t nv = size_t(N) * V;
+      auto x = padded<T>(nv, off, -6.0, 6.0);
+      std::vector<int32_t> targets(N);
+      for (int i = 0; i < N; ++i) targets[i] = (i * 173 + 11) % valid;
+      DeviceBuffer<T> dx(x.dev), dgrad(nv + 2);
+      DeviceBuffer<int32_t> dt(targets);
+      DeviceBuffer<float> losses(N + 1), lse(N);
+      std::vector<double> rloss(N), rlse(N), rgrad(nv);
+      ops::softmax_xent_forward(rloss.data(), rlse.data(), x.ref.data(), targets.data(), N, V, valid);
+      const double dloss = 1.0 / N;
+      ops::softmax_xent_backward(rgrad.data(), x.ref.data(), rlse.data(), targets.data(), dloss, N, V, valid);
+      poison(losses.data(), losses.size() * sizeof(float));
+      cuda::softmax_xent_forward(losses.data(), lse.data(), dx.data() + off, dt.data(), N, V, valid, nullptr);
+      check("softmax_xent_forward loss" + tag, losses, 0, rloss);
+      poison(dgrad.data(), dgrad.size() * sizeof(T));
+      cuda::softmax_xent_backward(dgrad.data() + off, dx.data() + off, lse.data(), dt.data(),
+                                  static_cast<float>(dloss), N, V, valid, nullptr);
+      check("softmax_xent_backward" + tag, dgrad, off, rgrad);
+    }
+  }
+}
+
+TEMPLATE_TEST_CASE("cuda adamw_update: vector body, scalar tail, unaligned arrays", "[cuda][vector]", float, bf16) {
+  using G = TestType;
+  const AdamWConfig cfg;
+  AdamWStep st;
+  st.lr = 0.1f;
+  st.grad_scale = 0.5f;
+  st.t = 2;
+  for (size_t n : {size_t{1}, size_t{5}, size_t{4099}}) {
+    for (size_t off : {size_t{0}, size_t{1}}) {
+      const std::string tag = fmt::format(" n={} off={} grad {}", n, off, std::is_same_v<G, float> ? "fp32" : "bf16");
+      auto p = padded<float>(n, off), m0 = padded<float>(n, off, 0.0, 0.1), v0 = padded<float>(n, off, 0.0, 0.1);
+      auto g = padded<G>(n, off);
+      std::vector<double> rp = p.ref, rm = m0.ref, rv = v0.ref;
+      adamw_update(std::span<double>(rp), std::span<const double>(g.ref), std::span<double>(rm), std::span<double>(rv),
+                   cfg, 0.1f, st);
+      DeviceBuffer<float> dp(p.dev), dm(m0.dev), dv(v0.dev);
+      DeviceBuffer<G> dg(g.dev);
+      DeviceBuffer<bf16> copy(n + 2);
+      poison(copy.data(), copy.size() * sizeof(bf16));
+      cuda::adamw_update(dp.data() + off, copy.data() + off, dg.data() + off, dm.data() + off, dv.data() + off,
+                         static_cast<int64_t>(n), cfg, 0.1f, st, nullptr);
+      TRIAX_CHECK_CUDA(cudaDeviceSynchronize());
+      const auto gp = dp.download();
+      const auto gc = copy.download();
+      std::vector<double> got(n), want(n), copy_got(n), copy_want(n);
+      for (size_t i = 0; i < n; ++i) {
+        got[i] = gp[off + i] - p.ref[i];
+        want[i] = rp[i] - p.ref[i];
+        copy_got[i] = static_cast<float>(gc[off + i]);
+        copy_want[i] = static_cast<float>(bf16(gp[off + i]));
+      }
+      double num = 0, den = 0;
+      for (size_t i = 0; i < n; ++i) {
+        num = std::isfinite(got[i]) ? std::max(num, std::abs(got[i] - want[i])) : INFINITY;
+        den = std::max(den, std::abs(want[i]));
+      }
+      fmt::print("kernel {:<48} rel_err {:.3e} tol 1e-05\n", "adamw_update param change" + tag, num / den);
+      INFO("adamw_update" << tag);
+      CHECK(num / den <= 1e-5);
+      CHECK(copy_got == copy_want);  // the copy is the master rounded to nearest even
+      CHECK(std::isnan(static_cast<float>(gc[off + n])));  // nothing written past the end
+      CHECK(gp[off + n] == p.dev[off + n]);
     }
   }
 }

@@ -42,7 +42,8 @@ endif()
 # three of them) in registers per thread and spill at head sizes 64 and 128 (docs/CUDA.md; the
 # fused cuDNN path replaces them); their spill bytes are capped by tests/cuda/kernel_budget.txt.
 option(TRIAX_CUDA_WERROR "CUDA: nvcc, ptxas and host-compiler warnings on kernels/*.cu are errors" ON)
-set(TRIAX_CUDA_WARNINGS -Wreorder -Wdefault-stream-launch -Xcompiler=-Wall,-Wextra)
+# The host compiler's set is the C++ sources' (CMakeLists.txt): -Wall -Wextra without unused-parameter.
+set(TRIAX_CUDA_WARNINGS -Wreorder -Wdefault-stream-launch -Xcompiler=-Wall,-Wextra,-Wno-unused-parameter)
 set(TRIAX_CUDA_SPILLS_REVIEWED attention.cu)
 if(TRIAX_CUDA_WERROR)
   list(APPEND TRIAX_CUDA_WARNINGS --Werror=all-warnings -Xcompiler=-Werror)
@@ -52,7 +53,17 @@ endif()
 # frame, spill stores/loads, per SM architecture) in ${TRIAX_KERNEL_RECORD_DIR}/<object>.txt and
 # passes every other line of the compiler's output through; the test cuda.kernel_budget compares
 # the records with tests/cuda/kernel_budget.txt.
+# Without a Python 3 interpreter nothing is recorded and the test is not registered.
 set(TRIAX_KERNEL_RECORD_DIR ${PROJECT_BINARY_DIR}/kernel_resources)
+set(TRIAX_KERNEL_RECORDS OFF)
+if(TRIAX_HAVE_CUDA)
+  find_package(Python3 COMPONENTS Interpreter)
+  if(Python3_Interpreter_FOUND)
+    set(TRIAX_KERNEL_RECORDS ON)
+  else()
+    message(WARNING "triax: no Python 3 interpreter: no per-kernel resource records, no test cuda.kernel_budget")
+  endif()
+endif()
 
 function(triax_add_cuda target)
   file(GLOB _cu CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/kernels/*.cu)
@@ -66,13 +77,18 @@ function(triax_add_cuda target)
   set_target_properties(${target} PROPERTIES CUDA_ARCHITECTURES "${TRIAX_CUDA_ARCHITECTURES}")
   target_compile_definitions(${target} PUBLIC TRIAX_HAVE_CUDA=1)
   # fmt 9's consteval format strings do not compile under nvcc in C++20.
-  target_compile_options(${target} PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:-DFMT_USE_CONSTEXPR=1 --expt-relaxed-constexpr
-    ${TRIAX_CUDA_WARNINGS} -Xptxas=-v>)
-  find_package(Python3 REQUIRED COMPONENTS Interpreter)
-  set(_launcher ${Python3_EXECUTABLE} ${PROJECT_SOURCE_DIR}/scripts/kernel_budget.py record ${TRIAX_KERNEL_RECORD_DIR} --)
-  if(CMAKE_CUDA_COMPILER_LAUNCHER)
-    list(APPEND _launcher ${CMAKE_CUDA_COMPILER_LAUNCHER})  # ccache after the recorder: a hit replays ptxas's report
+  set(_report)
+  if(TRIAX_KERNEL_RECORDS)
+    set(_report -Xptxas=-v)  # ptxas's per-kernel report, which the launcher below keeps
   endif()
-  set_target_properties(${target} PROPERTIES CUDA_COMPILER_LAUNCHER "${_launcher}")
+  target_compile_options(${target} PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:-DFMT_USE_CONSTEXPR=1 --expt-relaxed-constexpr
+    ${TRIAX_CUDA_WARNINGS} ${_report}>)
+  if(TRIAX_KERNEL_RECORDS)
+    set(_launcher ${Python3_EXECUTABLE} ${PROJECT_SOURCE_DIR}/scripts/kernel_budget.py record ${TRIAX_KERNEL_RECORD_DIR} --)
+    if(CMAKE_CUDA_COMPILER_LAUNCHER)
+      list(APPEND _launcher ${CMAKE_CUDA_COMPILER_LAUNCHER})  # ccache after the recorder: a hit replays ptxas's report
+    endif()
+    set_target_properties(${target} PROPERTIES CUDA_COMPILER_LAUNCHER "${_launcher}")
+  endif()
   target_link_libraries(${target} PUBLIC CUDA::cudart CUDA::cublas CUDA::cublasLt triax_nccl)
 endfunction()

@@ -6,7 +6,7 @@
 set(_kernel_budget ${PROJECT_SOURCE_DIR}/scripts/kernel_budget.py)
 add_test(NAME kernel.budget_script COMMAND python3 ${CMAKE_CURRENT_SOURCE_DIR}/cuda/kernel_budget_test.py ${_kernel_budget})
 set_tests_properties(kernel.budget_script PROPERTIES TIMEOUT 60 LABELS "kernel")
-if(TRIAX_HAVE_CUDA)
+if(TRIAX_HAVE_CUDA AND TRIAX_KERNEL_RECORDS)
   set(_budget_file ${CMAKE_CURRENT_SOURCE_DIR}/cuda/kernel_budget.txt)
   set(_budget_regen "cmake --build ${CMAKE_BINARY_DIR} --target kernel_budget_update")
   add_test(NAME cuda.kernel_budget COMMAND python3 ${_kernel_budget} check --records ${TRIAX_KERNEL_RECORD_DIR}

@@ -1,5 +1,7 @@
 // Fused AdamW with fp32 master weights and an optional bf16/fp16 copy: one memory-bound pass.
-// The bias corrections are computed once on the host in double, as the CPU adamw_update does.
+// The per-call constants (bias corrections in double) and the per-element update are
+// ops/shared_math.h's, the CPU adamw_update's own. 4 elements per access (16 bytes of each fp32
+// array, 8 of a 16-bit one) when every pointer is aligned, then a scalar tail.
 #include <cmath>
 
 #include "common.cuh"
@@ -9,25 +11,49 @@ namespace triax::cuda {
 namespace {
 using namespace detail;
 
-struct AdamWScalars {
-  float b1, b2, ob1, ob2, bc1, bc2, eps, lr, wd, gs;
-};
+using Coeffs = ops::math::AdamWCoeffs<float>;
+
+constexpr int kAdamWWidth = 4;
 
 template <class G, class P>
-__global__ void adamw_kernel(float* master, P* copy, const G* grad, float* m, float* v, int64_t n, AdamWScalars s) {
-  for (int64_t i = global_index(); i < n; i += global_stride()) {
-    const float gi = to_f32(grad[i]) * s.gs;
-    const float mi = s.b1 * m[i] + s.ob1 * gi;
-    const float vi = s.b2 * v[i] + s.ob2 * gi * gi;
+struct AdamWBody {
+  float* __restrict__ master;
+  P* __restrict__ copy;  // may be null
+  const G* __restrict__ grad;
+  float* __restrict__ m;
+  float* __restrict__ v;
+  Coeffs k;
+  __device__ void vector(int64_t i) {
+    constexpr int W = kAdamWWidth;
+    Pack<float, W> pp = load_pack<W>(master, i), pm = load_pack<W>(m, i), pv = load_pack<W>(v, i);
+    const Pack<G, W> pg = load_pack<W>(grad, i);
+    Pack<P, W> pc;
+#pragma unroll
+    for (int e = 0; e < W; ++e) {
+      pp.e[e] = ops::math::adamw_element(pp.e[e], to_f32(pg.e[e]), pm.e[e], pv.e[e], k);
+      pc.e[e] = from_f32<P>(pp.e[e]);
+    }
+    store_pack(m, i, pm);
+    store_pack(v, i, pv);
+    store_pack(master, i, pp);
+    if (copy) store_pack(copy, i, pc);
+  }
+  __device__ void scalar(int64_t i) {
+    float mi = m[i], vi = v[i];
+    const float p = ops::math::adamw_element(master[i], to_f32(grad[i]), mi, vi, k);
     m[i] = mi;
     v[i] = vi;
-    const float mhat = mi / s.bc1;
-    const float vhat = vi / s.bc2;
-    float p = master[i];
-    p -= s.lr * (mhat / (sqrtf(vhat) + s.eps) + s.wd * p);
     master[i] = p;
     if (copy) copy[i] = from_f32<P>(p);
   }
+};
+
+template <class G, class P>
+__global__ void __launch_bounds__(kThreads)
+    adamw_kernel(float* __restrict__ master, P* __restrict__ copy, const G* __restrict__ grad, float* __restrict__ m,
+                 float* __restrict__ v, int64_t n, Coeffs k, ops::math::VecSplit split) {
+  AdamWBody<G, P> body{master, copy, grad, m, v, k};
+  ops::math::for_each_split(split, n, global_index(), global_stride(), body);
 }
 
 }  // namespace
@@ -36,6 +62,7 @@ template <class Grad, class Copy>
 void adamw_update(float* master, Copy* copy, const Grad* grad, float* m, float* v, int64_t n, const AdamWConfig& cfg,
                   float weight_decay, const AdamWStep& step, cudaStream_t stream) {
   const char* op = "cuda::adamw_update";
+  const NvtxRange range(op);
   validate(cfg);
   if (step.t < 1) TRIAX_THROW(ConfigError, "{}: step count t = {} must be >= 1", op, step.t);
   require_nonnegative(op, "n", n);
@@ -44,19 +71,10 @@ void adamw_update(float* master, Copy* copy, const Grad* grad, float* m, float* 
   require_pointer(op, "grad", grad);
   require_pointer(op, "m", m);
   require_pointer(op, "v", v);
-  const double td = static_cast<double>(step.t);
-  AdamWScalars s;
-  s.b1 = cfg.beta1;
-  s.b2 = cfg.beta2;
-  s.ob1 = 1.0f - cfg.beta1;
-  s.ob2 = 1.0f - cfg.beta2;
-  s.bc1 = static_cast<float>(1.0 - std::pow(static_cast<double>(cfg.beta1), td));
-  s.bc2 = static_cast<float>(1.0 - std::pow(static_cast<double>(cfg.beta2), td));
-  s.eps = cfg.eps;
-  s.lr = step.lr;
-  s.wd = weight_decay;
-  s.gs = step.grad_scale;
-  adamw_kernel<<<grid_for(n), kThreads, 0, stream>>>(master, dptr(copy), dptr(grad), m, v, n, s);
+  const Coeffs k =
+      ops::math::adamw_coeffs<float>(cfg.beta1, cfg.beta2, cfg.eps, step.lr, weight_decay, step.grad_scale, step.t);
+  const auto split = ops::math::vec_split(n, kAdamWWidth, aligned16(master, copy, grad, m, v));
+  adamw_kernel<<<grid_for(split, n), kThreads, 0, stream>>>(master, dptr(copy), dptr(grad), m, v, n, k, split);
   check_launch();
 }
 

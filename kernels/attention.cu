@@ -50,7 +50,8 @@ __device__ void load_kv_tile(float (&ks)[kTile][HS], float (&vs)[kTile][HS], con
 
 template <class D, int HS>
 __global__ void __launch_bounds__(kBlock)
-    attention_forward_kernel(D* out, float* lse, const D* qkv, int T, int C, int NH, float scale) {
+    attention_forward_kernel(D* __restrict__ out, float* __restrict__ lse, const D* __restrict__ qkv, int T, int C,
+                             int NH, float scale) {
   __shared__ float ks[kTile][HS];
   __shared__ float vs[kTile][HS];
   const auto [b, h, q0, i, active, C3, base] = tile_block<D, HS>(qkv, T, C);
@@ -97,8 +98,9 @@ __global__ void __launch_bounds__(kBlock)
 
 // delta[b, h, i] = sum_d dout[b, i, h, d] * out[b, i, h, d]
 template <class D>
-__global__ void attention_delta_kernel(float* delta, const D* dout, const D* out, int B, int T, int C, int NH,
-                                       int hs) {
+__global__ void __launch_bounds__(kThreads)
+    attention_delta_kernel(float* __restrict__ delta, const D* __restrict__ dout, const D* __restrict__ out, int B,
+                           int T, int C, int NH, int hs) {
   const int64_t n = int64_t{B} * NH * T;
   for (int64_t idx = global_index(); idx < n; idx += global_stride()) {
     const int64_t i = idx % T;
@@ -113,8 +115,9 @@ __global__ void attention_delta_kernel(float* delta, const D* dout, const D* out
 
 template <class D, int HS>
 __global__ void __launch_bounds__(kBlock)
-    attention_dq_kernel(D* dqkv, const D* dout, const D* qkv, const float* lse, const float* delta, int T, int C,
-                        int NH, float scale) {
+    attention_dq_kernel(D* __restrict__ dqkv, const D* __restrict__ dout, const D* __restrict__ qkv,
+                        const float* __restrict__ lse, const float* __restrict__ delta, int T, int C, int NH,
+                        float scale) {
   __shared__ float ks[kTile][HS];
   __shared__ float vs[kTile][HS];
   const auto [b, h, q0, i, active, C3, base] = tile_block<D, HS>(qkv, T, C);
@@ -159,8 +162,9 @@ __global__ void __launch_bounds__(kBlock)
 
 template <class D, int HS>
 __global__ void __launch_bounds__(kBlock)
-    attention_dkv_kernel(D* dqkv, const D* dout, const D* qkv, const float* lse, const float* delta, int T, int C,
-                         int NH, float scale) {
+    attention_dkv_kernel(D* __restrict__ dqkv, const D* __restrict__ dout, const D* __restrict__ qkv,
+                         const float* __restrict__ lse, const float* __restrict__ delta, int T, int C, int NH,
+                         float scale) {
   __shared__ float qs[kTile][HS];
   __shared__ float dos[kTile][HS];
   __shared__ float ls[kTile];
@@ -258,6 +262,7 @@ bool attention_supports_head_size(int hs) { return hs == 32 || hs == 64 || hs ==
 template <class Real>
 void attention_forward(Real* out, float* lse, const Real* qkv, int B, int T, int C, int NH, cudaStream_t stream) {
   const char* op = "cuda::attention_forward";
+  const NvtxRange range(op);
   check_attention(op, B, T, C, NH);
   require_pointer(op, "out", out);
   require_pointer(op, "lse", lse);
@@ -273,6 +278,7 @@ template <class Real>
 void attention_backward(Real* dqkv, const Real* dout, const Real* qkv, const Real* out, const float* lse, int B, int T,
                         int C, int NH, cudaStream_t stream) {
   const char* op = "cuda::attention_backward";
+  const NvtxRange range(op);
   check_attention(op, B, T, C, NH);
   require_pointer(op, "dqkv", dqkv);
   require_pointer(op, "dout", dout);

@@ -1,18 +1,22 @@
 // Private helpers of kernels/*.cu: device element types for triax's 16-bit storage types, fp32
-// load/store conversions, deterministic warp/block reductions, grid sizing and the host-side
-// argument checks every launcher makes before touching the device.
+// load/store conversions, 16-byte vector loads, deterministic warp/block reductions, grid sizing
+// from the device's SM count, and the host-side argument checks every launcher makes before
+// touching the device. Every launcher opens an NvtxRange (triax/cuda/nvtx.h) named after its op.
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 
 #include "triax/core/cuda_check.h"
 #include "triax/core/dtype.h"
 #include "triax/core/error.h"
+#include "triax/cuda/nvtx.h"
 #include "triax/cuda/scratch.h"
+#include "triax/ops/shared_math.h"
 
 namespace triax::cuda::detail {
 
@@ -100,11 +104,65 @@ __device__ inline float block_max(float v) {
 __device__ __forceinline__ int64_t global_index() { return int64_t{blockIdx.x} * blockDim.x + threadIdx.x; }
 __device__ __forceinline__ int64_t global_stride() { return int64_t{gridDim.x} * blockDim.x; }
 
+// ---- 16-byte vector access: 8 bf16/fp16 or 4 fp32 elements per load or store ----
+template <class D>
+inline constexpr int kVecWidth = 16 / static_cast<int>(sizeof(D));
+// W elements of D in one access: 16 bytes by default (a narrower W for a kernel that mixes types,
+// e.g. 4 fp32 = 16 bytes beside 4 bf16 = 8 bytes).
+template <class D, int W = kVecWidth<D>>
+struct alignas(sizeof(D) * W) Pack {
+  D e[W];
+};
+// Vector v of p: elements [v * W, (v + 1) * W); p must be aligned to the pack's size.
+template <int W, class D>
+__device__ __forceinline__ Pack<D, W> load_pack(const D* p, int64_t v) {
+  return reinterpret_cast<const Pack<D, W>*>(p)[v];
+}
+template <class D>
+__device__ __forceinline__ Pack<D> load_pack(const D* p, int64_t v) {
+  return load_pack<kVecWidth<D>>(p, v);
+}
+template <class D, int W>
+__device__ __forceinline__ void store_pack(D* p, int64_t v, const Pack<D, W>& x) {
+  reinterpret_cast<Pack<D, W>*>(p)[v] = x;
+}
+// Whether every pointer may be read as vectors (null pointers, absent optional arguments, may).
+template <class... T>
+inline bool aligned16(const T*... p) {
+  return ((reinterpret_cast<uintptr_t>(p) % 16 == 0) && ...);
+}
+// The split of an element-wise kernel over n elements of D (ops/shared_math.h: vectors, then a
+// scalar tail; everything scalar unless all pointers are aligned).
+template <class D>
+ops::math::VecSplit split_for(int64_t n, bool aligned) {
+  return ops::math::vec_split(n, kVecWidth<D>, aligned);
+}
+
 inline constexpr int kThreads = 256;
-// Element-wise kernels: enough blocks to fill an H200 many times over, then grid-stride.
+
+// The current device's SM count, asked once per device and cached.
+inline int sm_count() {
+  constexpr int kMaxDevices = 64;
+  static std::atomic<int> cache[kMaxDevices];  // 0: not asked yet
+  int dev = 0;
+  TRIAX_CHECK_CUDA(cudaGetDevice(&dev));
+  int n = dev >= 0 && dev < kMaxDevices ? cache[dev].load(std::memory_order_relaxed) : 0;
+  if (n > 0) return n;
+  TRIAX_CHECK_CUDA(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev));
+  if (dev >= 0 && dev < kMaxDevices) cache[dev].store(n, std::memory_order_relaxed);
+  return n;
+}
+
+// Grid-stride kernels: at most kBlocksPerSm blocks per SM (of 256 threads: 4 waves of a full
+// SM), fewer when there is less work; each thread then strides over the rest.
+inline constexpr int kBlocksPerSm = 32;
 inline unsigned grid_for(int64_t n, int threads = kThreads) {
   const int64_t blocks = (n + threads - 1) / threads;
-  return static_cast<unsigned>(std::clamp<int64_t>(blocks, 1, int64_t{132} * 32));
+  return static_cast<unsigned>(std::clamp<int64_t>(blocks, 1, int64_t{sm_count()} * kBlocksPerSm));
+}
+// For a split: enough threads for the longer of its two loops.
+inline unsigned grid_for(const ops::math::VecSplit& s, int64_t n) {
+  return grid_for(std::max(s.nvec, n - s.tail_begin));
 }
 
 // Deterministic sums over the rows of an (N, C) matrix, per column (parameter gradients: LayerNorm

@@ -24,8 +24,9 @@ void check_embedding(const char* op, int B, int T, int C, int V, int v0, int v1)
 }
 
 template <class D>
-__global__ void embedding_forward_kernel(D* out, const int32_t* tokens, const D* wte, const D* wpe, int T, int C,
-                                         int v0, int v1) {
+__global__ void __launch_bounds__(kThreads)
+    embedding_forward_kernel(D* __restrict__ out, const int32_t* __restrict__ tokens, const D* __restrict__ wte,
+                             const D* __restrict__ wpe, int T, int C, int v0, int v1) {
   const int64_t row = blockIdx.x;  // b * T + t
   const int t = static_cast<int>(row % T);
   const int tok = tokens[row];
@@ -37,15 +38,17 @@ __global__ void embedding_forward_kernel(D* out, const int32_t* tokens, const D*
   }
 }
 
-__global__ void iota_kernel(int32_t* p, int n) {
+__global__ void __launch_bounds__(kThreads) iota_kernel(int32_t* __restrict__ p, int n) {
   for (int64_t i = global_index(); i < n; i += global_stride()) p[i] = static_cast<int32_t>(i);
 }
 
 // Block i looks at sorted position i; only the head of a run of equal tokens does any work. The
 // gradient tables are fp32 whatever the activation type D (parameter gradients keep their own type).
 template <class D>
-__global__ void embedding_wte_backward_kernel(float* dwte, const D* dout, const int32_t* sorted_tokens,
-                                              const int32_t* sorted_rows, int n, int C, int v0, int v1) {
+__global__ void __launch_bounds__(kThreads)
+    embedding_wte_backward_kernel(float* __restrict__ dwte, const D* __restrict__ dout,
+                                  const int32_t* __restrict__ sorted_tokens, const int32_t* __restrict__ sorted_rows,
+                                  int n, int C, int v0, int v1) {
   const int i = blockIdx.x;
   const int tok = sorted_tokens[i];
   if ((i > 0 && sorted_tokens[i - 1] == tok) || tok < v0 || tok >= v1) return;
@@ -61,7 +64,8 @@ __global__ void embedding_wte_backward_kernel(float* dwte, const D* dout, const 
 
 // One thread per (t, c): dwpe[t, c] += dout[b, t, c] for b in order.
 template <class D>
-__global__ void embedding_wpe_backward_kernel(float* dwpe, const D* dout, int B, int T, int C) {
+__global__ void __launch_bounds__(kThreads)
+    embedding_wpe_backward_kernel(float* __restrict__ dwpe, const D* __restrict__ dout, int B, int T, int C) {
   const int64_t n = int64_t{T} * C;
   for (int64_t i = global_index(); i < n; i += global_stride()) {
     float acc = dwpe[i];
@@ -76,6 +80,7 @@ template <class Real>
 void embedding_forward(Real* out, const int32_t* tokens, const Real* wte, const Real* wpe, int B, int T, int C, int V,
                        int v0, int v1, cudaStream_t stream) {
   const char* op = "cuda::embedding_forward";
+  const NvtxRange range(op);
   check_embedding(op, B, T, C, V, v0, v1);
   require_pointer(op, "out", out);
   require_pointer(op, "tokens", tokens);
@@ -88,6 +93,7 @@ template <class Real>
 void embedding_backward(float* dwte, float* dwpe, const Real* dout, const int32_t* tokens, int B, int T, int C, int V,
                         int v0, int v1, cudaStream_t stream) {
   const char* op = "cuda::embedding_backward";
+  const NvtxRange range(op);
   check_embedding(op, B, T, C, V, v0, v1);
   require_pointer(op, "dout", dout);
   require_pointer(op, "tokens", tokens);

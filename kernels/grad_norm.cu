@@ -8,7 +8,8 @@ namespace {
 using namespace detail;
 
 template <class D>
-__global__ void sumsq_partial_kernel(double* partial, const D* x, int64_t n) {
+__global__ void __launch_bounds__(kThreads)
+    sumsq_partial_kernel(double* __restrict__ partial, const D* __restrict__ x, int64_t n) {
   double s = 0.0;
   for (int64_t i = global_index(); i < n; i += global_stride()) {
     const double v = to_f32(x[i]);
@@ -18,7 +19,8 @@ __global__ void sumsq_partial_kernel(double* partial, const D* x, int64_t n) {
   if (threadIdx.x == 0) partial[blockIdx.x] = s;
 }
 
-__global__ void sumsq_finish_kernel(double* acc, const double* partial, int nblocks) {
+__global__ void __launch_bounds__(kThreads)
+    sumsq_finish_kernel(double* __restrict__ acc, const double* __restrict__ partial, int nblocks) {
   double s = 0.0;
   for (int i = threadIdx.x; i < nblocks; i += blockDim.x) s += partial[i];
   s = block_sum(s);
@@ -30,6 +32,7 @@ __global__ void sumsq_finish_kernel(double* acc, const double* partial, int nblo
 template <class Real>
 void sumsq_accumulate(double* acc, const Real* x, int64_t n, cudaStream_t stream) {
   const char* op = "cuda::sumsq_accumulate";
+  const NvtxRange range(op);
   require_nonnegative(op, "n", n);
   if (n == 0) return;
   require_pointer(op, "acc", acc);

@@ -1,4 +1,5 @@
-// Scale in place and flag inf/NaN, one pass (the unscale step of fp16 mixed precision).
+// Scale in place and flag inf/NaN, one pass (the unscale step of fp16 mixed precision), 16-byte
+// vector loads and stores with a scalar tail.
 #include "common.cuh"
 #include "triax/cuda/grad_scale.h"
 
@@ -6,17 +7,37 @@ namespace triax::cuda {
 namespace {
 using namespace detail;
 
+namespace math = ops::math;
+
+// 16-byte vectors, then the scalar tail (ops/shared_math.h's split).
 template <class D>
-__global__ void scale_and_check_kernel(D* x, int64_t n, float factor, int* found_nonfinite) {
+struct ScaleAndCheck {
+  D* __restrict__ x;
+  float factor;
   bool bad = false;
-  for (int64_t i = global_index(); i < n; i += global_stride()) {
-    const float v = to_f32(x[i]);
+  __device__ D scale(D e) {
+    const float v = to_f32(e);
     const D stored = from_f32<D>(v * factor);
     bad |= !isfinite(v) || !isfinite(to_f32(stored));  // the stored value: fp16 may overflow
-    x[i] = stored;
+    return stored;
   }
+  __device__ void vector(int64_t v) {
+    Pack<D> p = load_pack(x, v);
+#pragma unroll
+    for (int k = 0; k < kVecWidth<D>; ++k) p.e[k] = scale(p.e[k]);
+    store_pack(x, v, p);
+  }
+  __device__ void scalar(int64_t i) { x[i] = scale(x[i]); }
+};
+
+template <class D>
+__global__ void __launch_bounds__(kThreads) scale_and_check_kernel(D* __restrict__ x, int64_t n, float factor,
+                                                                   int* __restrict__ found_nonfinite,
+                                                                   math::VecSplit split) {
+  ScaleAndCheck<D> body{x, factor};
+  math::for_each_split(split, n, global_index(), global_stride(), body);
   // Every writer stores the same 1, so the race is benign and the result deterministic.
-  if (bad && found_nonfinite) *found_nonfinite = 1;
+  if (body.bad && found_nonfinite) *found_nonfinite = 1;
 }
 
 }  // namespace
@@ -24,10 +45,12 @@ __global__ void scale_and_check_kernel(D* x, int64_t n, float factor, int* found
 template <class Real>
 void scale_and_check(Real* x, int64_t n, float factor, int* found_nonfinite, cudaStream_t stream) {
   const char* op = "cuda::scale_and_check";
+  const NvtxRange range(op);
   require_nonnegative(op, "n", n);
   if (n == 0) return;
   require_pointer(op, "x", x);
-  scale_and_check_kernel<<<grid_for(n), kThreads, 0, stream>>>(dptr(x), n, factor, found_nonfinite);
+  const auto split = split_for<Real>(n, aligned16(x));
+  scale_and_check_kernel<<<grid_for(split, n), kThreads, 0, stream>>>(dptr(x), n, factor, found_nonfinite, split);
   check_launch();
 }
 

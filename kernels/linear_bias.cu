@@ -11,7 +11,9 @@ using namespace detail;
 // Block (cx, chunk): columns [cx*blockDim, ...), rows [chunk*rows_per_chunk, ...); each column
 // summed over its rows in order by one thread (consecutive threads read consecutive columns).
 template <class D>
-__global__ void linear_bias_partial_kernel(float* partial, const D* dout, int N, int OC, int rows_per_chunk) {
+__global__ void __launch_bounds__(kChunkColumns)
+    linear_bias_partial_kernel(float* __restrict__ partial, const D* __restrict__ dout, int N, int OC,
+                               int rows_per_chunk) {
   const int c = blockIdx.x * blockDim.x + threadIdx.x;
   if (c >= OC) return;
   const int r0 = blockIdx.y * rows_per_chunk;
@@ -21,7 +23,8 @@ __global__ void linear_bias_partial_kernel(float* partial, const D* dout, int N,
   partial[int64_t{blockIdx.y} * OC + c] = s;
 }
 
-__global__ void linear_bias_finish_kernel(float* dbias, const float* partial, int nchunks, int OC) {
+__global__ void __launch_bounds__(kThreads)
+    linear_bias_finish_kernel(float* __restrict__ dbias, const float* __restrict__ partial, int nchunks, int OC) {
   const int c = blockIdx.x * blockDim.x + threadIdx.x;
   if (c >= OC) return;
   float s = 0.0f;
@@ -34,6 +37,7 @@ __global__ void linear_bias_finish_kernel(float* dbias, const float* partial, in
 template <class Real>
 void linear_bias_backward(float* dbias, const Real* dout, int N, int OC, cudaStream_t stream) {
   const char* op = "cuda::linear_bias_backward";
+  const NvtxRange range(op);
   require_positive(op, "N", N);
   require_positive(op, "OC", OC);
   require_pointer(op, "dbias", dbias);

@@ -1,12 +1,15 @@
-// Softmax + cross-entropy, one block per row. The fused forward keeps a running (max, sum) per
-// thread (online softmax: one read of the logits), then combines the threads in a fixed tree.
-// The shard pieces mirror ops/softmax_xent.h for vocab-parallel cross-entropy.
+// Softmax + cross-entropy, one block per row, the row loops on 16-byte vectors where the rows
+// allow. The fused forward keeps a running (max, sum) per thread (online softmax: one read of the
+// logits), then combines the threads in a fixed tree.
+// The shard pieces mirror ops/softmax_xent.h for vocab-parallel cross-entropy; the per-row
+// arithmetic (logsumexp, loss, softmax-minus-onehot) is ops/shared_math.h's, as the CPU op's.
 #include "common.cuh"
 #include "triax/cuda/softmax_xent.h"
 
 namespace triax::cuda {
 namespace {
 using namespace detail;
+namespace math = ops::math;
 
 // How many of the shard's Vs columns are real (not padding).
 int real_columns(int Vs, int v0, int valid_vocab) { return std::clamp(valid_vocab - v0, 0, Vs); }
@@ -18,14 +21,24 @@ void check_shard(const char* op, int N, int Vs, int v0, int valid_vocab) {
   if (v0 < 0) TRIAX_THROW(ConfigError, "{}: negative shard start v0={}", op, v0);
 }
 
-template <class D>
-__global__ void softmax_xent_forward_kernel(float* losses, float* lse, const D* logits, const int32_t* targets, int V,
-                                            int valid_vocab) {
-  const int64_t row = blockIdx.x;
-  const D* x = logits + row * V;
+// The row loops read 16-byte vectors when the row length is a multiple of the vector width and
+// the pointers are aligned (ops/shared_math.h's split, walked by the block's threads): RowReader
+// gives each of a row's first n values, in fp32, to op.add.
+template <class D, class Op>
+struct RowReader {
+  const D* __restrict__ x;
+  Op op;
+  __device__ void vector(int64_t v) {
+    const Pack<D> p = load_pack(x, v);
+#pragma unroll
+    for (int k = 0; k < kVecWidth<D>; ++k) op.add(to_f32(p.e[k]));
+  }
+  __device__ void scalar(int64_t j) { op.add(to_f32(x[j])); }
+};
+
+struct OnlineSoftmax {  // running max m and sum s of exp(x - m)
   float m = -INFINITY, s = 0.0f;
-  for (int j = threadIdx.x; j < valid_vocab; j += blockDim.x) {
-    const float v = to_f32(x[j]);
+  __device__ void add(float v) {
     if (v > m) {
       s = s * expf(m - v) + 1.0f;  // exp(-inf) = 0 on the first element
       m = v;
@@ -33,74 +46,116 @@ __global__ void softmax_xent_forward_kernel(float* losses, float* lse, const D* 
       s += expf(v - m);
     }
   }
+};
+struct RowMax {
+  float m = -INFINITY;
+  __device__ void add(float v) { m = fmaxf(m, v); }
+};
+struct RowSumExp {
+  float m;
+  float s = 0.0f;
+  __device__ void add(float v) { s += expf(v - m); }
+};
+
+template <class D, class Op>
+__device__ __forceinline__ Op read_row(const D* x, int n, const math::VecSplit& split, Op op) {
+  RowReader<D, Op> reader{x, op};
+  math::for_each_split(split, n, threadIdx.x, blockDim.x, reader);
+  return reader.op;
+}
+
+template <class D>
+__global__ void __launch_bounds__(kThreads)
+    softmax_xent_forward_kernel(float* __restrict__ losses, float* __restrict__ lse, const D* __restrict__ logits,
+                                const int32_t* __restrict__ targets, int V, int valid_vocab, math::VecSplit split) {
+  const int64_t row = blockIdx.x;
+  const D* x = logits + row * V;
+  const auto [m, s] = read_row(x, valid_vocab, split, OnlineSoftmax{});
   const float gm = block_max(m);
   // A thread that saw no column has m = -inf and s = 0: contributes 0 (guard the NaN of -inf - -inf).
   const float total = block_sum(m == -INFINITY ? 0.0f : s * expf(m - gm));
   if (threadIdx.x == 0) {
-    const float l = gm + logf(total);
+    const float l = math::xent_lse(gm, total);
     const int t = targets[row];
     lse[row] = l;
-    losses[row] = (t >= 0 && t < valid_vocab) ? l - to_f32(x[t]) : NAN;
+    losses[row] = math::xent_target_valid(t, valid_vocab) ? math::xent_loss(l, to_f32(x[t])) : NAN;
   }
 }
 
 template <class D>
-__global__ void shard_max_kernel(float* row_max, const D* logits, int Vs, int n_real) {
+__global__ void __launch_bounds__(kThreads) shard_max_kernel(float* __restrict__ row_max, const D* __restrict__ logits,
+                                                             int Vs, int n_real, math::VecSplit split) {
   const D* x = logits + int64_t{blockIdx.x} * Vs;
-  float m = -INFINITY;
-  for (int j = threadIdx.x; j < n_real; j += blockDim.x) m = fmaxf(m, to_f32(x[j]));
-  m = block_max(m);
+  const float m = block_max(read_row(x, n_real, split, RowMax{}).m);
   if (threadIdx.x == 0) row_max[blockIdx.x] = m;
 }
 
 template <class D>
-__global__ void shard_sumexp_kernel(float* sumexp, const D* logits, const float* row_max, int Vs, int n_real) {
+__global__ void __launch_bounds__(kThreads)
+    shard_sumexp_kernel(float* __restrict__ sumexp, const D* __restrict__ logits, const float* __restrict__ row_max,
+                        int Vs, int n_real, math::VecSplit split) {
   const D* x = logits + int64_t{blockIdx.x} * Vs;
-  const float m = row_max[blockIdx.x];
-  float s = 0.0f;
-  for (int j = threadIdx.x; j < n_real; j += blockDim.x) s += expf(to_f32(x[j]) - m);
-  s = block_sum(s);
+  const float s = block_sum(read_row(x, n_real, split, RowSumExp{row_max[blockIdx.x]}).s);
   if (threadIdx.x == 0) sumexp[blockIdx.x] = s;
 }
 
 template <class D>
-__global__ void shard_target_logit_kernel(float* target_logit, const D* logits, const int32_t* targets, int N, int Vs,
-                                          int v0, int valid_vocab) {
+__global__ void __launch_bounds__(kThreads)
+    shard_target_logit_kernel(float* __restrict__ target_logit, const D* __restrict__ logits,
+                              const int32_t* __restrict__ targets, int N, int Vs, int v0, int valid_vocab) {
   for (int64_t i = global_index(); i < N; i += global_stride()) {
     const int t = targets[i];
     const int col = t - v0;
     float v = (col >= 0 && col < Vs) ? to_f32(logits[i * Vs + col]) : 0.0f;
-    if (t < 0 || t >= valid_vocab) v = NAN;
+    if (!math::xent_target_valid(t, valid_vocab)) v = NAN;
     target_logit[i] = v;
   }
 }
 
-__global__ void loss_from_stats_kernel(float* losses, float* lse, const float* row_max, const float* sumexp,
-                                       const float* target_logit, int N) {
+__global__ void __launch_bounds__(kThreads)
+    loss_from_stats_kernel(float* __restrict__ losses, float* __restrict__ lse, const float* __restrict__ row_max,
+                           const float* __restrict__ sumexp, const float* __restrict__ target_logit, int N) {
   for (int64_t i = global_index(); i < N; i += global_stride()) {
-    const float l = row_max[i] + logf(sumexp[i]);
+    const float l = math::xent_lse(row_max[i], sumexp[i]);
     lse[i] = l;
-    losses[i] = l - target_logit[i];
+    losses[i] = math::xent_loss(l, target_logit[i]);
   }
 }
 
-// Element-wise per row: each element is read and written by the same thread (dlogits may alias).
+// Element-wise per row: each element is read, then written, by the same thread, so dlogits may
+// be logits (in place) and __restrict__ stays correct. Columns n_real.. (padding) get 0.
 template <class D>
-__global__ void shard_backward_kernel(D* dlogits, const D* logits, const float* lse, const int32_t* targets,
-                                      float dloss, int Vs, int v0, int n_real) {
-  const int64_t row = blockIdx.x;
-  const D* x = logits + row * Vs;
-  D* d = dlogits + row * Vs;
-  const float l = lse[row];
-  const int target_col = targets[row] - v0;
-  for (int j = threadIdx.x; j < Vs; j += blockDim.x) {
-    float g = 0.0f;
-    if (j < n_real) {
-      g = expf(to_f32(x[j]) - l) * dloss;
-      if (j == target_col) g -= dloss;
-    }
-    d[j] = from_f32<D>(g);
+struct RowBackward {
+  D* __restrict__ d;
+  const D* __restrict__ x;
+  float l, dloss;
+  int target_col, n_real;
+  __device__ D at(int64_t j, D xe) const {
+    return from_f32<D>(j < n_real ? math::xent_dlogit(expf(to_f32(xe) - l), j == target_col, dloss) : 0.0f);
   }
+  __device__ void vector(int64_t v) {
+    Pack<D> p = load_pack(x, v);
+#pragma unroll
+    for (int k = 0; k < kVecWidth<D>; ++k) p.e[k] = at(v * kVecWidth<D> + k, p.e[k]);
+    store_pack(d, v, p);
+  }
+  __device__ void scalar(int64_t j) { d[j] = at(j, x[j]); }
+};
+
+template <class D>
+__global__ void __launch_bounds__(kThreads)
+    shard_backward_kernel(D* __restrict__ dlogits, const D* __restrict__ logits, const float* __restrict__ lse,
+                          const int32_t* __restrict__ targets, float dloss, int Vs, int v0, int n_real,
+                          math::VecSplit split) {
+  const int64_t row = blockIdx.x;
+  RowBackward<D> body{dlogits + row * Vs, logits + row * Vs, lse[row], dloss, targets[row] - v0, n_real};
+  math::for_each_split(split, Vs, threadIdx.x, blockDim.x, body);
+}
+
+// The split of a row loop over n of a row's Vs columns.
+template <class Real>
+math::VecSplit row_split(int n, int Vs, bool pointers_aligned) {
+  return split_for<Real>(n, Vs % kVecWidth<Real> == 0 && pointers_aligned);
 }
 
 }  // namespace
@@ -109,13 +164,15 @@ template <class Real>
 void softmax_xent_forward(float* losses, float* lse, const Real* logits, const int32_t* targets, int N, int V,
                           int valid_vocab, cudaStream_t stream) {
   const char* op = "cuda::softmax_xent_forward";
+  const NvtxRange range(op);
   check_shard(op, N, V, 0, valid_vocab);
   if (valid_vocab > V) TRIAX_THROW(ConfigError, "{}: valid_vocab={} exceeds the {} logit columns", op, valid_vocab, V);
   require_pointer(op, "losses", losses);
   require_pointer(op, "lse", lse);
   require_pointer(op, "logits", logits);
   require_pointer(op, "targets", targets);
-  softmax_xent_forward_kernel<<<N, kThreads, 0, stream>>>(losses, lse, dptr(logits), targets, V, valid_vocab);
+  softmax_xent_forward_kernel<<<N, kThreads, 0, stream>>>(losses, lse, dptr(logits), targets, V, valid_vocab,
+                                                          row_split<Real>(valid_vocab, V, aligned16(logits)));
   check_launch();
 }
 
@@ -123,13 +180,15 @@ template <class Real>
 void xent_shard_backward(Real* dlogits, const Real* logits, const float* lse, const int32_t* targets, float dloss,
                          int N, int Vs, int v0, int valid_vocab, cudaStream_t stream) {
   const char* op = "cuda::xent_shard_backward";
+  const NvtxRange range(op);
   check_shard(op, N, Vs, v0, valid_vocab);
   require_pointer(op, "dlogits", dlogits);
   require_pointer(op, "logits", logits);
   require_pointer(op, "lse", lse);
   require_pointer(op, "targets", targets);
   shard_backward_kernel<<<N, kThreads, 0, stream>>>(dptr(dlogits), dptr(logits), lse, targets, dloss, Vs, v0,
-                                                    real_columns(Vs, v0, valid_vocab));
+                                                    real_columns(Vs, v0, valid_vocab),
+                                                    row_split<Real>(Vs, Vs, aligned16(dlogits, logits)));
   check_launch();
 }
 
@@ -145,10 +204,13 @@ void softmax_xent_backward(Real* dlogits, const Real* logits, const float* lse, 
 template <class Real>
 void xent_shard_max(float* row_max, const Real* logits, int N, int Vs, int v0, int valid_vocab, cudaStream_t stream) {
   const char* op = "cuda::xent_shard_max";
+  const NvtxRange range(op);
   check_shard(op, N, Vs, v0, valid_vocab);
   require_pointer(op, "row_max", row_max);
   require_pointer(op, "logits", logits);
-  shard_max_kernel<<<N, kThreads, 0, stream>>>(row_max, dptr(logits), Vs, real_columns(Vs, v0, valid_vocab));
+  const int n_real = real_columns(Vs, v0, valid_vocab);
+  shard_max_kernel<<<N, kThreads, 0, stream>>>(row_max, dptr(logits), Vs, n_real,
+                                               row_split<Real>(n_real, Vs, aligned16(logits)));
   check_launch();
 }
 
@@ -156,12 +218,14 @@ template <class Real>
 void xent_shard_sumexp(float* sumexp, const Real* logits, const float* row_max, int N, int Vs, int v0,
                        int valid_vocab, cudaStream_t stream) {
   const char* op = "cuda::xent_shard_sumexp";
+  const NvtxRange range(op);
   check_shard(op, N, Vs, v0, valid_vocab);
   require_pointer(op, "sumexp", sumexp);
   require_pointer(op, "logits", logits);
   require_pointer(op, "row_max", row_max);
-  shard_sumexp_kernel<<<N, kThreads, 0, stream>>>(sumexp, dptr(logits), row_max, Vs,
-                                                  real_columns(Vs, v0, valid_vocab));
+  const int n_real = real_columns(Vs, v0, valid_vocab);
+  shard_sumexp_kernel<<<N, kThreads, 0, stream>>>(sumexp, dptr(logits), row_max, Vs, n_real,
+                                                  row_split<Real>(n_real, Vs, aligned16(logits)));
   check_launch();
 }
 
@@ -169,6 +233,7 @@ template <class Real>
 void xent_shard_target_logit(float* target_logit, const Real* logits, const int32_t* targets, int N, int Vs, int v0,
                              int valid_vocab, cudaStream_t stream) {
   const char* op = "cuda::xent_shard_target_logit";
+  const NvtxRange range(op);
   check_shard(op, N, Vs, v0, valid_vocab);
   require_pointer(op, "target_logit", target_logit);
   require_pointer(op, "logits", logits);
@@ -181,6 +246,7 @@ void xent_shard_target_logit(float* target_logit, const Real* logits, const int3
 void xent_loss_from_stats(float* losses, float* lse, const float* row_max, const float* sumexp,
                           const float* target_logit, int N, cudaStream_t stream) {
   const char* op = "cuda::xent_loss_from_stats";
+  const NvtxRange range(op);
   require_positive(op, "N", N);
   require_pointer(op, "losses", losses);
   require_pointer(op, "lse", lse);

@@ -14,6 +14,7 @@
 
 #include "triax/core/cuda_check.h"
 #include "triax/core/error.h"
+#include "triax/cuda/nvtx.h"
 
 namespace triax::cuda {
 namespace {
@@ -140,6 +141,7 @@ void CublasLtGemm::matmul(Trans ta, Trans tb, int M, int N, int K, float alpha, 
                     (std::is_same_v<In, bf16> && (std::is_same_v<Out, float> || std::is_same_v<Out, bf16>)),
                 "CublasLtGemm::matmul: (In, Out) must be (float, float), (bf16, float) or (bf16, bf16)");
   const char* op = "cuda::CublasLtGemm::matmul";
+  const NvtxRange range(op);
   if (M <= 0 || N <= 0 || K <= 0) TRIAX_THROW(ConfigError, "{}: sizes M={} N={} K={} must be positive", op, M, N, K);
   const bool a_t = ta == Trans::yes, b_t = tb == Trans::yes;
   if (lda < (a_t ? M : K))

@@ -4,6 +4,7 @@
 #include "triax/cuda/linear.h"
 
 #include "triax/core/error.h"
+#include "triax/cuda/nvtx.h"
 
 namespace triax::cuda {
 namespace {
@@ -22,6 +23,7 @@ template <class Real>
 void linear_forward(Real* out, const Real* inp, const Real* weight, const Real* bias, int N, int IC, int OC,
                     CublasLtGemm& gemm, cudaStream_t stream) {
   const char* op = "cuda::linear_forward";
+  const NvtxRange range(op);
   check_sizes(op, N, IC, OC);
   require_pointer(op, "out", out);
   require_pointer(op, "inp", inp);
@@ -39,6 +41,7 @@ template <class Real>
 void linear_backward(Real* dinp, float* dweight, float* dbias, const Real* dout, const Real* inp, const Real* weight,
                      int N, int IC, int OC, ops::GradMode dinp_mode, CublasLtGemm& gemm, cudaStream_t stream) {
   const char* op = "cuda::linear_backward";
+  const NvtxRange range(op);
   check_sizes(op, N, IC, OC);
   require_pointer(op, "dout", dout);
   if (dinp) require_pointer(op, "weight", weight, " (needed for dinp)");

@@ -10,6 +10,7 @@
 
 #include "triax/core/cpu_isa.h"
 #include "triax/core/error.h"
+#include "triax/ops/shared_math.h"
 
 namespace triax {
 
@@ -24,29 +25,22 @@ void validate(const AdamWConfig& c) {
 
 namespace {
 
-// The per-step constants of one call.
 template <class Real>
-struct Consts {
-  Real bc1, bc2, b1, b2, ob1, ob2, eps, lr, wd, gs;
-};
+using Consts = ops::math::AdamWCoeffs<Real>;
 
-// Elements [i0, i1): the one AdamW loop. Inlined into a baseline and an AVX2 copy (cpu_isa.h);
-// element-wise, so neither the copy nor the split over threads changes a bit.
+// Elements [i0, i1): the one AdamW loop, its arithmetic ops/shared_math.h's adamw_element (which
+// kernels/adamw.cu calls too). Inlined into a baseline and an AVX2 copy (cpu_isa.h); element-wise,
+// so neither the copy nor the split over threads changes a bit.
 template <class Real>
 [[gnu::always_inline]] inline void update_range(Real* __restrict p, const Real* __restrict g, Real* __restrict mm,
-                                                Real* __restrict vv, size_t i0, size_t i1, const Consts<Real>& k) {
-  const Real bc1 = k.bc1, bc2 = k.bc2, b1 = k.b1, b2 = k.b2, ob1 = k.ob1, ob2 = k.ob2, eps = k.eps, lr = k.lr,
-             wd = k.wd, gs = k.gs;
+                                                Real* __restrict vv, size_t i0, size_t i1, const Consts<Real>& coeffs) {
+  const Consts<Real> k = coeffs;  // a local copy: no store in the loop can change it
 #pragma omp simd
   for (size_t i = i0; i < i1; ++i) {
-    const Real gi = g[i] * gs;
-    const Real mi = b1 * mm[i] + ob1 * gi;
-    const Real vi = b2 * vv[i] + ob2 * gi * gi;
+    Real mi = mm[i], vi = vv[i];
+    p[i] = ops::math::adamw_element(p[i], g[i], mi, vi, k);
     mm[i] = mi;
     vv[i] = vi;
-    const Real mhat = mi / bc1;
-    const Real vhat = vi / bc2;
-    p[i] -= lr * (mhat / (std::sqrt(vhat) + eps) + wd * p[i]);
   }
 }
 
@@ -75,12 +69,8 @@ void update(std::span<Real> param, std::span<const Real> grad, std::span<Real> m
                 v.size());
   if (step.t < 1) TRIAX_THROW(ConfigError, "adamw_update: step count t = {} must be >= 1", step.t);
   if (!(step.lr >= 0.0f)) TRIAX_THROW(ConfigError, "adamw_update: learning rate {} must be >= 0", step.lr);
-  const double td = static_cast<double>(step.t);
-  Consts<Real> k;
-  k.bc1 = static_cast<Real>(1.0 - std::pow(static_cast<double>(cfg.beta1), td));
-  k.bc2 = static_cast<Real>(1.0 - std::pow(static_cast<double>(cfg.beta2), td));
-  k.b1 = cfg.beta1, k.b2 = cfg.beta2, k.eps = cfg.eps, k.lr = step.lr, k.wd = weight_decay, k.gs = step.grad_scale;
-  k.ob1 = Real(1) - k.b1, k.ob2 = Real(1) - k.b2;
+  const Consts<Real> k = ops::math::adamw_coeffs<Real>(cfg.beta1, cfg.beta2, cfg.eps, step.lr, weight_decay,
+                                                        step.grad_scale, step.t);
   const RangeFn<Real> fn = pick(Real{});
   Real* p = param.data();
   const Real* g = grad.data();

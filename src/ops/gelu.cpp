@@ -1,40 +1,36 @@
 // GELU (tanh form): element-wise, vectorised through vtanh, AVX2 where the CPU has it (cpu_isa.h).
+// The arithmetic around tanh is ops/shared_math.h's, which kernels/gelu.cu calls too.
 #include "triax/ops/gelu.h"
 
 #include <cmath>
 
 #include "ops_common.h"
 #include "triax/core/cpu_isa.h"
+#include "triax/ops/shared_math.h"
 #include "triax/ops/vec_math.h"
 
 namespace triax::ops {
 namespace {
-constexpr double kSqrt2OverPi = 0.79788456080286535588;  // sqrt(2 / pi)
-constexpr double kCubic = 0.044715;
 
 // The element loops over [i0, i1), inlined into a baseline and an AVX2 copy (core/cpu_isa.h):
 // element-wise, so neither the copy nor the split over threads changes a bit.
 template <class Real>
 [[gnu::always_inline]] inline void forward_range(Real* __restrict out, const Real* __restrict inp, int64_t i0,
                                                  int64_t i1) {
-  const Real k0 = static_cast<Real>(kSqrt2OverPi), k1 = static_cast<Real>(kCubic);
 #pragma omp simd
   for (int64_t i = i0; i < i1; ++i) {
     const Real x = inp[i];
-    out[i] = Real(0.5) * x * (Real(1) + vtanh(k0 * (x + k1 * x * x * x)));
+    out[i] = math::gelu_from_tanh(x, vtanh(math::gelu_tanh_arg(x)));
   }
 }
 
 template <class Real>
 [[gnu::always_inline]] inline void backward_range(Real* __restrict dinp, const Real* __restrict inp,
                                                   const Real* __restrict dout, int64_t i0, int64_t i1) {
-  const Real k0 = static_cast<Real>(kSqrt2OverPi), k1 = static_cast<Real>(kCubic);
 #pragma omp simd
   for (int64_t i = i0; i < i1; ++i) {
     const Real x = inp[i];
-    const Real t = vtanh(k0 * (x + k1 * x * x * x));
-    const Real du = k0 * (Real(1) + Real(3) * k1 * x * x);
-    dinp[i] = (Real(0.5) * (Real(1) + t) + Real(0.5) * x * (Real(1) - t * t) * du) * dout[i];
+    dinp[i] = math::gelu_grad_from_tanh(x, vtanh(math::gelu_tanh_arg(x))) * dout[i];
   }
 }
 

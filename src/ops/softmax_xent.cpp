@@ -1,6 +1,8 @@
 // Softmax + cross-entropy, row-parallel. Each row: max over the real columns, sum of exp(x - max)
 // accumulated in double (a 50k-term float sum would lose digits of the loss), target lookup.
-// The full-vocabulary functions are the shard functions with one shard [0, V).
+// The full-vocabulary functions are the shard functions with one shard [0, V). The per-row
+// arithmetic (logsumexp, loss, softmax-minus-onehot) is ops/shared_math.h's, which
+// kernels/softmax_xent.cu calls too.
 #include "triax/ops/softmax_xent.h"
 
 #include <algorithm>
@@ -9,6 +11,7 @@
 
 #include "ops_common.h"
 #include "triax/core/cpu_isa.h"
+#include "triax/ops/shared_math.h"
 #include "triax/ops/vec_math.h"
 
 namespace triax::ops {
@@ -24,7 +27,7 @@ void check_shard(const char* op, int N, int Vs, int v0, int valid_vocab) {
 void check_targets(const char* op, const int32_t* targets, int N, int valid_vocab) {
   detail::require_pointer(op, "targets", targets);
   for (int i = 0; i < N; ++i)
-    if (targets[i] < 0 || targets[i] >= valid_vocab)
+    if (!math::xent_target_valid(targets[i], valid_vocab))
       TRIAX_THROW(ConfigError, "{}: target {} of row {} is outside the vocabulary [0, {})", op, targets[i], i,
                   valid_vocab);
 }
@@ -53,9 +56,9 @@ template <class Real>
 [[gnu::always_inline]] inline void row_backward_body(Real* d, const Real* x, int n, int ncols, Real shift,
                                                      int target_col, Real dloss) {
 #pragma omp simd
-  for (int j = 0; j < n; ++j) d[j] = vexp(x[j] - shift) * dloss;
+  for (int j = 0; j < n; ++j) d[j] = math::xent_dlogit_softmax(vexp(x[j] - shift), dloss);
   std::fill(d + n, d + ncols, Real(0));
-  if (target_col >= 0 && target_col < n) d[target_col] -= dloss;
+  if (target_col >= 0 && target_col < n) d[target_col] = math::xent_dlogit_target(d[target_col], dloss);
 }
 TRIAX_TARGET_AVX2 void row_backward_avx2(float* d, const float* x, int n, int ncols, float shift, int target_col,
                                          float dloss) {
@@ -119,8 +122,8 @@ void xent_loss_from_stats(Real* losses, Real* lse, const Real* gmax, const Real*
                          {"sumexp", sumexp}, {"target_logit", target_logit}})
     detail::require_pointer(op, name, p);
   for (int i = 0; i < N; ++i) {
-    lse[i] = gmax[i] + std::log(sumexp[i]);
-    losses[i] = lse[i] - target_logit[i];
+    lse[i] = math::xent_lse(gmax[i], sumexp[i]);
+    losses[i] = math::xent_loss(lse[i], target_logit[i]);
   }
 }
 
@@ -153,8 +156,8 @@ void softmax_xent_forward(Real* losses, Real* lse, const Real* logits, const int
   for (int i = 0; i < N; ++i) {
     const Real* x = logits + int64_t{i} * V;
     const Real m = row_max(x, valid_vocab);
-    lse[i] = m + static_cast<Real>(std::log(row_sumexp(x, valid_vocab, m)));
-    losses[i] = lse[i] - x[targets[i]];
+    lse[i] = math::xent_lse(m, row_sumexp(x, valid_vocab, m));  // the log of the double sum
+    losses[i] = math::xent_loss(lse[i], x[targets[i]]);
   }
 }
 

@@ -108,8 +108,6 @@ __global__ void axpy_kernel(D* y, acc_t<D> a, bool unit, const D* x, int64_t n, 
   }
 }
 
-bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
-
 template <class D>
 __global__ void add_rows_periodic_kernel(D* x, const D* src, int rows, int C, int row0, int period) {
   const int64_t n = int64_t{rows} * C;

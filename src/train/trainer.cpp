@@ -120,13 +120,14 @@ TrainConfig with_init_from_shape(const TrainConfig& cfg) {
   return c;
 }
 
-Trainer::Trainer(std::shared_ptr<Communicator> world, const TrainConfig& cfg)
-    : Trainer(world, resolve_train_config(with_init_from_shape(cfg), world->size())) {}
+Trainer::Trainer(std::shared_ptr<Communicator> world, const TrainConfig& cfg, const TrainerOptions& opts)
+    : Trainer(world, resolve_train_config(with_init_from_shape(cfg), world->size()), opts) {}
 
 // Everything below builds from `r` alone: the configuration is resolved once, above, and the
 // out-of-memory handlers describe the same resolution (the members are gone by then).
-Trainer::Trainer(const std::shared_ptr<Communicator>& world, const ResolvedTrainConfig& r) try
-    : cfg_(r.explicit_cfg),
+Trainer::Trainer(const std::shared_ptr<Communicator>& world, const ResolvedTrainConfig& r, const TrainerOptions& opts) try
+    : opts_(opts),
+      cfg_(r.explicit_cfg),
       model_(r.model),
       kind_(r.explicit_cfg.schedule),
       stage_layers_(r.stage_layers),
@@ -195,7 +196,9 @@ void Trainer::build_model(const ResolvedTrainConfig& r) {
     chunks_.push_back(std::make_unique<GptChunk>(model_, spec, grid_->tp(), *store_, cfg.recompute,
                                                  /*wte_norm_owner=*/P == 1, cfg.sequence_parallel, moe));
   }
-  store_->finalize(cfg.zero1 ? static_cast<size_t>(r.dp) : 1);
+  // A compute copy exists when the backend computes in another type than the masters (or a test
+  // forces one); init_params and the weight-file load refresh it.
+  store_->finalize(cfg.zero1 ? static_cast<size_t>(r.dp) : 1, opts_.force_compute_copy);
   for (auto& ch : chunks_) ch->init_params(cfg.seed);
   if (!cfg.init_from.empty()) WeightFile(cfg.init_from, model_.n_head).load(*store_, model_, grid_->tp());
 }

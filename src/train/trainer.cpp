@@ -156,6 +156,8 @@ Trainer::Trainer(const std::shared_ptr<Communicator>& world, const ResolvedTrain
 
 void Trainer::start_rank(const std::shared_ptr<Communicator>& world, const ResolvedTrainConfig& r) {
   const TrainConfig& cfg = cfg_;
+  // r.compute (--bf16/--fp16) is float32 here: resolve_train_config refuses the others on the CPU
+  // backends; the CUDA backend takes it as CudaBackendOptions::compute.
   switch (parse_enum<BackendKind>(cfg.backend)) {
     case BackendKind::cpu: backend_ = make_cpu_backend(); break;
     case BackendKind::cpu_checked: backend_ = make_checked_cpu_backend(); break;
@@ -213,6 +215,8 @@ void Trainer::build_optimizer(const ResolvedTrainConfig& r) {
   oc.grad_sync.overlap = cfg.overlap_grad_reduce;
   if (cfg.pp > 1 && (grid_->is_first_stage() || grid_->is_last_stage()))
     oc.grad_sync.tied_param = store_->find("transformer.wte.weight");
+  // fp16 needs the dynamic loss scale (float16's range); bf16 has float32's exponent range.
+  if (r.compute == DType::f16) oc.loss_scaler = LossScalerConfig{};
   optimizer_ = std::make_unique<Optimizer>(*store_, *grid_, oc);
 
   std::vector<Stage*> ptrs;
@@ -283,7 +287,9 @@ IterationMetrics Trainer::step(bool record_events) {
   const auto t0 = Clock::now();
   watchdog_->set_phase(fmt::format("iteration {}: pipeline schedule ({} micro-batches: forward, backward, P2P)", it, m));
   faults_.at_step_start(it);
-  last_ = executor_->run(*schedule_, data, &optimizer_->grad_buffer(), 1.0f / static_cast<float>(m), record_events);
+  // The loss gradient carries the loss scale (1 unless fp16's scaler is on; a power of two, exact).
+  const float dloss = static_cast<float>(optimizer_->loss_scale()) / static_cast<float>(m);
+  last_ = executor_->run(*schedule_, data, &optimizer_->grad_buffer(), dloss, record_events);
   watchdog_->set_phase(fmt::format("iteration {}: optimizer step (DP gradient sync, norm, AdamW)", it));
   faults_.maybe_hang(it);
   const StepReport rep = optimizer_->step(lr);
@@ -346,7 +352,11 @@ void Trainer::check_step(IterationMetrics& mt, const StepReport& rep, std::span<
     return static_cast<size_t>(r) < h.size() ? h[static_cast<size_t>(r)] : std::string("?");
   };
   mt.step_skipped = rep.skipped;
-  if (rep.skipped) {
+  if (rep.overflow) {
+    // fp16's loss scaler skipped the step (an overflow on some rank): its normal work, not a fault.
+    if (r0) log::info("iteration {}: loss scale {} overflowed; the step was skipped on every rank, the scale is now {}",
+                      mt.iteration, rep.loss_scale, optimizer_->loss_scale());
+  } else if (rep.skipped) {
     ++consecutive_skips_;
     const NonFiniteGrad where =
         locate_nonfinite_grad(*store_, grid_->world(), optimizer_->grad_buffer().presync_nonfinite());

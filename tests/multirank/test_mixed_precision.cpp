@@ -5,6 +5,9 @@
 //    the copy is refreshed after init and by every AdamW pass, and gathered under ZeRO-1.
 //    A copy that is not refreshed (or not gathered) leaves the layers on old weights: the losses
 //    from the second iteration on differ.
+//  - A checkpoint saved under ZeRO-1 with the copy (each rank writes its own shard of masters,
+//    the only current ones) and resumed (the copy refreshed from the loaded masters) continues
+//    bit for bit like the uninterrupted run.
 //  - The fp16 loss scaler's overflow flag: a non-finite gradient on one rank only makes every rank
 //    of every layout skip the same step, with the same backed-off scale, parameters untouched; the
 //    scaled gradients of the clean steps give the unscaled run's parameters bit for bit.
@@ -12,12 +15,14 @@
 
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <map>
 
 #include "optim_support.h"
 #include "support/multirank.h"
 #include "support/optim_fixture.h"
 #include "triax/backend/backend.h"
+#include "triax/checkpoint/checkpoint.h"
 #include "triax/optim/optimizer.h"
 #include "triax/train/trainer.h"
 
@@ -101,6 +106,58 @@ TEST_CASE("a forced compute copy trains bit for bit like the masters alone", "[m
     CHECK(copy.masters == plain.masters);
     CHECK(copy.copy_equals_masters);
   }
+}
+
+namespace {
+// A scratch directory of world rank 0's choosing, shared with every rank, removed at the end.
+std::string shared_tmp_dir() {
+  std::string p;
+  if (world().rank() == 0) {
+    char tmpl[] = "/tmp/triax_mp_XXXXXX";
+    REQUIRE(::mkdtemp(tmpl) != nullptr);
+    p = tmpl;
+  }
+  int len[1] = {static_cast<int>(p.size())};
+  world().broadcast(std::span<int>(len), 0).wait();
+  p.resize(static_cast<size_t>(len[0]));
+  world().broadcast(std::span<char>(p.data(), p.size()), 0).wait();
+  return p;
+}
+}  // namespace
+
+TEST_CASE("a checkpoint of a ZeRO-1 run with a compute copy resumes bit for bit", "[mixed_precision][checkpoint]") {
+  const int W = world().size();
+  world().set_timeout(std::chrono::seconds(120));
+  const TrainConfig base = config(1, 1, W, /*zero1=*/true);
+  const Run whole = train(base, false);  // 4 iterations, no copy, uninterrupted
+  const std::string dir = shared_tmp_dir();
+  {
+    TrainConfig first = base;
+    first.train_iters = 2;
+    first.save = dir;
+    Trainer t(world_ptr(), first, TrainerOptions{true});
+    Checkpointer ck(t);
+    t.train([](const IterationMetrics&) {}, {}, [&] { return ck.after_iteration(); });
+    ck.finish();
+    if (W > 1) CHECK_FALSE(t.store().masters_current());  // saved from each rank's own shard
+  }
+  TrainConfig second = base;
+  second.load = dir;
+  Trainer t(world_ptr(), second, TrainerOptions{true});
+  Checkpointer ck(t);
+  REQUIRE(ck.resume() == 2);
+  std::vector<double> losses;
+  t.train([&](const IterationMetrics& m) { losses.push_back(m.loss); });
+  REQUIRE(losses.size() == 2);
+  CHECK(losses[0] == whole.losses[2]);
+  CHECK(losses[1] == whole.losses[3]);
+  t.optimizer().gather_master_weights();
+  for (size_t i = 0; i < t.store().size(); ++i) {
+    INFO(t.store().info(i).spec.name);
+    CHECK(t.store().param_to_host(i) == whole.masters.at(t.store().info(i).spec.name));
+  }
+  world().barrier().wait();
+  if (world().rank() == 0) std::filesystem::remove_all(dir);
 }
 
 namespace {

@@ -217,6 +217,7 @@ void Trainer::build_optimizer(const ResolvedTrainConfig& r) {
     oc.grad_sync.tied_param = store_->find("transformer.wte.weight");
   // fp16 needs the dynamic loss scale (float16's range); bf16 has float32's exponent range.
   if (r.compute == DType::f16) oc.loss_scaler = LossScalerConfig{};
+  if (opts_.loss_scaler) oc.loss_scaler = *opts_.loss_scaler;
   optimizer_ = std::make_unique<Optimizer>(*store_, *grid_, oc);
 
   std::vector<Stage*> ptrs;

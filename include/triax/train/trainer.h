@@ -76,6 +76,9 @@ struct TrainerOptions {
   // as mixed precision keeps one in bf16/fp16: training with it equals training without it
   // exactly when the copy is refreshed and gathered wherever the masters change (tested on the CPU).
   bool force_compute_copy = false;
+  // fp16's dynamic loss scaler in any precision (the Trainer turns it on for --fp16 by itself): a
+  // power-of-two scale leaves fp32 training's bits unchanged, and an injected NaN shows the skip.
+  std::optional<LossScalerConfig> loss_scaler;
 };
 
 class Trainer {

@@ -194,6 +194,9 @@ int main(int argc, char** argv) {
     }, [&] { return checkpoints.after_iteration(); });
     checkpoints.finish();
     if (!c.export_hf.empty()) {
+      // Under ZeRO-1 with a compute copy the step gathers only the copy; the export reads every
+      // master of the stage (a DP collective, so every rank calls it; nothing to do otherwise).
+      trainer.optimizer().gather_master_weights();
       triax::save_weights(c.export_hf, triax::WeightFormat::safetensors, trainer.model_config(), trainer.store(),
                           trainer.grid());
       if (rank == 0) triax::log::info("exported the model to {} (HF GPT2LMHeadModel safetensors)", c.export_hf);

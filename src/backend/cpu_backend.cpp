@@ -155,6 +155,33 @@ void CpuBackend::copy(const Tensor& dst, const Tensor& src) {
   if (dst.raw_data() != src.raw_data() && src.nbytes()) std::memmove(dst.raw_data(), src.raw_data(), src.nbytes());
 }
 
+void CpuBackend::cast(const Tensor& dst, const Tensor& src) {
+  need(dst, "cast", "dst", -1);
+  need(src, "cast", "src", -1);
+  if (dst.numel() != src.numel())
+    TRIAX_THROW(ConfigError, "backend cast: dst {} holds {} elements, src {} holds {}", dst.str(), dst.numel(), src.str(),
+                src.numel());
+  if (dst.dtype() == src.dtype()) {
+    copy(dst, src);
+    return;
+  }
+  const auto real = [](DType t) { return t == DType::f32 || t == DType::f64; };
+  if (!real(dst.dtype()) || !real(src.dtype()))
+    TRIAX_THROW(ConfigError, "backend cast: the cpu backend converts between float32 and float64 only, not {} to {} "
+                "(dst {}, src {})", dtype_name(src.dtype()), dtype_name(dst.dtype()), dst.str(), src.str());
+  auto a = open({&dst, &src});
+  const int64_t n = dst.numel();
+  if (dst.dtype() == DType::f32) {
+    float* d = dst.data<float>();
+    const double* s = src.data<double>();
+    for (int64_t i = 0; i < n; ++i) d[i] = static_cast<float>(s[i]);
+  } else {
+    double* d = dst.data<double>();
+    const float* s = src.data<float>();
+    for (int64_t i = 0; i < n; ++i) d[i] = static_cast<double>(s[i]);
+  }
+}
+
 void CpuBackend::fill(const Tensor& x, double value) {
   need(x, "fill", "x", -1);
   auto a = open({&x});

@@ -636,6 +636,7 @@ int64_t Checkpointer::resume() {
       const CheckpointManifest& m = *r.manifest;
       ParamStore& store = t_.store();
       for (size_t i = 0; i < store.size(); ++i) store.param_from_host(i, r.params[i]);
+      store.refresh_compute_copy();  // every master is current again; the layers read the copy
       t_.optimizer().state_from_host(0, r.m);
       t_.optimizer().state_from_host(1, r.v);
       t_.optimizer().set_step_counts(m.applied_steps, m.skipped_steps);

@@ -414,6 +414,10 @@ void training_options(Options& t) {
   t.push_back(string_opt("backend", "where the step runs: cpu, cpu-checked (buffers inaccessible outside the "
                          "backend: a check, slower), or cuda (one GPU per rank, the local rank's; NCCL for device "
                          "buffers)", TRIAX_FIELD(backend), enum_names<BackendKind>()));
+  t.push_back(bool_opt("bf16", "mixed precision: bfloat16 activations and weight copy, float32 masters, gradients "
+                       "and Adam moments (not on the cpu backends)", TRIAX_FIELD(bf16)));
+  t.push_back(bool_opt("fp16", "mixed precision: float16 activations and weight copy with a dynamic loss scale, "
+                       "float32 masters, gradients and Adam moments (not on the cpu backends)", TRIAX_FIELD(fp16)));
 }
 
 void optimizer_options(Options& t) {
@@ -782,6 +786,19 @@ BatchPlan resolve_train_batch(const TrainConfig& cfg, int dp, int seq) {
   return plan;
 }
 
+// The compute type from --bf16 / --fp16, refused where the backend cannot compute in it.
+DType resolve_compute_dtype(const TrainConfig& cfg) {
+  require(!(cfg.bf16 && cfg.fp16), "--bf16 and --fp16 are mutually exclusive: give one compute type (neither: "
+          "float32)");
+  if (!cfg.bf16 && !cfg.fp16) return DType::f32;
+  const char* flag = cfg.bf16 ? "--bf16" : "--fp16";
+  const BackendKind be = parse_enum<BackendKind>(cfg.backend);
+  require(be != BackendKind::cpu && be != BackendKind::cpu_checked,
+          "{} needs a backend that computes in {}: --backend {} computes in float32 only (mixed precision runs on "
+          "the cuda backend)", flag, cfg.bf16 ? "bfloat16" : "float16", cfg.backend);
+  return cfg.bf16 ? DType::bf16 : DType::f16;
+}
+
 }  // namespace
 
 ResolvedTrainConfig resolve_train_config(const TrainConfig& cfg, int world_size) {
@@ -789,6 +806,7 @@ ResolvedTrainConfig resolve_train_config(const TrainConfig& cfg, int world_size)
   ResolvedTrainConfig r;
   TrainConfig& e = r.explicit_cfg;
   e = cfg;
+  r.compute = resolve_compute_dtype(cfg);
   const int W = world_size;
   const int64_t tp_pp = checked_product("tp x pp", {cfg.tp, cfg.pp});
   if (cfg.dp) {

@@ -403,12 +403,6 @@ cudaStream_t compute_stream(const Backend& be) {
   return c ? c->stream() : nullptr;
 }
 
-void backend_cast(Backend& be, const Tensor& dst, const Tensor& src) {
-  auto* c = dynamic_cast<CudaBackend*>(&be);
-  if (!c) TRIAX_THROW(ConfigError, "cuda::backend_cast on the {} backend (a cuda backend is needed)", be.name());
-  c->cast(dst, src);
-}
-
 uint64_t pool_used_high(const Backend& be) {
   const auto* c = dynamic_cast<const CudaBackend*>(&be);
   return c ? c->pool_used_high() : 0;

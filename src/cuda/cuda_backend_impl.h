@@ -45,9 +45,8 @@ class CudaBackend final : public Backend {
   void add_bias(const Tensor& y, const Tensor& b, int N, int C) override;
   void bias_grad(const Tensor& db, const Tensor& d, int N, int C) override;
   void residual(const Tensor& out, const Tensor& a, const Tensor& b) override;
-  // dst = src converted (f32 <-> bf16, f32 <-> f16; the same type is a copy). Becomes an override
-  // when the seam declares Backend::cast.
-  void cast(const Tensor& dst, const Tensor& src);
+  // dst = src converted (f32 <-> bf16, f32 <-> f16; the same type is a copy).
+  void cast(const Tensor& dst, const Tensor& src) override;
 
   void linear_forward(const Tensor& out, const Tensor& inp, const Tensor& w, const Tensor& bias, int N, int IC,
                       int OC) override;

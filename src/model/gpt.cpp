@@ -78,14 +78,16 @@ void GptChunk::ensure(Tensor& t, size_t n, DType dtype) {
     t = be_.empty(Shape{static_cast<int64_t>(n)}, dtype);
 }
 
-// Parameter i's view (grad: its gradient's), made on first use; both caches follow the store's size.
+// Parameter i's compute view (ParamStore::weight_t: the bf16/fp16 compute copy under mixed
+// precision, else the master) or, with grad, its gradient's; made on first use; both caches
+// follow the store's size.
 const Tensor& GptChunk::view(size_t i, bool grad) {
   if (pview_.size() != store_.size() || gview_.size() != store_.size()) {
     pview_.assign(store_.size(), Tensor());
     gview_.assign(store_.size(), Tensor());
   }
   Tensor& v = grad ? gview_[i] : pview_[i];
-  if (!v.defined()) v = grad ? store_.grad_t(i) : store_.param_t(i);
+  if (!v.defined()) v = grad ? store_.grad_t(i) : store_.weight_t(i);
   return v;
 }
 
@@ -209,6 +211,7 @@ void GptChunk::init_params(uint64_t seed) {
     }
     store_.param_from_host(i, shard_of(v, full, info.spec.split, r, tps));
   }
+  store_.refresh_compute_copy();  // the layers read the copy (nothing to do without one)
 }
 
 GptChunk::Slot& GptChunk::slot(int s, bool create) {

@@ -665,7 +665,7 @@ void MoeMlp::backward(int sl, const float* dy, float* dx, float dloss) {
 
 const Tensor& MoeMlp::P(size_t i) {
   auto it = pview_.find(i);
-  if (it == pview_.end()) it = pview_.emplace(i, store_.param_t(i)).first;
+  if (it == pview_.end()) it = pview_.emplace(i, store_.weight_t(i)).first;  // the compute view
   return it->second;
 }
 

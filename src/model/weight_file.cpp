@@ -394,6 +394,7 @@ void WeightFile::load(ParamStore& store, const GptConfig& cfg, int tp_rank, int 
       }
     }
   }
+  store.refresh_compute_copy();  // the layers read the compute copy (nothing to do without one)
 }
 
 // ---------------------------------------------------------------- writing

@@ -68,6 +68,21 @@ double global_grad_norm(ParamStore& store, ProcessGrid& grid, const GradBuffer* 
   return std::sqrt(buf[0]);
 }
 
+bool any_nonfinite_grad(ParamStore& store, ProcessGrid& grid, const GradBuffer* zero) {
+  Backend& be = store.backend();
+  const Tensor acc = accumulators(be, 1);
+  if (zero) {
+    if (zero->options().sync != GradSync::reduce_scatter)
+      TRIAX_THROW(ConfigError, "any_nonfinite_grad: the GradBuffer does not reduce-scatter (not ZeRO-1)");
+    if (zero->shard_size() > 0) be.count_nonfinite_into(acc, 0, zero->shard_grads_t());
+  } else if (store.padded_numel() > 0) {
+    be.count_nonfinite_into(acc, 0, store.grads_t());
+  }
+  double buf[1] = {read(be, acc)[0]};
+  grid.world().all_reduce(std::span<double>(buf), ReduceOp::max).wait();
+  return buf[0] > 0;
+}
+
 double clip_coefficient(double norm, double max_norm) {
   if (max_norm <= 0.0 || !(norm > max_norm)) return 1.0;
   return max_norm / (norm + 1e-6);

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <limits>
 
 #include "triax/core/clock.h"
 #include "triax/optim/grad_norm.h"
@@ -29,6 +30,7 @@ Optimizer::Optimizer(ParamStore& store, ProcessGrid& grid, const OptimizerConfig
   Backend& be = store_.backend();
   m_ = be.zeros(Shape{static_cast<int64_t>(state)}, DType::f32);
   v_ = be.zeros(Shape{static_cast<int64_t>(state)}, DType::f32);
+  if (cfg_.loss_scaler) scaler_.emplace(*cfg_.loss_scaler);
 }
 
 void Optimizer::set_step_counts(int64_t applied, int64_t skipped) {
@@ -72,32 +74,50 @@ StepReport Optimizer::step(double lr) {
   StepReport rep;
   rep.sync = grads_.finish();
   const auto t0 = std::chrono::steady_clock::now();
-  rep.grad_norm = global_grad_norm(store_, grid_, cfg_.zero1 ? &grads_ : nullptr);
-  if (!std::isfinite(rep.grad_norm)) {
+  const GradBuffer* zero = cfg_.zero1 ? &grads_ : nullptr;
+  auto skip = [&] {
     ++skipped_;
     rep.skipped = true;
     rep.applied_steps = applied_;
     rep.skipped_steps = skipped_;
     rep.update_s = since(t0);
     return rep;
+  };
+  rep.loss_scale = loss_scale();
+  if (scaler_) {
+    // Every rank learns of an overflow anywhere (world all-reduce) and updates its scaler alike.
+    rep.overflow = !scaler_->update(any_nonfinite_grad(store_, grid_, zero));
+    if (rep.overflow) {
+      rep.grad_norm = std::numeric_limits<double>::infinity();
+      return skip();
+    }
   }
+  rep.grad_norm = global_grad_norm(store_, grid_, zero) / rep.loss_scale;  // of the unscaled gradients
+  if (!std::isfinite(rep.grad_norm)) return skip();
   rep.clip_coef = clip_coefficient(rep.grad_norm, cfg_.max_grad_norm);
   ++applied_;
-  const AdamWStep s{static_cast<float>(lr), applied_, static_cast<float>(rep.clip_coef)};
+  const AdamWStep s{static_cast<float>(lr), applied_, static_cast<float>(rep.clip_coef / rep.loss_scale)};
   Backend& be = store_.backend();
   const Tensor params = store_.params_t();
   const Tensor grads = cfg_.zero1 ? grads_.shard_grads_t() : store_.grads_t();
+  // The compute copy (when the store has one) receives the updated weights in the same pass.
+  const Tensor copy = store_.has_compute_copy() ? store_.weights_t() : Tensor();
   auto at = [](const Tensor& t, size_t off, size_t n) {
-    return t.slice(static_cast<int64_t>(off), static_cast<int64_t>(off + n));
+    return t.defined() ? t.slice(static_cast<int64_t>(off), static_cast<int64_t>(off + n)) : Tensor();
   };
   for (const auto& r : ranges_)
     be.adamw(at(params, r.flat_offset, r.count), at(grads, r.state_offset, r.count), at(m_, r.state_offset, r.count),
-             at(v_, r.state_offset, r.count), cfg_.adamw, r.decay ? cfg_.adamw.weight_decay : 0.0f, s);
+             at(v_, r.state_offset, r.count), cfg_.adamw, r.decay ? cfg_.adamw.weight_decay : 0.0f, s,
+             at(copy, r.flat_offset, r.count));
   rep.update_s = since(t0);
   if (cfg_.zero1) rep.gather_s = zero_all_gather_params(grads_, staging_);
   rep.applied_steps = applied_;
   rep.skipped_steps = skipped_;
   return rep;
+}
+
+double Optimizer::gather_master_weights() {
+  return cfg_.zero1 ? zero_all_gather_masters(grads_, staging_masters_) : 0.0;
 }
 
 }  // namespace triax

@@ -20,18 +20,22 @@ size_t ParamStore::add(ParamSpec spec, std::vector<int64_t> local_shape) {
   return infos_.size() - 1;
 }
 
-void ParamStore::finalize(size_t pad_to) {
+void ParamStore::finalize(size_t pad_to, bool force_compute_copy) {
   if (finalized_) TRIAX_THROW(ConfigError, "ParamStore::finalize called twice");
   if (pad_to == 0) pad_to = 1;
   padded_ = (used_ + pad_to - 1) / pad_to * pad_to;
   const auto n = static_cast<int64_t>(padded_);
   params_ = be_->zeros(Shape{n}, dtype_);
   grads_ = be_->zeros(Shape{n}, dtype_);
+  // The compute copy starts as the zero masters' image; refresh_compute_copy() follows every init.
+  weights_ = compute_dtype_ != dtype_ || force_compute_copy ? be_->zeros(Shape{n}, compute_dtype_) : params_;
+  stale_.assign(infos_.size(), 0);
   finalized_ = true;
 }
 
 ParamStore::ParamStore(Backend& be) : be_(&be) {
   dtype_ = be.compute_dtype() == DType::f64 ? DType::f64 : DType::f32;
+  compute_dtype_ = be.compute_dtype();
 }
 
 ParamStore::ParamStore() : own_(make_cpu_backend()), be_(own_.get()) {}
@@ -43,6 +47,12 @@ void need_final(bool f, const char* what) {
   if (!f) TRIAX_THROW(ConfigError, "ParamStore::{} before finalize()", what);
 }
 }  // namespace
+
+Tensor ParamStore::weight_t(size_t i) const {
+  need_final(finalized_, "weight_t");
+  const auto& p = infos_.at(i);
+  return weights_.slice(static_cast<int64_t>(p.offset), static_cast<int64_t>(p.offset + p.numel));
+}
 
 Tensor ParamStore::param_t(size_t i) const {
   need_final(finalized_, "param_t");
@@ -65,6 +75,7 @@ Tensor ParamStore::grads_range(size_t begin, size_t end) const {
 
 std::vector<float> ParamStore::param_to_host(size_t i) const {
   const Tensor t = param_t(i);
+  need_current(i, "param_to_host");
   std::vector<float> out(static_cast<size_t>(t.numel()));
   if (dtype_ == DType::f32) {
     be_->copy_to_host(out.data(), t, out.size() * sizeof(float));
@@ -82,6 +93,15 @@ void ParamStore::param_to_host(size_t i, size_t begin, size_t end, std::span<std
     TRIAX_THROW(ConfigError, "parameter '{}' ({} elements): elements [{}, {}) do not fit {} bytes",
                 infos_.at(i).spec.name, t.numel(), begin, end, dst.size());
   if (begin == end) return;
+  if (stale_.at(i)) {
+    const size_t b = infos_[i].offset + begin, e = infos_[i].offset + end;
+    const bool inside = std::any_of(current_ranges_.begin(), current_ranges_.end(),
+                                    [&](const auto& r) { return r.first <= b && e <= r.second; });
+    if (!inside)
+      TRIAX_THROW(ConfigError, "parameter '{}': master elements [{}, {}) are outside this rank's ZeRO-1 shard and "
+                  "stale (the all-gather moved only the compute copy); gather the masters first "
+                  "(Optimizer::gather_master_weights)", infos_[i].spec.name, begin, end);
+  }
   const Tensor part = t.slice(static_cast<int64_t>(begin), static_cast<int64_t>(end));
   if (dtype_ == DType::f32) {
     be_->copy_to_host(dst.data(), part, dst.size());
@@ -106,6 +126,7 @@ void ParamStore::param_from_host(size_t i, std::span<const float> values) {
     std::vector<double> d(values.begin(), values.end());
     be_->copy_from_host(t, d.data(), d.size() * sizeof(double));
   }
+  stale_.at(i) = 0;  // the whole master is written: current again
 }
 
 std::span<float> ParamStore::host_span(const Tensor& t, size_t off, size_t n) const {
@@ -116,14 +137,24 @@ std::span<float> ParamStore::host_span(const Tensor& t, size_t off, size_t n) co
   return std::span<float>(t.data<float>() + off, n);
 }
 
-std::span<float> ParamStore::param(size_t i) { return host_span(params_, infos_.at(i).offset, infos_.at(i).numel); }
-std::span<float> ParamStore::grad(size_t i) { return host_span(grads_, infos_.at(i).offset, infos_.at(i).numel); }
-std::span<const float> ParamStore::param(size_t i) const {
+std::span<float> ParamStore::param(size_t i) {
+  need_current(i, "param");
   return host_span(params_, infos_.at(i).offset, infos_.at(i).numel);
 }
-std::span<float> ParamStore::flat_params() { return host_span(params_, 0, padded_); }
+std::span<float> ParamStore::grad(size_t i) { return host_span(grads_, infos_.at(i).offset, infos_.at(i).numel); }
+std::span<const float> ParamStore::param(size_t i) const {
+  need_current(i, "param");
+  return host_span(params_, infos_.at(i).offset, infos_.at(i).numel);
+}
+std::span<float> ParamStore::flat_params() {
+  for (size_t i = 0; i < infos_.size(); ++i) need_current(i, "flat_params");
+  return host_span(params_, 0, padded_);
+}
 std::span<float> ParamStore::flat_grads() { return host_span(grads_, 0, padded_); }
-std::span<const float> ParamStore::flat_params() const { return host_span(params_, 0, padded_); }
+std::span<const float> ParamStore::flat_params() const {
+  for (size_t i = 0; i < infos_.size(); ++i) need_current(i, "flat_params");
+  return host_span(params_, 0, padded_);
+}
 std::span<const float> ParamStore::flat_grads() const { return host_span(grads_, 0, padded_); }
 
 size_t ParamStore::find(const std::string& name) const {
@@ -134,6 +165,39 @@ size_t ParamStore::find(const std::string& name) const {
 
 void ParamStore::zero_grads() {
   if (finalized_) be_->fill(grads_, 0.0);
+}
+
+void ParamStore::need_current(size_t i, const char* what) const {
+  if (finalized_ && stale_.at(i))
+    TRIAX_THROW(ConfigError, "ParamStore::{}: the master of parameter '{}' is stale on this rank outside its ZeRO-1 "
+                "shard (the all-gather moved only the {} compute copy); gather the masters first "
+                "(Optimizer::gather_master_weights)", what, infos_[i].spec.name, dtype_name(compute_dtype_));
+}
+
+void ParamStore::refresh_compute_copy() {
+  need_final(finalized_, "refresh_compute_copy");
+  if (!has_compute_copy()) return;
+  for (size_t i = 0; i < infos_.size(); ++i) need_current(i, "refresh_compute_copy");
+  be_->cast(weights_, params_);
+}
+
+void ParamStore::mark_masters_sharded(std::vector<std::pair<size_t, size_t>> current_ranges) {
+  need_final(finalized_, "mark_masters_sharded");
+  for (const auto& [b, e] : current_ranges)
+    if (b > e || e > padded_)
+      TRIAX_THROW(ConfigError, "ParamStore::mark_masters_sharded: range [{}, {}) outside the store's {} elements", b, e,
+                  padded_);
+  current_ranges_ = std::move(current_ranges);
+  std::fill(stale_.begin(), stale_.end(), char{1});
+}
+
+void ParamStore::mark_masters_current() {
+  std::fill(stale_.begin(), stale_.end(), char{0});
+  current_ranges_.clear();
+}
+
+bool ParamStore::masters_current() const {
+  return std::none_of(stale_.begin(), stale_.end(), [](char c) { return c != 0; });
 }
 
 }  // namespace triax

@@ -126,13 +126,14 @@ TrainConfig with_init_from_shape(const TrainConfig& cfg) {
   return c;
 }
 
-Trainer::Trainer(std::shared_ptr<Communicator> world, const TrainConfig& cfg)
-    : Trainer(world, resolve_train_config(with_init_from_shape(cfg), world->size())) {}
+Trainer::Trainer(std::shared_ptr<Communicator> world, const TrainConfig& cfg, const TrainerOptions& opts)
+    : Trainer(world, resolve_train_config(with_init_from_shape(cfg), world->size()), opts) {}
 
 // Everything below builds from `r` alone: the configuration is resolved once, above, and the
 // out-of-memory handlers describe the same resolution (the members are gone by then).
-Trainer::Trainer(const std::shared_ptr<Communicator>& world, const ResolvedTrainConfig& r) try
-    : cfg_(r.explicit_cfg),
+Trainer::Trainer(const std::shared_ptr<Communicator>& world, const ResolvedTrainConfig& r, const TrainerOptions& opts) try
+    : opts_(opts),
+      cfg_(r.explicit_cfg),
       model_(r.model),
       kind_(r.explicit_cfg.schedule),
       stage_layers_(r.stage_layers),
@@ -161,6 +162,8 @@ Trainer::Trainer(const std::shared_ptr<Communicator>& world, const ResolvedTrain
 
 void Trainer::start_rank(const std::shared_ptr<Communicator>& world, const ResolvedTrainConfig& r) {
   const TrainConfig& cfg = cfg_;
+  // r.compute (--bf16/--fp16) is float32 on the CPU backends (resolve_train_config refuses the
+  // others there); the CUDA backend takes it as CudaBackendOptions::compute (start_cuda).
   const BackendKind kind = parse_enum<BackendKind>(cfg.backend);
   std::shared_ptr<Communicator> comm;
   std::vector<std::string> hosts;
@@ -169,7 +172,7 @@ void Trainer::start_rank(const std::shared_ptr<Communicator>& world, const Resol
     case BackendKind::cpu_checked: backend_ = make_checked_cpu_backend(); break;
     case BackendKind::cuda:
       hosts = gather_host_names(*world);  // the local rank picks the device; the grid reuses the names
-      comm = start_cuda(world, hosts);
+      comm = start_cuda(world, hosts, r.compute);
       break;
   }
   if (!comm) comm = backend_->adapt(world);
@@ -195,7 +198,7 @@ void Trainer::start_rank(const std::shared_ptr<Communicator>& world, const Resol
 }
 
 std::shared_ptr<Communicator> Trainer::start_cuda(const std::shared_ptr<Communicator>& world,
-                                                  const std::vector<std::string>& hosts) {
+                                                  const std::vector<std::string>& hosts, DType compute) {
   // Refused here, before anything is built, with what CUDA said: exit 2 within seconds on a
   // machine without a GPU (or a triax built without CUDA, where the count is 0 too).
   std::string why;
@@ -210,11 +213,12 @@ std::shared_ptr<Communicator> Trainer::start_cuda(const std::shared_ptr<Communic
   // One GPU per rank: the rank's place on its host, modulo the devices it sees (a launcher that
   // gives each rank one device through CUDA_VISIBLE_DEVICES makes that device 0).
   const int device = local_rank_of(hosts, world->rank()) % devices;
-  backend_ = cuda::make_cuda_backend(cuda::CudaBackendOptions{device, DType::f32});
+  backend_ = cuda::make_cuda_backend(cuda::CudaBackendOptions{device, compute});
   // Host spans (metrics, norms, checkpoints, weight files) stay on world's host communicator;
   // device buffers travel on NCCL over the same ranks (cuda/device_comm.h, docs/CUDA.md).
   return cuda::make_device_communicator(world, *backend_, cuda::device_path_from_env());
 #else
+  (void)compute;
   TRIAX_THROW(ConfigError, "--backend cuda: this triax was built without CUDA (configure with -DTRIAX_WITH_CUDA=ON "
               "where nvcc and NCCL are installed)");
 #endif
@@ -236,7 +240,9 @@ void Trainer::build_model(const ResolvedTrainConfig& r) {
     chunks_.push_back(std::make_unique<GptChunk>(model_, spec, grid_->tp(), *store_, cfg.recompute,
                                                  /*wte_norm_owner=*/P == 1, cfg.sequence_parallel, moe));
   }
-  store_->finalize(cfg.zero1 ? static_cast<size_t>(r.dp) : 1);
+  // A compute copy exists when the backend computes in another type than the masters (or a test
+  // forces one); init_params and the weight-file load refresh it.
+  store_->finalize(cfg.zero1 ? static_cast<size_t>(r.dp) : 1, opts_.force_compute_copy);
   for (auto& ch : chunks_) ch->init_params(cfg.seed);
   if (!cfg.init_from.empty()) WeightFile(cfg.init_from, model_.n_head).load(*store_, model_, grid_->tp());
 }
@@ -251,6 +257,9 @@ void Trainer::build_optimizer(const ResolvedTrainConfig& r) {
   oc.grad_sync.overlap = cfg.overlap_grad_reduce;
   if (cfg.pp > 1 && (grid_->is_first_stage() || grid_->is_last_stage()))
     oc.grad_sync.tied_param = store_->find("transformer.wte.weight");
+  // fp16 needs the dynamic loss scale (float16's range); bf16 has float32's exponent range.
+  if (r.compute == DType::f16) oc.loss_scaler = LossScalerConfig{};
+  if (opts_.loss_scaler) oc.loss_scaler = *opts_.loss_scaler;
   optimizer_ = std::make_unique<Optimizer>(*store_, *grid_, oc);
 
   std::vector<Stage*> ptrs;
@@ -321,7 +330,9 @@ IterationMetrics Trainer::step(bool record_events) {
   const auto t0 = Clock::now();
   watchdog_->set_phase(fmt::format("iteration {}: pipeline schedule ({} micro-batches: forward, backward, P2P)", it, m));
   faults_.at_step_start(it);
-  last_ = executor_->run(*schedule_, data, &optimizer_->grad_buffer(), 1.0f / static_cast<float>(m), record_events);
+  // The loss gradient carries the loss scale (1 unless fp16's scaler is on; a power of two, exact).
+  const float dloss = static_cast<float>(optimizer_->loss_scale()) / static_cast<float>(m);
+  last_ = executor_->run(*schedule_, data, &optimizer_->grad_buffer(), dloss, record_events);
   watchdog_->set_phase(fmt::format("iteration {}: optimizer step (DP gradient sync, norm, AdamW)", it));
   faults_.maybe_hang(it);
   const StepReport rep = optimizer_->step(lr);
@@ -384,7 +395,11 @@ void Trainer::check_step(IterationMetrics& mt, const StepReport& rep, std::span<
     return static_cast<size_t>(r) < h.size() ? h[static_cast<size_t>(r)] : std::string("?");
   };
   mt.step_skipped = rep.skipped;
-  if (rep.skipped) {
+  if (rep.overflow) {
+    // fp16's loss scaler skipped the step (an overflow on some rank): its normal work, not a fault.
+    if (r0) log::info("iteration {}: loss scale {} overflowed; the step was skipped on every rank, the scale is now {}",
+                      mt.iteration, rep.loss_scale, optimizer_->loss_scale());
+  } else if (rep.skipped) {
     ++consecutive_skips_;
     const NonFiniteGrad where =
         locate_nonfinite_grad(*store_, grid_->world(), optimizer_->grad_buffer().presync_nonfinite());

@@ -236,8 +236,8 @@ TEST_CASE("cuda backend: element-wise ops, biases and periodic rows match the cp
     if (dt != DType::f32) {
       auto f = bt::rand_pair(x, DType::f32, n);
       Tensor h = x.gpu->empty(Shape{static_cast<int64_t>(n)}, dt), back = x.gpu->empty(Shape{static_cast<int64_t>(n)}, DType::f32);
-      cuda::backend_cast(*x.gpu, h, f.g);
-      cuda::backend_cast(*x.gpu, back, h);
+      x.gpu->cast(h, f.g);
+      x.gpu->cast(back, h);
       std::vector<double> want = bt::download(*x.cpu, f.c);
       for (auto& w : want) w = bt::round_to(dt, w);
       bt::report("cast f32->" + std::string(dtype_name(dt)) + "->f32", DType::f32,

@@ -16,3 +16,6 @@ triax_add_multirank_test(test_fault_injection SOURCES ${CMAKE_CURRENT_LIST_DIR}/
 # vocabulary rows get none; pp 2 x dp 2 starts all DP buckets but the tied one before finish() in
 # every schedule, driven by the pipeline executor.
 triax_add_multirank_test(test_grad_scale SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_grad_scale.cpp NP 1 4 TIMEOUT 300)
+# Mixed-precision plumbing on the CPU: a forced compute copy trains bit for bit like none (plain,
+# ZeRO-1, pipeline/TP layouts); the fp16 loss scaler's overflow flag makes every rank skip together.
+triax_add_multirank_test(test_mixed_precision SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_mixed_precision.cpp NP 1 2 4 TIMEOUT 300)

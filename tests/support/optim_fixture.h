@@ -24,7 +24,8 @@ inline std::vector<FakeParam> odd_params() {
           {"attn.b", 7, false}, {"mlp.w", 129, true}, {"mlp.b", 3, false}, {"lnf.w", 12, false}};
 }
 
-inline ParamStore make_store(const std::vector<FakeParam>& ps, size_t pad_to) {
+// force_copy: a separate compute copy of the masters' type (ParamStore::finalize).
+inline ParamStore make_store(const std::vector<FakeParam>& ps, size_t pad_to, bool force_copy = false) {
   ParamStore s;
   for (const auto& p : ps) {
     ParamSpec spec;
@@ -34,7 +35,7 @@ inline ParamStore make_store(const std::vector<FakeParam>& ps, size_t pad_to) {
     spec.norm_owner = p.norm_owner;
     s.add(spec, {p.numel});
   }
-  s.finalize(pad_to);
+  s.finalize(pad_to, force_copy);
   return s;
 }
 

@@ -310,6 +310,17 @@ errors)
   printf 'tp = "two"\n' >"$tmp/bad.toml"
   expect_error "two" -np 1 "$exe" --config "$tmp/bad.toml"
   ;;
+precision)
+  # Mixed precision: the CPU backends compute in float32 only; --bf16/--fp16 are refused with the
+  # flag and the backend named (exit 2, one message per job), from flags and from [training].
+  expect_exit 2 "--bf16 needs a backend that computes in bfloat16: --backend cpu computes in float32 only" \
+    -np 2 "$exe" --bf16 --train-iters 1
+  expect_exit 2 "--fp16 needs a backend that computes in float16: --backend cpu-checked computes in float32 only" \
+    -np 2 "$exe" --fp16 --backend cpu-checked --train-iters 1
+  expect_exit 2 "--bf16 and --fp16 are mutually exclusive" -np 1 "$exe" --bf16 --fp16 --train-iters 1
+  printf '[training]\nbf16 = true\n' >"$tmp/bf16.toml"
+  expect_exit 2 "--bf16 needs a backend that computes in bfloat16" -np 1 "$exe" --config "$tmp/bf16.toml"
+  ;;
 *) fail "unknown case" ;;
 esac
 echo "PASS $case_"

@@ -65,6 +65,10 @@ class Backend {
   virtual void copy_from_host(const Tensor& dst, const void* src, size_t nbytes) = 0;
   virtual void copy_to_host(void* dst, const Tensor& src, size_t nbytes) = 0;
   virtual void copy(const Tensor& dst, const Tensor& src) = 0;  // same numel and dtype, dense
+  // dst = src converted to dst's element type (same numel, dense; dtypes may differ): the masters
+  // cast into the compute copy of mixed precision (round to nearest even). Same dtype: a copy.
+  // The CPU backends convert between float32 and float64 only and refuse other pairs.
+  virtual void cast(const Tensor& dst, const Tensor& src) = 0;
   virtual void fill(const Tensor& x, double value) = 0;
   virtual void scale(const Tensor& x, double a) = 0;                    // x *= a
   virtual void axpy(const Tensor& y, double a, const Tensor& x) = 0;    // y += a x

@@ -28,6 +28,7 @@ class CpuBackend : public Backend {
   void copy_from_host(const Tensor& dst, const void* src, size_t nbytes) override;
   void copy_to_host(void* dst, const Tensor& src, size_t nbytes) override;
   void copy(const Tensor& dst, const Tensor& src) override;
+  void cast(const Tensor& dst, const Tensor& src) override;
   void fill(const Tensor& x, double value) override;
   void scale(const Tensor& x, double a) override;
   void axpy(const Tensor& y, double a, const Tensor& x) override;

@@ -84,6 +84,11 @@ struct TrainConfig {
   int64_t eval_iters = 10;
   std::string metrics_jsonl;
   std::string backend = "cpu";  // a name of BackendKind
+  // Mixed precision (Megatron's flags; fp32 when neither): activations and the compute copy of the
+  // weights in bfloat16 or float16; master weights, gradients and Adam moments stay float32
+  // (docs/CUDA.md). Mutually exclusive; the CPU backends compute in float32 only and refuse both.
+  bool bf16 = false;
+  bool fp16 = false;
   // Faults (docs/FAULTS.md): the watchdog's stall timeout in seconds (0: off), the consecutive
   // skipped (non-finite) iterations that end the run (0: never), the factor over the median
   // compute time that marks a straggler, and the z-score of a loss spike (0: off).
@@ -195,6 +200,8 @@ struct ResolvedTrainConfig {
   int moe_layers = 0;             // layers that are MoE (0: a dense model; moe is then unused)
   MoeConfig moe;
   LrScheduleConfig lr;
+  // The backend's compute type: f32, or bf16 / f16 from --bf16 / --fp16 (CudaBackendOptions::compute).
+  DType compute = DType::f32;
 };
 ResolvedTrainConfig resolve_train_config(const TrainConfig& cfg, int world_size);
 

@@ -36,11 +36,6 @@ std::unique_ptr<Backend> make_cuda_backend(const CudaBackendOptions& opts = {});
 // calls after it); nullptr for any other backend.
 cudaStream_t compute_stream(const Backend& be);
 
-// dst = src converted on a cuda backend's stream: float32 <-> bfloat16 and float32 <-> float16
-// (round to nearest even), the same type a copy. ConfigError for another backend or pair. (The
-// CudaBackend's cast member; it becomes Backend::cast when the seam declares one.)
-void backend_cast(Backend& be, const Tensor& dst, const Tensor& src);
-
 // The high-water mark of the device memory pool a cuda backend allocates from
 // (cudaMemPoolAttrUsedMemHigh: buffers and launcher scratch), reset by reset_peak(); 0 for any
 // other backend. bytes_in_use()/peak_bytes() count the backend's own buffers only.

@@ -137,7 +137,7 @@ class GptChunk final : public Stage {
   // Buffer t holds exactly n elements of dtype (reallocated only when the size changes).
   void ensure(Tensor& t, size_t n, DType dtype);
   void ensure(Tensor& t, size_t n) { ensure(t, n, dt_); }
-  const Tensor& P(size_t i);  // parameter i's master view (cached)
+  const Tensor& P(size_t i);  // parameter i's compute view (ParamStore::weight_t, cached)
   const Tensor& G(size_t i);  // its gradient view
   const Tensor& view(size_t i, bool grad);
 

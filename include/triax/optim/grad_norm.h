@@ -26,6 +26,14 @@ double local_grad_sumsq(ParamStore& store, const GradBuffer& zero);
 // Both are one all-reduce of one double on grid.world() (tp x pp x dp = world).
 double global_grad_norm(ParamStore& store, ProcessGrid& grid, const GradBuffer* zero = nullptr);
 
+// The fp16 loss scaler's overflow flag: whether any rank holds a non-finite gradient element after
+// the DP reduction, the same answer on every rank. Each rank counts the non-finite elements of what
+// it holds (the full flat gradients, or its ZeRO-1 shard: a NaN reduce-scattered elsewhere is in
+// another rank's shard) with Backend::count_nonfinite_into, and one all-reduce (max) of one double
+// on grid.world() = tp x pp x dp covers every model-parallel group and the DP group, so all ranks
+// skip the step together.
+bool any_nonfinite_grad(ParamStore& store, ProcessGrid& grid, const GradBuffer* zero = nullptr);
+
 // max_norm / (norm + 1e-6) when norm > max_norm, else 1 (also when max_norm <= 0: no clipping).
 double clip_coefficient(double norm, double max_norm);
 

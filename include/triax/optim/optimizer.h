@@ -3,6 +3,7 @@
 // clip, fused AdamW (over the whole store, or this rank's ZeRO-1 shard), ZeRO-1 all-gather.
 #pragma once
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -10,6 +11,7 @@
 #include "triax/params/param_store.h"
 #include "triax/ops/adamw.h"
 #include "triax/optim/grad_buffer.h"
+#include "triax/optim/loss_scaler.h"
 #include "triax/optim/zero.h"
 
 namespace triax {
@@ -21,12 +23,19 @@ struct OptimizerConfig {
   // Buckets and overlap. sync is set from zero1. For a tied embedding set tied_param; embedding
   // defaults to grid.embedding().
   GradBufferOptions grad_sync;
+  // fp16: dynamic loss scaling (loss_scaler.h). The caller multiplies the loss gradient by
+  // Optimizer::loss_scale(); step() checks the gradients for inf/NaN on every rank
+  // (any_nonfinite_grad), skips the step on all of them together on an overflow, and otherwise
+  // unscales the norm and folds 1 / scale into AdamW's grad_scale. Unset: no scaling.
+  std::optional<LossScalerConfig> loss_scaler;
 };
 
 struct StepReport {
   double grad_norm = 0;       // global norm before clipping (NaN/inf when the step was skipped)
   double clip_coef = 1;       // applied to the gradients (1: not clipped)
   bool skipped = false;       // non-finite norm: parameters and Adam state untouched
+  bool overflow = false;      // skipped by the loss scaler: a non-finite gradient on some rank
+  double loss_scale = 1;      // the loss scale this step's gradients carried (1 without a scaler)
   int64_t applied_steps = 0;  // steps applied so far (AdamW's t of this step)
   int64_t skipped_steps = 0;  // iterations skipped so far
   GradSyncStats sync;         // the gradient synchronisation of this step
@@ -48,6 +57,17 @@ class Optimizer {
   // Afterwards flat_grads hold the DP-reduced, unclipped gradients (plain DP) or this rank's
   // unreduced ones (ZeRO-1); zero them before the next step's first micro-batch.
   StepReport step(double lr);
+
+  // Under ZeRO-1 with a compute copy (ParamStore::has_compute_copy) the step gathers only the
+  // copy, leaving other shards' fp32 masters stale on this rank; this all-gathers the masters
+  // over DP (every DP rank calls it together) before something reads them whole (the HF export).
+  // Nothing to do otherwise. Returns seconds spent.
+  double gather_master_weights();
+
+  // What to multiply the loss gradient by: the loss scaler's current scale, 1 without one.
+  double loss_scale() const { return scaler_ ? scaler_->scale() : 1.0; }
+  const DynamicLossScaler* loss_scaler() const { return scaler_ ? &*scaler_ : nullptr; }
+  DynamicLossScaler* loss_scaler() { return scaler_ ? &*scaler_ : nullptr; }
 
   int64_t applied_steps() const { return applied_; }
   int64_t skipped_steps() const { return skipped_; }
@@ -76,8 +96,9 @@ class Optimizer {
   OptimizerConfig cfg_;
   GradBuffer grads_;
   std::vector<UpdateRange> ranges_;
-  Tensor m_, v_, staging_;  // fp32 on the store's backend
+  Tensor m_, v_, staging_, staging_masters_;  // on the store's backend
   int64_t applied_ = 0, skipped_ = 0;
+  std::optional<DynamicLossScaler> scaler_;
 };
 
 }  // namespace triax

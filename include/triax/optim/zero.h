@@ -31,9 +31,18 @@ std::vector<UpdateRange> update_ranges(const ParamStore& store);
 // the shard; padding elements are in none.
 std::vector<UpdateRange> update_ranges(const ParamStore& store, const GradBuffer& zero);
 
-// After this rank has updated the parameters of its pieces in store.flat_params(): all-gathers
-// every bucket over DP (a collective per bucket, all in flight together), so every rank holds
-// every updated parameter. staging: scratch, resized to the shard size. Returns seconds spent.
+// After this rank has updated the parameters of its pieces: all-gathers every bucket over DP (a
+// collective per bucket, all in flight together), so every rank holds every updated weight.
+// What travels is what the layers read, store.weights_t(): the compute copy when the store has
+// one (half the bytes of fp32 with bf16), and the masters are then current only in this rank's
+// shard (ParamStore::mark_masters_sharded); else the masters themselves. staging: scratch,
+// resized to the shard size. Returns seconds spent.
 double zero_all_gather_params(GradBuffer& zero, Tensor& staging);
+// All-gathers the fp32 masters (a DP collective: every DP rank calls it together) when they are
+// stale after zero_all_gather_params moved only the compute copy, and marks them current; nothing
+// when they are current (every DP rank agrees: the state follows the same calls). For readers of
+// other shards' masters: the HF export and tests. Checkpoints write each rank's own shard and
+// need no gather. Returns seconds spent.
+double zero_all_gather_masters(GradBuffer& zero, Tensor& staging);
 
 }  // namespace triax

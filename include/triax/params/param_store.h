@@ -3,10 +3,18 @@
 // at the same offset of a second flat buffer (parameter gradients keep their own type whatever the
 // activations are). Flat buffers are what DP buckets, ZeRO-1 shards and the fused AdamW walk;
 // named views (Tensor slices) are what layers hand to the backend.
+//
+// Mixed precision: when the backend computes in another type than the masters (bf16/fp16 on the
+// CUDA backend), a third flat buffer, the compute copy, holds the weights in the compute type at
+// the same offsets; layers read weight_t(i), the optimizer updates param_t(i) and rounds into the
+// copy in the same pass. Without one (fp32 compute), weight_t(i) is param_t(i): no copy, no cost.
+// finalize(pad_to, force_compute_copy = true) makes a copy of the masters' own type, which the CPU
+// tests use to prove the copy is kept current (training with it equals training without it).
 #pragma once
 #include <cstdint>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "triax/backend/backend.h"
@@ -63,9 +71,13 @@ class ParamStore {
   // Registers a parameter; returns its index. Offsets follow registration order.
   size_t add(ParamSpec spec, std::vector<int64_t> local_shape);
   // Allocates the flat buffers (zero-filled), padding the total to a multiple of pad_to (ZeRO-1
-  // needs a multiple of dp). Call once, after every add().
-  void finalize(size_t pad_to = 1);
+  // needs a multiple of dp), and the compute copy when the backend's compute type differs from
+  // dtype() or force_compute_copy is set. Call once, after every add().
+  void finalize(size_t pad_to = 1, bool force_compute_copy = false);
   bool finalized() const { return finalized_; }
+  // Whether a separate compute copy exists, and its element type (dtype() when none).
+  bool has_compute_copy() const { return weights_.defined() && weights_.raw_data() != params_.raw_data(); }
+  DType compute_dtype() const { return compute_dtype_; }
 
   size_t size() const { return infos_.size(); }
   const ParamInfo& info(size_t i) const { return infos_.at(i); }
@@ -73,6 +85,10 @@ class ParamStore {
   size_t find(const std::string& name) const;  // throws ConfigError naming the missing parameter
 
   // Backend views: what the model and the optimizer hand to backend ops and communicators.
+  // weight_t: the weights layers compute with (the compute copy, or the master itself when there
+  // is none); param_t: the fp32 master that AdamW updates, checkpoints save and files load.
+  Tensor weight_t(size_t i) const;
+  Tensor weights_t() const { return weights_; }  // (padded_numel), the compute copy or params_t()
   Tensor param_t(size_t i) const;
   Tensor grad_t(size_t i) const;
   Tensor params_t() const { return params_; }  // (padded_numel)
@@ -100,13 +116,32 @@ class ParamStore {
   size_t padded_numel() const { return padded_; }
   void zero_grads();
 
+  // Casts every master into the compute copy (nothing without one). After anything that writes
+  // masters other than AdamW: initialisation, a weight-file load, a checkpoint load. ConfigError
+  // while masters are stale (below): the copy would receive old values.
+  void refresh_compute_copy();
+
+  // ZeRO-1 with a compute copy gathers only the copy, so this rank's masters are current only in
+  // its own shard. mark_masters_sharded records those flat ranges [begin, end); until every
+  // parameter is written again (param_from_host, or mark_masters_current after a gather of the
+  // masters) whole-parameter reads of a stale master throw a ConfigError naming it, and range
+  // reads must fall inside a current range (a checkpoint writes exactly its shard).
+  void mark_masters_sharded(std::vector<std::pair<size_t, size_t>> current_ranges);
+  void mark_masters_current();
+  bool masters_current() const;
+
  private:
   std::span<float> host_span(const Tensor& t, size_t off, size_t n) const;
+  void need_current(size_t i, const char* what) const;
   std::unique_ptr<Backend> own_;  // the private backend of ParamStore()
   Backend* be_;
   DType dtype_ = DType::f32;
+  DType compute_dtype_ = DType::f32;
   std::vector<ParamInfo> infos_;
   Tensor params_, grads_;
+  Tensor weights_;                      // the compute copy, or params_ itself
+  std::vector<char> stale_;             // per parameter: its master is not current (ZeRO-1 with a copy)
+  std::vector<std::pair<size_t, size_t>> current_ranges_;  // flat ranges whose masters are current
   size_t used_ = 0, padded_ = 0;
   bool finalized_ = false;
 };

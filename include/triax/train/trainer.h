@@ -70,12 +70,23 @@ struct EvalMetrics {
 // cfg with the model shape of --init-from's file filled in where the flags leave it open.
 TrainConfig with_init_from_shape(const TrainConfig& cfg);
 
+// What tests choose beside the configuration (no option of a run).
+struct TrainerOptions {
+  // A separate compute copy of the masters' own type (ParamStore::finalize's force_compute_copy),
+  // as mixed precision keeps one in bf16/fp16: training with it equals training without it
+  // exactly when the copy is refreshed and gathered wherever the masters change (tested on the CPU).
+  bool force_compute_copy = false;
+  // fp16's dynamic loss scaler in any precision (the Trainer turns it on for --fp16 by itself): a
+  // power-of-two scale leaves fp32 training's bits unchanged, and an injected NaN shows the skip.
+  std::optional<LossScalerConfig> loss_scaler;
+};
+
 class Trainer {
  public:
   // Collective over world: resolves and validates the whole configuration with
   // resolve_train_config (ConfigError with the numbers for anything inconsistent), builds the
   // grid, the model chunks and the optimizer.
-  Trainer(std::shared_ptr<Communicator> world, const TrainConfig& cfg);
+  Trainer(std::shared_ptr<Communicator> world, const TrainConfig& cfg, const TrainerOptions& opts = {});
   ~Trainer();
 
   // One iteration (collective). Returns the same metrics on every rank.
@@ -121,18 +132,19 @@ class Trainer {
 
  private:
   // The public constructor resolves the configuration once and delegates here.
-  Trainer(const std::shared_ptr<Communicator>& world, const ResolvedTrainConfig& r);
+  Trainer(const std::shared_ptr<Communicator>& world, const ResolvedTrainConfig& r, const TrainerOptions& opts);
   // Construction steps, in order: backend, fault watchers and grid; model chunks and their
   // parameters; optimizer, executor and learning-rate schedule.
   void start_rank(const std::shared_ptr<Communicator>& world, const ResolvedTrainConfig& r);
   // --backend cuda: the rank's device (its local rank among hosts) and its communicator.
   std::shared_ptr<Communicator> start_cuda(const std::shared_ptr<Communicator>& world,
-                                           const std::vector<std::string>& hosts);
+                                           const std::vector<std::string>& hosts, DType compute);
   void build_model(const ResolvedTrainConfig& r);
   void build_optimizer(const ResolvedTrainConfig& r);
   void open_validation();  // trainer_eval.cpp
   // Non-finite gradients, loss spikes, stragglers, --max-skipped-iterations (after each step).
   void check_step(IterationMetrics& mt, const StepReport& rep, std::span<const double> busy);
+  TrainerOptions opts_;
   TrainConfig cfg_;
   GptConfig model_;
   std::unique_ptr<ProcessGrid> grid_;

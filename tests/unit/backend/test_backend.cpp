@@ -280,3 +280,40 @@ TEST_CASE("count_nonfinite_into counts NaN and both infinities only, in f32 and 
   CHECK(h[1] == 4 + 2);
   CHECK(h[0] == 1);
 }
+
+TEST_CASE("cast converts float32 <-> float64, copies the same type and refuses what the cpu cannot compute in",
+          "[backend][cast]") {
+  auto plain = make_cpu_backend();
+  auto checked = make_checked_cpu_backend();
+  for (Backend* be : {plain.get(), checked.get()}) {
+    INFO(be->name());
+    // Values a float32 cannot hold exactly, so the f64 -> f32 direction must round.
+    const std::vector<double> d = {1.0 / 3.0, -2.0 / 7.0, 1e-40, 3.0e38, -0.0, 12345.678901234567};
+    Tensor src64 = be->empty(Shape{6}, DType::f64);
+    be->copy_from_host(src64, d.data(), d.size() * sizeof(double));
+    Tensor dst32 = be->zeros(Shape{6}, DType::f32);
+    be->cast(dst32, src64);
+    const auto f = to_host_f32(*be, dst32);
+    for (size_t i = 0; i < d.size(); ++i) {
+      const float want = static_cast<float>(d[i]);
+      CHECK(std::memcmp(&f[i], &want, sizeof(float)) == 0);
+    }
+    Tensor back64 = be->zeros(Shape{6}, DType::f64);
+    be->cast(back64, dst32);
+    std::vector<double> b(6);
+    be->copy_to_host(b.data(), back64, b.size() * sizeof(double));
+    for (size_t i = 0; i < d.size(); ++i) CHECK(b[i] == static_cast<double>(f[i]));
+    // Same dtype: a bit-exact copy (NaN payloads included).
+    std::vector<float> v = rnd(9, 11);
+    v[4] = std::numeric_limits<float>::quiet_NaN();
+    Tensor a = up(*be, v), c = be->zeros(Shape{9}, DType::f32);
+    be->cast(c, a);
+    const auto cv = to_host_f32(*be, c);
+    CHECK(std::memcmp(cv.data(), v.data(), v.size() * sizeof(float)) == 0);
+    // Refusals name the op and the types.
+    Tensor h = be->empty(Shape{6}, DType::bf16);
+    CHECK_THROWS_WITH(be->cast(h, dst32), Contains("cast") && Contains("bfloat16") && Contains("float32"));
+    Tensor small = be->empty(Shape{5}, DType::f32);
+    CHECK_THROWS_WITH(be->cast(small, src64), Contains("cast") && Contains("5 elements"));
+  }
+}

@@ -45,6 +45,7 @@ TrainConfig unusual() {
   c.valid_data = "val_*.bin", c.eval_interval = 5, c.eval_iters = 3;
   c.metrics_jsonl = "m.jsonl";
   c.backend = "cpu-checked";
+  c.bf16 = true, c.fp16 = true;  // printed and read back only: resolution refuses the pair (and both on a cpu backend)
   c.stall_timeout = 12.5, c.max_skipped_iterations = 4, c.straggler_factor = 1.5, c.loss_spike_zscore = 3.5;
   c.metrics_port = 9400, c.metrics_bind = "127.0.0.1", c.metrics_textfile = "triax.prom", c.metrics_linger = 2.5;
   c.save = "ck pts", c.save_interval = 25, c.keep_last = 5, c.load = "old/ckpts";
@@ -268,4 +269,35 @@ TEST_CASE("train config: resolution builds the MoE and learning-rate settings th
   CHECK(r.lr.decay == LrDecay::linear);
   c.moe_every = 0, c.ep = 1;
   CHECK(resolve_train_config(c, 2).moe_layers == 0);
+}
+
+TEST_CASE("train config: --bf16 / --fp16 set the compute type, exclusive, refused on the cpu backends",
+          "[config][mixed_precision]") {
+  TrainConfig c;
+  c.model = "nano";
+  CHECK(resolve_train_config(c, 1).compute == DType::f32);
+  // From the command line and from [training] in a file.
+  CHECK(parse({"--bf16"}).cfg.bf16);
+  CHECK(parse({"--fp16"}).cfg.fp16);
+  TrainConfig f;
+  apply_config_text(f, "[training]\nbf16 = true\n", "mp.toml");
+  CHECK(f.bf16);
+  CHECK_FALSE(f.fp16);
+  CHECK_THROWS_WITH([] {
+    TrainConfig g;
+    apply_config_text(g, "[model]\nfp16 = true\n", "mp.toml");
+  }(), Contains("fp16") && Contains("[training]"));
+  for (const char* be : {"cpu", "cpu-checked"}) {
+    INFO(be);
+    c.backend = be;
+    c.bf16 = true, c.fp16 = false;
+    CHECK_THROWS_AS(resolve_train_config(c, 1), ConfigError);
+    CHECK_THROWS_WITH(resolve_train_config(c, 1), Contains("--bf16") && Contains(std::string("--backend ") + be) &&
+                                                      Contains("bfloat16"));
+    c.bf16 = false, c.fp16 = true;
+    CHECK_THROWS_WITH(resolve_train_config(c, 1), Contains("--fp16") && Contains(std::string("--backend ") + be) &&
+                                                      Contains("float16"));
+    c.bf16 = true, c.fp16 = true;
+    CHECK_THROWS_WITH(resolve_train_config(c, 1), Contains("--bf16 and --fp16 are mutually exclusive"));
+  }
 }

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Run HERE (the Debian build machine), in the repository that will be sent to the device: packs
 # the build dependencies the H200 image lacks (fmt, OpenBLAS + libgfortran/libquadmath, Catch2,
-# nlohmann-json, CLI11, toml++; NCCL's header as a fallback) from the installed Debian packages
-# into <repo>/.deps/triax-deps.tar.xz (ignored by git; pass ".deps" in the device tool's carry).
+# nlohmann-json, CLI11, toml++, OpenSSL's libcrypto with its headers (checkpoint SHA-256); NCCL's
+# header as a fallback) from the installed Debian packages into <repo>/.deps/triax-deps.tar.xz
+# (ignored by git; pass ".deps" in the device tool's carry). cpp-httplib is not packed: the
+# device build is configured with -DTRIAX_WITH_HTTP=OFF (no /metrics endpoint).
 # The tarball unpacks to usr/... (a relocatable prefix: the packages' CMake configs compute their
 # prefix from their own location) plus nccl/include/nccl.h and a MANIFEST.
 # Usage: benchmarks/device/bundle.sh [output-dir]    (default <repo>/.deps)
@@ -16,7 +18,8 @@ need() { [ -e "$1" ] || { echo "bundle.sh: $1 is missing (install the Debian pac
 for f in /usr/include/fmt/format.h $lib/libfmt.so.9 $lib/cmake/fmt /usr/include/catch2/catch.hpp /usr/lib/cmake/Catch2 \
          /usr/include/nlohmann/json.hpp /usr/share/cmake/nlohmann_json /usr/include/CLI/CLI.hpp /usr/share/cmake/CLI11 \
          /usr/include/toml++/toml.h $lib/libtomlplusplus.so.3 $lib/cmake/tomlplusplus $lib/libopenblas.so.0 \
-         /usr/include/$arch/openblas-pthread/cblas.h $lib/libgfortran.so.5 $lib/libquadmath.so.0 /usr/local/cuda/include/nccl.h; do
+         /usr/include/$arch/openblas-pthread/cblas.h $lib/libgfortran.so.5 $lib/libquadmath.so.0 \
+         /usr/include/openssl/evp.h /usr/include/$arch/openssl/configuration.h $lib/libcrypto.so.3; do
   need "$f"
 done
 
@@ -38,12 +41,23 @@ cp "$(readlink -f $lib/libopenblas.so.0)" "$p/lib/$arch/libopenblas.so.0"
 ln -s libopenblas.so.0 "$p/lib/$arch/libopenblas.so"
 cp -a /usr/include/$arch/openblas-pthread "$p/include/$arch/"
 cp -a $lib/libgfortran.so.5* $lib/libquadmath.so.0* "$p/lib/$arch/"
+# OpenSSL (libssl-dev, libssl3): libcrypto and every header, the multiarch configuration headers
+# moved beside the others so that one include directory serves (run_h200.sh: OPENSSL_INCLUDE_DIR).
+cp -a /usr/include/openssl "$p/include/"
+cp -a /usr/include/$arch/openssl/. "$p/include/openssl/"
+cp "$(readlink -f $lib/libcrypto.so.3)" "$p/lib/$arch/libcrypto.so.3"
+ln -s libcrypto.so.3 "$p/lib/$arch/libcrypto.so"
 # NCCL's header, used only when the image's nvidia-nccl wheel has none (the library comes from it).
-cp /usr/local/cuda/include/nccl.h "$stage/nccl/include/"
+if [ -f /usr/local/cuda/include/nccl.h ]; then
+  cp /usr/local/cuda/include/nccl.h "$stage/nccl/include/"
+else
+  echo "bundle.sh: warning: no /usr/local/cuda/include/nccl.h: the device run then needs the wheel's header" >&2
+fi
 {
   echo "# triax device dependencies, packed $(date -u +%FT%TZ) on $(. /etc/os-release && echo "$PRETTY_NAME")"
   dpkg-query -W -f='# ${Package} ${Version}\n' libfmt-dev libfmt9 catch2 nlohmann-json3-dev libcli11-dev \
-    libtomlplusplus-dev libtomlplusplus3 libopenblas0-pthread libopenblas-pthread-dev libgfortran5 2>/dev/null || true
+    libtomlplusplus-dev libtomlplusplus3 libopenblas0-pthread libopenblas-pthread-dev libgfortran5 libssl-dev libssl3 \
+    2>/dev/null || true
   (cd "$stage" && find . \( -type f -o -type l \) ! -name MANIFEST | sort)
 } > "$stage/MANIFEST"
 

@@ -14,7 +14,7 @@ if(CMAKE_SYSTEM_PROCESSOR MATCHES "x86_64|AMD64" AND EXISTS /usr/bin/dpkg-query)
   else()
     set(_cuda OFF)
   endif()
-  set(_env WORK=${_dev} OUT=${_dev}/out TRIAX_DEPS=${_dev}/bundle/triax-deps.tar.xz JOBS=2 REHEARSE_CUDA=${_cuda})
+  set(_env WORK=${_dev} OUT=${_dev}/out TRIAX_DEPS_DIR=${_dev}/bundle JOBS=2 REHEARSE_CUDA=${_cuda})
   # The outer build's compiler launcher (ccache), when given as a CMake variable.
   foreach(_v CMAKE_CXX_COMPILER_LAUNCHER CMAKE_C_COMPILER_LAUNCHER CMAKE_CUDA_COMPILER_LAUNCHER)
     if(${_v} AND NOT DEFINED ENV{${_v}})

@@ -27,7 +27,8 @@
 #                               planner and a 2-step CPU comparison), prints the GPU commands.
 #   run_h200.sh --rehearse=lib  the same up to the library only (ctest device.rehearse_lib)
 # Env: OUT (default <repo>/out/device or out/rehearse), WORK (scratch: deps, build, data; default
-#      /tmp/triax-device, rehearsal <repo>/build-rehearse), TRIAX_DEPS (the bundle), BUILD, JOBS,
+#      /tmp/triax-device, rehearsal <repo>/build-rehearse), TRIAX_DEPS_DIR (<repo>/.deps) or
+#      TRIAX_DEPS (the bundle file), BUILD, JOBS,
 #      BUDGET_S (the whole run, default 470; rehearsal 7200), BUILD_TIMEOUT (300; 5400), SKIP_SANITIZER=1, GPT2_STEPS (50),
 #      GPT2_BATCH (16), GPT2_SEQ (1024), TRIAX_TEST_SEED (replays a kernel-test seed).
 set -uo pipefail
@@ -48,7 +49,9 @@ else
   out=${OUT:-$root/out/device} work=${WORK:-/tmp/triax-device}
 fi
 mkdir -p "$out" "$work"
-deps_tar=${TRIAX_DEPS:-$root/.deps/triax-deps.tar.xz}
+# The bundle: $TRIAX_DEPS, else triax-deps.tar.xz (or .gz) in $TRIAX_DEPS_DIR (default <repo>/.deps).
+deps_dir=${TRIAX_DEPS_DIR:-$root/.deps}
+deps_tar=${TRIAX_DEPS:-}
 deps=$work/deps
 build=${BUILD:-$work/build}
 jobs=${JOBS:-$(nproc)}
@@ -117,7 +120,7 @@ record machine info "$s" --detail "$machine"
 # ---- bundle (rehearsal only: the device run carries it)
 if [ $mode = rehearse ]; then
   s=$(date +%s)
-  if "$here/bundle.sh" "$(dirname "$deps_tar")" > "$work/bundle.log" 2>&1; then
+  if "$here/bundle.sh" "${deps_tar:+$(dirname "$deps_tar")}${deps_tar:-$deps_dir}" > "$work/bundle.log" 2>&1; then
     log "$(tail -1 "$work/bundle.log")"
     record bundle passed "$s" --detail "$(tail -1 "$work/bundle.log")"
   else
@@ -129,8 +132,12 @@ fi
 
 # ---- deps: the bundle, NCCL
 s=$(date +%s)
+if [ -z "$deps_tar" ]; then
+  deps_tar=$deps_dir/triax-deps.tar.xz
+  [ -f "$deps_tar" ] || [ ! -f "$deps_dir/triax-deps.tar.gz" ] || deps_tar=$deps_dir/triax-deps.tar.gz
+fi
 [ -f "$deps_tar" ] || { log "no dependency bundle at $deps_tar: run benchmarks/device/bundle.sh on the build machine and carry .deps"; record deps failed "$s" --detail "no bundle"; finish; }
-rm -rf "$deps" && mkdir -p "$deps" && tar -C "$deps" -xJf "$deps_tar" || { record deps failed "$s" --detail "cannot unpack $deps_tar"; finish; }
+rm -rf "$deps" && mkdir -p "$deps" && tar -C "$deps" -xf "$deps_tar" || { record deps failed "$s" --detail "cannot unpack $deps_tar"; finish; }
 log "bundle: $(head -1 "$deps/MANIFEST"), $(du -h "$deps_tar" | cut -f1)"
 # For triax's programs (libopenblas needs the bundled libgfortran); gpt2_h200.py takes
 # TRIAX_DEPS_LIB out again for the PyTorch processes.
@@ -167,7 +174,7 @@ cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
   -Dfmt_DIR="$d/lib/$arch/cmake/fmt" -DCatch2_DIR="$d/lib/cmake/Catch2" \
   -Dnlohmann_json_DIR="$d/share/cmake/nlohmann_json" -DCLI11_DIR="$d/share/cmake/CLI11" \
   -Dtomlplusplus_DIR="$d/lib/$arch/cmake/tomlplusplus" \
-  -DTRIAX_OPENBLAS_OPENMP="$d/lib/$arch/libopenblas.so" -DTRIAX_CBLAS_INCLUDE_DIR="$d/include/$arch/openblas-pthread" \
+  -DTRIAX_OPENBLAS_OPENMP="$d/lib/$arch/libopenblas.so" -DTRIAX_CBLAS_INCLUDE_DIR="$d/include/openblas" \
   -DOPENSSL_ROOT_DIR="$d" -DOPENSSL_INCLUDE_DIR="$d/include" -DOPENSSL_CRYPTO_LIBRARY="$d/lib/$arch/libcrypto.so" \
   > "$out/build.log" 2>&1
 rc=$?

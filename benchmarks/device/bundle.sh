@@ -24,7 +24,7 @@ for f in /usr/include/fmt/format.h $lib/libfmt.so.9 $lib/cmake/fmt /usr/include/
 done
 
 # cblas.h of whichever OpenBLAS development package is installed (pthread or openmp).
-cblas_dir=$(ls -d /usr/include/$arch/openblas-pthread /usr/include/$arch/openblas-openmp 2>/dev/null | head -1)
+cblas_dir=$(ls -d /usr/include/$arch/openblas-pthread /usr/include/$arch/openblas-openmp 2>/dev/null | head -1 || true)
 [ -n "$cblas_dir" ] && [ -f "$cblas_dir/cblas.h" ] ||
   { echo "bundle.sh: no /usr/include/$arch/openblas-{pthread,openmp}/cblas.h (install libopenblas-dev)" >&2; exit 1; }
 

@@ -101,7 +101,12 @@ finish() {
   "$py" "$here/summary.py" finish "$records" "$out" --mode $mode --wall "$(elapsed)" | tee -a "$summary"
   exit "${PIPESTATUS[0]}"
 }
-have_target() { ninja -C "$build" -t targets all 2>/dev/null | grep -q "^$1:"; }
+# have_target NAME: whether the configured tree has that target (the list is read once: grep -q
+# on ninja's pipe would end ninja early, and pipefail then says "no" for an early name).
+have_target() {
+  [ -n "${all_targets:-}" ] || all_targets=$(ninja -C "$build" -t targets all 2>/dev/null)
+  grep -q "^$1:" <<< "$all_targets"
+}
 
 # ---- machine
 s=$(date +%s)
@@ -194,8 +199,8 @@ if [ $lib_only = 1 ]; then
 else
   targets=(test_loss_scaler)
   [ $mode = rehearse ] && targets+=(test_metrics_textfile)
-  for t in $(ninja -C "$build" -t targets all 2>/dev/null | grep -oE '^cuda_test_[A-Za-z0-9_]+:' | tr -d :) \
-           cuda_step_check train_gpt triax-plan; do
+  have_target triax
+  for t in $(grep -oE '^cuda_test_[A-Za-z0-9_]+:' <<< "$all_targets" | tr -d :) cuda_step_check train_gpt triax-plan; do
     have_target "$t" && targets+=("$t")
   done
 fi
@@ -224,7 +229,8 @@ if [ $mode = rehearse ]; then
           sort -u | head -5)
   bad="$bad $links"
   bad=${bad# }
-  from=$(ninja -C "$build" -t deps 2>/dev/null | grep -cE "^ +$deps/")
+  # (ccache with CCACHE_BASEDIR writes paths under it relative: count both spellings)
+  from=$(ninja -C "$build" -t deps 2>/dev/null | grep -cE "^ +(/|\.\./)([^ ]*/)?deps/usr/")
   if [ -z "$bad$libs" ]; then
     record isolation passed "$s" --detail "$from header uses from the bundle, none of its packages' headers from /usr/include, no system copy of its libraries on a link line or in ldd"
   else
@@ -305,11 +311,11 @@ else
 fi
 if [ "${SKIP_SANITIZER:-0}" = 1 ]; then
   record memcheck skipped "$s" --detail "SKIP_SANITIZER=1"
+elif [ $mode = rehearse ] && [ ${#target_cmd[@]} -gt 0 ]; then
+  log "would run: ${san:-compute-sanitizer (not installed here)} --tool memcheck --error-exitcode 99 ${target_cmd[*]}"
+  record memcheck rehearsed "$s" --detail "${san:-compute-sanitizer} --tool memcheck --error-exitcode 99 ${target_cmd[*]}"
 elif [ -z "$san" ] || [ ${#target_cmd[@]} = 0 ]; then
   record memcheck missing "$s" --detail "compute-sanitizer: ${san:-absent}; program: ${target_cmd[*]:-none}"
-elif [ $mode = rehearse ]; then
-  log "would run: $san --tool memcheck --error-exitcode 99 ${target_cmd[*]}"
-  record memcheck rehearsed "$s" --detail "$san --tool memcheck --error-exitcode 99 ${target_cmd[*]}"
 elif ! left 30 > /dev/null; then
   record memcheck no_time "$s"
 else

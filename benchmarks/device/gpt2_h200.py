@@ -381,9 +381,9 @@ def report(a, logf, result, plan):
                   f"{x['first_step_s']:>12.2f} | {x['losses'][0]:.4f} -> {x['losses'][-1]:.4f}")
     mem = result.get("memory") or {}
     if mem.get("measured_gib") is not None:
-        log(logf, f"peak memory: triax {mem['measured_gib']:.2f} GiB ({mem['source']}); " + ", ".join(
-            f"{s} {result[s]['peak_mem_gib']:.2f} GiB" for s in sides if "peak_mem_gib" in result[s]) +
-            " (torch.cuda.max_memory_allocated)")
+        torch_mem = ", ".join(f"{s} {result[s]['peak_mem_gib']:.2f} GiB" for s in sides if "peak_mem_gib" in result[s])
+        log(logf, f"peak memory: triax {mem['measured_gib']:.2f} GiB ({mem['source']})" +
+            (f"; {torch_mem} (torch.cuda.max_memory_allocated)" if torch_mem else ""))
     if plan:
         log(logf, f"planner (triax-plan, dgx-h100 rates): {plan['total_gib']:.2f} GiB per GPU ({plan['buffers_gib']:.2f} "
                   f"without the {plan['reserved_gib']:.1f} GiB reserve), MFU {100 * plan['predicted_mfu']:.1f}%")

@@ -109,6 +109,14 @@ def write_init(path, seed):
     return sum(math.prod(s) for _, s in hf_gpt2_shapes())
 
 
+def make_inputs(a, logf):
+    t0 = time.time()
+    a.numel = write_init(a.init, 1234)
+    write_shard(a.shard, a.steps * a.batch * a.seq + 1, 1234)
+    log(logf, f"inputs: {a.init} ({a.numel} parameters, F32), {a.shard} ({a.steps * a.batch * a.seq + 1} tokens) "
+              f"in {time.time() - t0:.1f} s")
+
+
 # ---------------------------------------------------------------- the programs
 def smi(query):
     """nvidia-smi's CSV rows for a query, or [] (no nvidia-smi, an error)."""
@@ -260,6 +268,7 @@ def rehearse(a, logf, result):
     log(logf, "train_gpt --help: " + ("offers every flag the GPU run passes" if not missing else
                                       "LACKS " + ", ".join(missing) + " (the GPU step reports 'missing' until it has them)"))
     preset = model_preset(help_text)
+    make_inputs(a, logf)
     result["planner"] = planner(a, logf, a.batch, a.seq)
     py = torch_python()
     if not py:
@@ -338,6 +347,7 @@ def gpu(a, logf, result):
         result["train_gpt_missing_flags"] = missing
         log(logf, "train_gpt --help LACKS " + ", ".join(missing) + ": step 3 is missing")
         return MISSING
+    make_inputs(a, logf)
     B, T, S = a.batch, a.seq, a.steps
     fpt = 6 * a.numel + 6 * L * C * T
     warm = min(10, S // 5)
@@ -416,11 +426,6 @@ def main():
     a.init, a.shard = os.path.join(a.work, "gpt2_init.safetensors"), os.path.join(a.work, "gpt2_data.bin")
     result = {"mode": "rehearse" if a.rehearse else "gpu"}
     with open(a.log, "a") as logf:
-        t0 = time.time()
-        a.numel = write_init(a.init, 1234)
-        write_shard(a.shard, a.steps * a.batch * a.seq + 1, 1234)
-        log(logf, f"inputs: {a.init} ({a.numel} parameters, F32), {a.shard} ({a.steps * a.batch * a.seq + 1} tokens) "
-                  f"in {time.time() - t0:.1f} s")
         rc = rehearse(a, logf, result) if a.rehearse else gpu(a, logf, result)
     result["rc"] = rc
     with open(a.result, "w") as f:

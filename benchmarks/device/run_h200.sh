@@ -351,8 +351,9 @@ else
   rc=$?
   st=$(status_of $rc)
   [ $rc = 77 ] && st=missing
+  detail=$(grep -E '^TARGET' "$out/gpt2.log" | sed 's/^TARGET //' | tr '\n' ';' | head -c 600)
   record gpt2 "$st" "$s" --rc $rc --log gpt2.log --numbers "$work/gpt2.json" \
-    --detail "$(grep -E '^TARGET' "$out/gpt2.log" | sed 's/^TARGET //' | tr '\n' ';' | head -c 600)"
+    --detail "${detail:-$(grep -v '^$' "$out/gpt2.log" | tail -1 | head -c 300)}"
 fi
 grep -E '^(TARGET|  *side|  *triax|  *torch)' "$out/gpt2.log" >> "$summary" 2>/dev/null
 

@@ -7,6 +7,8 @@
 # device build is configured with -DTRIAX_WITH_HTTP=OFF (no /metrics endpoint).
 # The tarball unpacks to usr/... (a relocatable prefix: the packages' CMake configs compute their
 # prefix from their own location) plus nccl/include/nccl.h and a MANIFEST.
+# With the default output directory it also runs scripts/fetch_cudnn_frontend.sh (the cuDNN
+# frontend's headers into .deps/cudnn-frontend), so that this one command makes all of .deps/.
 # Usage: benchmarks/device/bundle.sh [output-dir]    (default <repo>/.deps)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -74,3 +76,13 @@ rm -f "$out"/triax-deps.tar.xz "$out"/triax-deps.tar.gz
 tar -C "$stage" -cf - . | "${zip[@]}" > "$out/triax-deps.tar.$ext.tmp"
 mv "$out/triax-deps.tar.$ext.tmp" "$out/triax-deps.tar.$ext"
 echo "bundle.sh: $(du -h "$out/triax-deps.tar.$ext" | cut -f1) in $out/triax-deps.tar.$ext ($(du -sh "$stage" | cut -f1) unpacked, $(grep -vc '^#' "$stage/MANIFEST") files)"
+# The cuDNN frontend's headers (the fused-attention fast path), where the build looks for them by
+# default: <repo>/.deps/cudnn-frontend (scripts/fetch_cudnn_frontend.sh; carried with .deps).
+# Only for the carried .deps; without them the device build runs the CUDA-core attention.
+if [ "$(cd "$out" && pwd)" = "$root/.deps" ] && [ -x "$root/scripts/fetch_cudnn_frontend.sh" ]; then
+  if "$root/scripts/fetch_cudnn_frontend.sh" >&2; then
+    echo "bundle.sh: cuDNN frontend headers in $root/.deps/cudnn-frontend ($(du -sh "$root/.deps/cudnn-frontend" | cut -f1))" >&2
+  else
+    echo "bundle.sh: warning: scripts/fetch_cudnn_frontend.sh failed: the device build will have no cuDNN attention" >&2
+  fi
+fi

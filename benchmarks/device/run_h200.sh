@@ -174,7 +174,7 @@ d=$deps/usr
 cuda=ON
 [ $mode = rehearse ] && cuda=${REHEARSE_CUDA:-ON}
 cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
-  -DTRIAX_WITH_MPI=OFF -DTRIAX_WITH_CUDA=$cuda -DTRIAX_WITH_HTTP=OFF -DCMAKE_DISABLE_FIND_PACKAGE_Gloo=ON \
+  -DTRIAX_WITH_MPI=OFF -DTRIAX_WITH_CUDA=$cuda -DTRIAX_CUDA_ARCHITECTURES=90 -DTRIAX_WITH_HTTP=OFF -DCMAKE_DISABLE_FIND_PACKAGE_Gloo=ON \
   -DCMAKE_IGNORE_PREFIX_PATH="/usr;/" -DCMAKE_CUDA_COMPILER="$nvcc" -DCMAKE_PREFIX_PATH="$d" "${nccl_args[@]}" \
   -Dfmt_DIR="$d/lib/$arch/cmake/fmt" -DCatch2_DIR="$d/lib/cmake/Catch2" \
   -Dnlohmann_json_DIR="$d/share/cmake/nlohmann_json" -DCLI11_DIR="$d/share/cmake/CLI11" \
@@ -189,6 +189,8 @@ if [ $rc != 0 ]; then
   finish
 fi
 triax_line=$(grep -E "^-- triax: MPI" "$out/build.log" | tail -1)
+cudnn_line=$(grep -E "^-- triax: cuDNN attention" "$out/build.log" | tail -1)
+[ -n "$cudnn_line" ] && triax_line="$triax_line; ${cudnn_line#-- triax: }"
 log "$triax_line"
 record configure passed "$s" --log build.log --detail "${triax_line#-- }"
 

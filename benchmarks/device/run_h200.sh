@@ -189,8 +189,9 @@ if [ $rc != 0 ]; then
   finish
 fi
 triax_line=$(grep -E "^-- triax: MPI" "$out/build.log" | tail -1)
-cudnn_line=$(grep -E "^-- triax: cuDNN attention" "$out/build.log" | tail -1)
-[ -n "$cudnn_line" ] && triax_line="$triax_line; ${cudnn_line#-- triax: }"
+for l in "$(grep -E "^-- triax: HTTP" "$out/build.log" | tail -1)" "$(grep -E "^-- triax: cuDNN attention" "$out/build.log" | tail -1)"; do
+  [ -n "$l" ] && triax_line="$triax_line; ${l#-- triax: }"
+done
 log "$triax_line"
 record configure passed "$s" --log build.log --detail "${triax_line#-- }"
 

@@ -126,8 +126,9 @@ record machine info "$s" --detail "$machine"
 if [ $mode = rehearse ]; then
   s=$(date +%s)
   if "$here/bundle.sh" "${deps_tar:+$(dirname "$deps_tar")}${deps_tar:-$deps_dir}" > "$work/bundle.log" 2>&1; then
-    log "$(tail -1 "$work/bundle.log")"
-    record bundle passed "$s" --detail "$(tail -1 "$work/bundle.log")"
+    b=$(grep -E '^bundle.sh: ' "$work/bundle.log" | tr '\n' ' ')
+    log "$b"
+    record bundle passed "$s" --detail "$b"
   else
     cat "$work/bundle.log"
     record bundle failed "$s" --log bundle.log --detail "bundle.sh failed"

@@ -343,7 +343,7 @@ if [ $mode = rehearse ]; then
   [ $rc = 77 ] && st=missing
   [ $rc = 0 ] && st=rehearsed
   record gpt2 $st "$s" --rc $rc --log gpt2.log --numbers "$work/gpt2.json" \
-    --detail "inputs, planner, train_gpt flags and a 2-step CPU comparison; GPU commands printed"
+    --detail "$(grep -E '^(train_gpt --help|CPU fp32)' "$out/gpt2.log" | cut -c1-200 | tr '\n' ' '); GPU commands printed"
 elif ! left 200 > /dev/null; then
   record gpt2 no_time "$s" --detail "$(elapsed) s gone; step 3 needs about 200"
 else

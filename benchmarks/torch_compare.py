@@ -26,6 +26,9 @@ PyTorch DDP run (the issue's "against PyTorch DDP"). The global batch B is the s
   torch_compare.py --ranks 2 [--layouts dp2,pp2,pp2b,dp2z] [--mpirun PATH] [--single-copy none|cma] ...
                    # 2-rank sides, 1 thread per rank (pp2b: layers split by FLOPs; dp2z: ZeRO-1)
   torch_compare.py --smoke [--ranks 2] [--triax PATH]   # CI: tiny shape, both sides' losses and norms agree
+  torch_compare.py --gpu-run --init W.safetensors --data SHARD.bin [--device cuda] [--precision bf16|fp32]
+                   [--compile] [--batch B] [--seq T] [--gpu-steps N] [--json FILE]
+                   # the device run's PyTorch side (benchmarks/device/gpt2_h200.py): one JSON object
 
 Every run checks that the sides computed the same thing: each step's (global) loss within 1e-4 of
 PyTorch's (the smoke runs also each grad norm within 1e-3; timed runs report the norms' gap).
@@ -193,6 +196,126 @@ def torch_worker(args):
         sys.stdout.flush()
     if world > 1:
         torch.distributed.destroy_process_group()
+
+
+# ---------------------------------------------------------------- the device run's PyTorch side
+# --gpu-run (benchmarks/device/gpt2_h200.py): a PyTorch GPT-2 over HF GPT2LMHeadModel tensors (the
+# file train_gpt --init-from reads), trained on an llm.c token shard in file order (the samples
+# train_gpt --no-data-shuffle takes), eager or torch.compile'd, fp32 or bf16 autocast. One JSON
+# object on stdout (and --json): per-step losses, grad norms and seconds, peak memory.
+def hf_gpt2_params(path, device):
+    """(name -> Parameter, layers, heads, hidden, vocab, positions) from an F32 HF GPT-2 file."""
+    import torch
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "scripts"))
+    from safetensors_f32 import read_f32
+    weights, meta = read_f32(path)
+    V, C = weights["transformer.wte.weight"].shape
+    layers = 1 + max(int(k.split(".")[2]) for k in weights if k.startswith("transformer.h."))
+    heads = int(meta.get("n_head", C // 64))
+    P = {k: torch.nn.Parameter(torch.from_numpy(v).to(device)) for k, v in weights.items()}
+    return P, layers, heads, C, V, weights["transformer.wpe.weight"].shape[0]
+
+
+def hf_gpt2_forward(P, L, H, C, T):
+    """The loss of GPT-2 on (idx, tgt): Conv1D weights (in, out) through F.linear on their
+    transposes, causal attention through scaled_dot_product_attention (flash on CUDA), the head
+    tied to wte over the file's vocabulary, the loss in fp32."""
+    import torch
+    import torch.nn.functional as F
+    hs = C // H
+
+    def lin(x, p):
+        return F.linear(x, P[p + ".weight"].t(), P[p + ".bias"])
+
+    def attention(q, k, v):
+        if hasattr(F, "scaled_dot_product_attention"):
+            return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        # PyTorch < 2.0 (Debian 12's 1.13, the rehearsal on the CPU): the same, spelled out.
+        mask = torch.ones(T, T, dtype=torch.bool, device=q.device).triu(1)
+        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(hs))
+        return torch.softmax(att.masked_fill(mask, float("-inf")), dim=-1) @ v
+
+    def forward(idx, tgt):
+        B = idx.shape[0]
+        x = F.embedding(idx, P["transformer.wte.weight"]) + P["transformer.wpe.weight"][:T]
+        for layer in range(L):
+            p = f"transformer.h.{layer}."
+            h = F.layer_norm(x, (C,), P[p + "ln_1.weight"], P[p + "ln_1.bias"], 1e-5)
+            q, k, v = lin(h, p + "attn.c_attn").split(C, dim=2)
+            q, k, v = (t.view(B, T, H, hs).transpose(1, 2) for t in (q, k, v))
+            y = attention(q, k, v).transpose(1, 2).reshape(B, T, C)
+            x = x + lin(y, p + "attn.c_proj")
+            h = F.layer_norm(x, (C,), P[p + "ln_2.weight"], P[p + "ln_2.bias"], 1e-5)
+            x = x + lin(F.gelu(lin(h, p + "mlp.c_fc"), approximate="tanh"), p + "mlp.c_proj")
+        x = F.layer_norm(x, (C,), P["transformer.ln_f.weight"], P["transformer.ln_f.bias"], 1e-5)
+        logits = F.linear(x, P["transformer.wte.weight"])
+        return F.cross_entropy(logits.float().view(-1, logits.shape[-1]), tgt.reshape(-1))
+
+    return forward
+
+
+def gpu_run(args):
+    import numpy as np
+    import torch
+    dev = torch.device(args.device)
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        print("torch_compare --gpu-run: SKIPPED: torch sees no CUDA device")
+        return SKIP
+    if dev.type == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = args.precision != "fp32"  # fp32: no TF32, as triax's check
+        torch.backends.cudnn.allow_tf32 = args.precision != "fp32"
+    else:
+        torch.set_num_threads(args.threads or 2)
+    P, L, H, C, V, _ = hf_gpt2_params(args.init, dev)
+    B, T = args.batch, args.seq
+    forward = hf_gpt2_forward(P, L, H, C, T)
+    step_fn = torch.compile(forward) if args.compile else forward
+    decay = [p for p in P.values() if p.dim() >= 2]  # triax decays the matrices, wte and wpe
+    rest = [p for p in P.values() if p.dim() < 2]
+    fused = {"fused": True} if dev.type == "cuda" else {}
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": WD}, {"params": rest, "weight_decay": 0.0}],
+                            lr=args.lr, betas=(BETA1, BETA2), eps=EPS, **fused)
+    with open(args.data, "rb") as f:
+        header = np.frombuffer(f.read(1024), dtype="<i4")
+        if header[0] != 20240520:
+            raise SystemExit(f"torch_compare: {args.data}: not an llm.c token shard (magic {header[0]})")
+        tokens = torch.from_numpy(np.frombuffer(f.read(), dtype="<u2")[:header[2]].astype(np.int64)).to(dev)
+    nseq = (tokens.numel() - 1) // T
+    autocast = torch.autocast(dev.type, dtype=torch.bfloat16, enabled=args.precision == "bf16")
+    sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
+    if dev.type == "cuda":
+        torch.cuda.reset_peak_memory_stats()
+    losses, norms, secs = [], [], []
+    for step in range(args.steps):
+        rows = torch.tensor([((step * B + b) % nseq) * T for b in range(B)], device=dev)
+        pos = rows[:, None] + torch.arange(T + 1, device=dev)[None, :]
+        batch = tokens[pos]
+        idx, tgt = batch[:, :-1].contiguous(), batch[:, 1:].contiguous()
+        sync()
+        t0 = time.perf_counter()
+        opt.zero_grad(set_to_none=True)
+        with autocast:
+            loss = step_fn(idx, tgt)
+        loss.backward()
+        norm = torch.nn.utils.clip_grad_norm_(P.values(), CLIP)
+        opt.step()
+        sync()
+        secs.append(time.perf_counter() - t0)
+        losses.append(loss.item())
+        norms.append(norm.item())
+    out = {"side": "torch-compile" if args.compile else "torch-eager", "version": torch.__version__,
+           "device": torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu", "precision": args.precision,
+           "batch": B, "seq": T, "layers": L, "heads": H, "hidden": C, "vocab": V,
+           "numel": sum(p.numel() for p in P.values()), "losses": losses, "grad_norms": norms, "seconds": secs,
+           "peak_mem_bytes": torch.cuda.max_memory_allocated(dev) if dev.type == "cuda" else None,
+           "attention": "scaled_dot_product_attention (causal)", "optimizer": "AdamW" + (" fused" if dev.type == "cuda"
+                                                                                          else "")}
+    text = json.dumps(out)
+    if args.json:
+        with open(args.json, "w") as f:
+            f.write(text + "\n")
+    print(text)
+    return 0
 
 
 # ---------------------------------------------------------------- the driver
@@ -654,6 +777,15 @@ def main():
                     "Open MPI's, i.e. CMA where permitted; the smoke uses none, like the test suite)")
     ap.add_argument("--json")
     ap.add_argument("--smoke", action="store_true")
+    ap.add_argument("--gpu-run", action="store_true", help="the device run's PyTorch side: GPT-2 from --init (HF "
+                    "safetensors) on --data (an llm.c shard, file order) for --steps steps; one JSON object out")
+    ap.add_argument("--device", default="cuda", help="with --gpu-run: cuda or cpu")
+    ap.add_argument("--precision", default="bf16", choices=("bf16", "fp32"), help="with --gpu-run: bf16 autocast or fp32")
+    ap.add_argument("--compile", action="store_true", help="with --gpu-run: torch.compile the forward")
+    ap.add_argument("--batch", type=int, default=8, help="with --gpu-run: sequences per step")
+    ap.add_argument("--seq", type=int, default=1024, help="with --gpu-run: tokens per sequence")
+    ap.add_argument("--gpu-steps", type=int, default=50, dest="gpu_steps", help="with --gpu-run: steps")
+    ap.add_argument("--lr", type=float, default=LR, help="with --gpu-run: constant learning rate")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--shape", help=argparse.SUPPRESS)
     ap.add_argument("--init", help=argparse.SUPPRESS)
@@ -665,6 +797,14 @@ def main():
     if args.worker:
         args.shape_tuple = SHAPES[args.shape]
         return torch_worker(args)
+    if args.gpu_run:
+        if not have_torch():
+            print("torch_compare --gpu-run: SKIPPED: PyTorch is not installed")
+            return SKIP
+        if not args.init or not args.data:
+            raise SystemExit("torch_compare --gpu-run needs --init FILE.safetensors and --data SHARD.bin")
+        args.steps = args.gpu_steps
+        return gpu_run(args)
     if not have_torch():
         system = "/usr/bin/python3"  # Debian's python3-torch lives in the system interpreter
         if os.path.exists(system) and os.path.realpath(sys.executable) != os.path.realpath(system):

@@ -1,9 +1,12 @@
 // MetricsExporter: the per-rank times are all-gathered, rank 0 keeps the snapshot under a mutex
 // and a cpp-httplib server thread renders it per scrape; the textfile goes through AtomicFile so
-// node exporter never reads a half-written file.
+// node exporter never reads a half-written file. Built without cpp-httplib (TRIAX_WITH_HTTP=OFF or
+// not found, CMakeLists.txt), an endpoint (--metrics-port) is a ConfigError; the textfile works.
 #include "triax/train/metrics_exporter.h"
 
+#if defined(TRIAX_HAVE_HTTP)
 #include <httplib.h>
+#endif
 #include <netdb.h>
 #include <sys/socket.h>
 
@@ -23,6 +26,7 @@ double unix_now_s() {
 }
 
 namespace {
+#if defined(TRIAX_HAVE_HTTP)
 // A bind address that does not resolve is a bad value (exit 2), said with the resolver's reason:
 // httplib would fail with whatever errno an earlier call left behind.
 void check_bind_address(const std::string& bind) {
@@ -37,6 +41,7 @@ void check_bind_address(const std::string& bind) {
     TRIAX_THROW(ConfigError, "--metrics-bind '{}': the address cannot be resolved ({}); expected a host name or an IP "
                 "address of this host, e.g. 0.0.0.0 or 127.0.0.1", bind, ::gai_strerror(rc));
 }
+#endif
 
 prom::Family gauge(std::string name, std::string help, double v) {
   return {std::move(name), std::move(help), "gauge", {{{}, v}}};
@@ -102,10 +107,22 @@ std::vector<prom::Family> MetricsSnapshot::families() const {
   return f;
 }
 
+#if defined(TRIAX_HAVE_HTTP)
 struct MetricsExporter::Server {
   httplib::Server http;
   std::thread thread;
 };
+#else
+struct MetricsExporter::Server {};
+#endif
+
+bool MetricsExporter::http_available() {
+#if defined(TRIAX_HAVE_HTTP)
+  return true;
+#else
+  return false;
+#endif
+}
 
 MetricsExporter::MetricsExporter(std::shared_ptr<Communicator> world, const MetricsExporterConfig& cfg, int tp, int pp,
                                  int dp)
@@ -118,7 +135,18 @@ MetricsExporter::MetricsExporter(std::shared_ptr<Communicator> world, const Metr
   snap_.checkpoint_interval_s = cfg.checkpoint_interval_s;
   snap_.ranks.resize(static_cast<size_t>(world_->size()));
   require(cfg.port >= -1 && cfg.port <= 65535, "--metrics-port {} is outside [0, 65535]", cfg.port);
+  // Every rank refuses alike (the flags are the same everywhere), before any of them binds.
+  if (cfg.port >= 0 && !http_available())
+    TRIAX_THROW(ConfigError, "--metrics-port {} (--metrics-bind {}): this triax was built without the HTTP metrics "
+                "endpoint (cpp-httplib was not found when it was configured: install libcpp-httplib-dev and "
+                "configure with -DTRIAX_WITH_HTTP=ON); --metrics-textfile works without it", cfg.port, cfg.bind);
   if (world_->rank() != 0 || cfg.port < 0) return;
+  start_server();
+}
+
+void MetricsExporter::start_server() {
+#if defined(TRIAX_HAVE_HTTP)
+  const MetricsExporterConfig& cfg = cfg_;
   server_ = std::make_unique<Server>();
   // cpp-httplib's default sets SO_REUSEPORT, which lets a second job on the node bind the same
   // port silently and take half the scrapes; SO_REUSEADDR alone still allows a quick restart.
@@ -144,13 +172,16 @@ MetricsExporter::MetricsExporter(std::shared_ptr<Communicator> world, const Metr
   }
   server_->thread = std::thread([s = server_.get()] { s->http.listen_after_bind(); });
   log::info("metrics: serving Prometheus text on http://{}:{}/metrics", cfg.bind, port_);
+#endif
 }
 
 MetricsExporter::~MetricsExporter() {
+#if defined(TRIAX_HAVE_HTTP)
   if (server_) {
     server_->http.stop();
     if (server_->thread.joinable()) server_->thread.join();
   }
+#endif
 }
 
 void MetricsExporter::observe(const IterationMetrics& m, const RankTimes& mine) {

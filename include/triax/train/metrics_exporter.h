@@ -48,7 +48,8 @@ struct MetricsSnapshot {
 class MetricsExporter {
  public:
   // Collective over world (every rank constructs it). Rank 0 binds the port (IoError naming the
-  // address when it cannot) and starts the server thread.
+  // address when it cannot) and starts the server thread; ConfigError for a port in a build
+  // without the HTTP endpoint (http_available()).
   MetricsExporter(std::shared_ptr<Communicator> world, const MetricsExporterConfig& cfg, int tp, int pp, int dp);
   ~MetricsExporter();
   MetricsExporter(const MetricsExporter&) = delete;
@@ -66,8 +67,12 @@ class MetricsExporter {
   // The port rank 0 listens on (-1 elsewhere or without an endpoint).
   int port() const { return port_; }
   std::string render() const;
+  // Whether this build has the HTTP endpoint (cpp-httplib, TRIAX_WITH_HTTP); without it a
+  // config with port >= 0 is a ConfigError.
+  static bool http_available();
 
  private:
+  void start_server();  // rank 0, port >= 0: binds and starts the server thread
   void write_textfile() const;
   std::shared_ptr<Communicator> world_;
   MetricsExporterConfig cfg_;

@@ -77,7 +77,15 @@ TEST_CASE("a textfile that cannot be written is a warning, and training metrics 
   CHECK_THAT(test::read_bytes(cfg.textfile), Contains("triax_iteration 6\n"));
 }
 
+#if defined(TRIAX_HAVE_HTTP)
+constexpr bool kBuiltWithHttp = true;
+#else
+constexpr bool kBuiltWithHttp = false;
+#endif
+
 TEST_CASE("--metrics-bind that does not resolve names the host, not a stale errno", "[prometheus]") {
+  REQUIRE(MetricsExporter::http_available() == kBuiltWithHttp);  // the library and tests/CMakeLists.txt agree
+  if (!kBuiltWithHttp) return;  // the next test case checks the refusal
   MetricsExporterConfig cfg;
   cfg.port = 0;
   cfg.bind = "not a host";
@@ -89,4 +97,27 @@ TEST_CASE("--metrics-bind that does not resolve names the host, not a stale errn
     CHECK_THAT(what, Contains("--metrics-bind 'not a host': the address cannot be resolved"));
     CHECK(what.find("No such file or directory") == std::string::npos);
   }
+}
+
+TEST_CASE("built without cpp-httplib, an endpoint is refused by name and the textfile still works", "[prometheus]") {
+  if (kBuiltWithHttp) return;  // the endpoint itself: test_train_prometheus
+  test::TempDir dir;
+  MetricsExporterConfig cfg;
+  cfg.port = 9400;
+  cfg.bind = "127.0.0.1";
+  try {
+    MetricsExporter e(make_self_communicator(), cfg, 1, 1, 1);
+    FAIL("an endpoint was accepted without cpp-httplib");
+  } catch (const ConfigError& err) {
+    const std::string what = err.what();
+    CHECK_THAT(what, Contains("--metrics-port 9400 (--metrics-bind 127.0.0.1)"));
+    CHECK_THAT(what, Contains("built without the HTTP metrics endpoint"));
+    CHECK_THAT(what, Contains("-DTRIAX_WITH_HTTP=ON"));
+  }
+  cfg.port = -1;
+  cfg.textfile = dir.file("job.prom");
+  MetricsExporter e(make_self_communicator(), cfg, 1, 1, 1);
+  CHECK(e.port() == -1);
+  e.observe(at(2), {});
+  CHECK_THAT(test::read_bytes(cfg.textfile), Contains("triax_iteration 2\n"));
 }

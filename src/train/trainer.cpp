@@ -60,6 +60,7 @@ std::string IterationMetrics::json() const {
   j["dp_comm_ms"] = dp_comm_ms;
   j["p2p_wait_ms"] = p2p_wait_ms;
   j["compute_ms"] = compute_ms;
+  j["peak_mem_bytes"] = peak_mem_bytes;
   if (step_skipped) {
     j["step_skipped"] = true;
     j["nonfinite_rank"] = nonfinite_rank;
@@ -353,8 +354,9 @@ IterationMetrics Trainer::step(bool record_events) {
   sums[2 + static_cast<size_t>(me)] =
       std::max(0.0, elapsed - last_.p2p_wait_s - rep.sync.exposed_s - rep.gather_s);
   grid_->world().all_reduce(std::span<double>(sums), ReduceOp::sum).wait();
-  double maxes[5] = {elapsed, rep.sync.exposed_s + rep.gather_s, rep.sync.comm_span_s, last_.p2p_wait_s,
-                     last_.compute_s};
+  // The last: the backend allocator's high-water mark (bytes), the largest over the ranks.
+  double maxes[6] = {elapsed, rep.sync.exposed_s + rep.gather_s, rep.sync.comm_span_s, last_.p2p_wait_s,
+                     last_.compute_s, static_cast<double>(backend_->peak_bytes())};
   grid_->world().all_reduce(std::span<double>(maxes), ReduceOp::max).wait();
 
   consumed_ += plan.global_batch;
@@ -383,6 +385,7 @@ IterationMetrics Trainer::step(bool record_events) {
   mt.dp_comm_ms = maxes[2] * 1e3;
   mt.p2p_wait_ms = maxes[3] * 1e3;
   mt.compute_ms = maxes[4] * 1e3;
+  mt.peak_mem_bytes = static_cast<int64_t>(maxes[5]);
   check_step(mt, rep, std::span<const double>(sums).subspan(2));
   watchdog_->progress();
   return mt;

@@ -45,6 +45,9 @@ struct IterationMetrics {
   double dp_comm_ms = 0;          // DP collectives' span
   double p2p_wait_ms = 0;         // this rank's wait for pipeline receives and sends
   double compute_ms = 0;
+  // The backend allocator's high-water mark since start-up, the largest over the ranks (bytes):
+  // what the planner's memory model predicts (device memory on --backend cuda).
+  int64_t peak_mem_bytes = 0;
   bool step_skipped = false;      // this iteration's step was skipped (non-finite gradient norm)
   int nonfinite_rank = -1;        // first world rank with a non-finite gradient (skipped steps)
   std::string nonfinite_param;    // and its parameter

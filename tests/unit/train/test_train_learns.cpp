@@ -1,6 +1,9 @@
 // A few AdamW steps on a tiny model reduce the loss on the generated learnable language, and
 // the datasets hand out the same samples by global index whatever asks for them.
 #include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
 
 #include "triax/distributed/comm/self_comm.h"
 #include "triax/train/trainer.h"
@@ -18,11 +21,19 @@ TEST_CASE("AdamW steps on a tiny model reduce the loss on a learnable task", "[t
   c.warmup_iters = 2;
   Trainer t(std::shared_ptr<Communicator>(make_self_communicator()), c);
   std::vector<double> losses;
+  int64_t peak = 0;
   t.train([&](const IterationMetrics& m) {
     REQUIRE(std::isfinite(m.loss));
     REQUIRE(m.grad_norm > 0);
     losses.push_back(m.loss);
+    // The allocator's high-water mark: at least the weights, gradients and two Adam moments
+    // (4 x 4 bytes per parameter), never falling, and in the JSON line as measured.
+    REQUIRE(m.peak_mem_bytes >= std::max<int64_t>(peak, 1));
+    peak = m.peak_mem_bytes;
+    REQUIRE(nlohmann::json::parse(m.json())["peak_mem_bytes"].get<int64_t>() == m.peak_mem_bytes);
   });
+  // tiny at 2 layers holds well over 100k parameters.
+  REQUIRE(peak >= int64_t{16} * 100000);
   REQUIRE(losses.size() == 25);
   INFO("loss " << losses.front() << " -> " << losses.back());
   REQUIRE(losses.front() == Approx(std::log(256.0)).epsilon(0.05));  // a fresh model is near uniform

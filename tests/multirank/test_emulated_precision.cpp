@@ -3,6 +3,7 @@
 // at every op), statistics and parameter gradients in float32.
 //  - One process: a bf16 run trains (its loss falls over 20 iterations) and stays within 3% of the
 //    float32 run's loss at every iteration; so do the fp16 run (dynamic loss scale) and a MoE run.
+//    In float32 the emulated backend gives the plain CPU backend's run bit for bit.
 //  - The backend refuses a buffer of the wrong class (an f32 activation, a bf16 statistic, a bf16
 //    parameter gradient), naming the op and the buffer, and rounds its outputs to nearest even.
 //  - Two processes: tp 2 (with and without sequence parallelism), pp 2 (1F1B, ZB-H1) and MoE with
@@ -56,6 +57,13 @@ TEST_CASE("a bf16 run on the emulated backend trains and stays close to float32"
   check_close(rb, rf, 0.03);
   // The run did compute in bf16: its losses are not float32's.
   CHECK(rb.losses != rf.losses);
+  // In float32 the emulated backend only checks: the plain CPU backend's run, bit for bit.
+  TrainConfig e32 = f32;
+  e32.backend = "cpu-emulated";
+  const Result re = serial_run(e32);
+  CHECK(re.losses == rf.losses);
+  CHECK(re.grad_norms == rf.grad_norms);
+  CHECK(re.params == rf.params);
 
   TrainConfig fp = bf;
   fp.bf16 = false;

@@ -412,12 +412,13 @@ void training_options(Options& t) {
   t.push_back(int_opt("train-iters", "iterations", TRIAX_FIELD(train_iters), 1, kMaxI64));
   t.push_back(int_opt("seed", "seed of initialisation and generated data", TRIAX_FIELD(seed), 0, kMaxI64));
   t.push_back(string_opt("backend", "where the step runs: cpu, cpu-checked (buffers inaccessible outside the "
-                         "backend: a check, slower), or cuda (one GPU per rank, the local rank's; NCCL for device "
+                         "backend: a check, slower), cpu-emulated (the CPU computing in the --bf16/--fp16 type with the cuda backend's "
+                         "buffer types checked at every op: a test of mixed precision without a GPU), or cuda (one GPU per rank, the local rank's; NCCL for device "
                          "buffers)", TRIAX_FIELD(backend), enum_names<BackendKind>()));
   t.push_back(bool_opt("bf16", "mixed precision: bfloat16 activations and weight copy, float32 masters, gradients "
-                       "and Adam moments (not on the cpu backends)", TRIAX_FIELD(bf16)));
+                       "and Adam moments (cuda, or cpu-emulated; not on the cpu backends)", TRIAX_FIELD(bf16)));
   t.push_back(bool_opt("fp16", "mixed precision: float16 activations and weight copy with a dynamic loss scale, "
-                       "float32 masters, gradients and Adam moments (not on the cpu backends)", TRIAX_FIELD(fp16)));
+                       "float32 masters, gradients and Adam moments (cuda, or cpu-emulated; not on the cpu backends)", TRIAX_FIELD(fp16)));
 }
 
 void optimizer_options(Options& t) {
@@ -795,7 +796,7 @@ DType resolve_compute_dtype(const TrainConfig& cfg) {
   const BackendKind be = parse_enum<BackendKind>(cfg.backend);
   require(be != BackendKind::cpu && be != BackendKind::cpu_checked,
           "{} needs a backend that computes in {}: --backend {} computes in float32 only (mixed precision runs on "
-          "the cuda backend)", flag, cfg.bf16 ? "bfloat16" : "float16", cfg.backend);
+          "the cuda backend, or emulated on the CPU with --backend cpu-emulated)", flag, cfg.bf16 ? "bfloat16" : "float16", cfg.backend);
   return cfg.bf16 ? DType::bf16 : DType::f16;
 }
 

@@ -96,7 +96,8 @@ const Tensor& GptChunk::G(size_t i) { return view(i, true); }
 
 GptChunk::GptChunk(const GptConfig& cfg, const ChunkSpec& spec, Communicator& tp, ParamStore& store, Recompute rc,
                    bool wte_norm_owner, bool sequence_parallel, const ChunkMoe& moe)
-    : cfg_(cfg), spec_(spec), tp_(tp), store_(store), be_(store.backend()), dt_(store.dtype()), rc_(rc), sp_(sequence_parallel && tp.size() > 1), moe_(moe),
+    : cfg_(cfg), spec_(spec), tp_(tp), store_(store), be_(store.backend()), dt_(be_.compute_dtype()),
+      st_(be_.compute_dtype() == DType::f64 ? DType::f64 : DType::f32), gt_(store.dtype()), rc_(rc), sp_(sequence_parallel && tp.size() > 1), moe_(moe),
       backs_(std::make_unique<Backs>()) {
   if (moe.every > 0) {
     if (!moe.ep) TRIAX_THROW(ConfigError, "MoE layers need the expert-parallel communicator");
@@ -249,8 +250,8 @@ void GptChunk::ready(size_t idx) {
 void GptChunk::layernorm_gathered(const Tensor& x, size_t w, size_t b, Tensor& full, Tensor& mean, Tensor& rstd,
                                   int Nl) {
   const size_t NCl = static_cast<size_t>(Nl) * C_;
-  ensure(mean, static_cast<size_t>(Nl));
-  ensure(rstd, static_cast<size_t>(Nl));
+  ensure(mean, static_cast<size_t>(Nl), st_);
+  ensure(rstd, static_cast<size_t>(Nl), st_);
   ensure(full, NCl * (sp_ ? tp_.size() : 1));
   if (!sp_) {
     be_.layernorm_forward(full, mean, rstd, x, P(w), P(b), Nl, C_);
@@ -284,7 +285,7 @@ void GptChunk::layer_forward(Layer& L, Acts& a, int slot, const Tensor& x, const
   if (a.x.raw_data() != x.raw_data()) be_.copy(a.x, x);
   ensure(a.qkv, static_cast<size_t>(Nf) * 3 * Cl_);
   ensure(a.att, static_cast<size_t>(Nf) * Cl_);
-  ensure(a.lse, static_cast<size_t>(B) * NHl_ * T);
+  ensure(a.lse, static_cast<size_t>(B) * NHl_ * T, st_);
   ensure(a.x2, NCl);
   ensure(scratch_, NCf);
 
@@ -386,7 +387,7 @@ void GptChunk::recompute_for_backward(Layer& L, Acts& a, int slot, int B, int T)
 Tensor GptChunk::sp_partial_grads() {
   if (!sp_) return Tensor();
   Backs& S = *backs_;
-  ensure(S.spg, 6 * static_cast<size_t>(C_));
+  ensure(S.spg, 6 * static_cast<size_t>(C_), gt_);
   be_.fill(S.spg, 0.0);
   return S.spg;
 }
@@ -553,10 +554,10 @@ double GptChunk::head_forward(Slot& s, std::span<const int32_t> targets, int B, 
   Tensor& logits = S.logits;  // (N, V/tp): never gathered
   ensure(logits, static_cast<size_t>(Nf) * Vl);
   be_.linear_forward(logits, S.lnf, P(wte_), Tensor(), Nf, C_, Vl);
-  ensure(S.rowmax, static_cast<size_t>(Nf));
-  ensure(S.stats, 2 * static_cast<size_t>(Nf));
-  ensure(S.losses, static_cast<size_t>(Nf));
-  ensure(S.lse, static_cast<size_t>(Nf));
+  ensure(S.rowmax, static_cast<size_t>(Nf), st_);
+  ensure(S.stats, 2 * static_cast<size_t>(Nf), st_);
+  ensure(S.losses, static_cast<size_t>(Nf), st_);
+  ensure(S.lse, static_cast<size_t>(Nf), st_);
   const Tensor sumexp = S.stats.slice(0, Nf), tlogit = S.stats.slice(Nf, 2 * static_cast<int64_t>(Nf));
   be_.xent_shard_max(S.rowmax, logits, Nf, Vl, v0_, cfg_.vocab);
   tp::max_over_tp(tp_, be_, S.rowmax);
@@ -661,7 +662,7 @@ void GptChunk::backward(int sl, const Tensor& dx_out, const Tensor& dx_in, bool 
     if (sp_) {
       // Position gradients from this rank's rows, summed over TP; the vocab-parallel table needs
       // every row's gradient (all-gather: reduce-scatter's backward).
-      ensure(S.dwpe, static_cast<size_t>(T) * C_);
+      ensure(S.dwpe, static_cast<size_t>(T) * C_, gt_);
       be_.fill(S.dwpe, 0.0);
       be_.sum_rows_periodic(S.dwpe, S.d, Nl, C_, tp_.rank() * Nl, T);
       tp::sum_over_tp(tp_, be_, S.dwpe);

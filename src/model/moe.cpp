@@ -200,17 +200,41 @@ Tensor MoeMlp::upload_i32(Tensor& t, const std::vector<int32_t>& v) {
 Tensor MoeMlp::upload_real(Tensor& t, const std::vector<double>& v) {
   Tensor view = grow(t, v.size(), dt_);
   if (v.empty()) return view;
-  if (dt_ == DType::f64) {
-    be_.copy_from_host(view, v.data(), v.size() * sizeof(double));
-  } else {
-    std::vector<float> f(v.begin(), v.end());
-    be_.copy_from_host(view, f.data(), f.size() * sizeof(float));
+  auto put = [&](auto zero) {
+    using T = decltype(zero);
+    std::vector<T> h(v.size());
+    for (size_t i = 0; i < v.size(); ++i) h[i] = T(static_cast<float>(v[i]));
+    be_.copy_from_host(view, h.data(), h.size() * sizeof(T));
+  };
+  switch (dt_) {
+    case DType::f64: be_.copy_from_host(view, v.data(), v.size() * sizeof(double)); break;
+    case DType::bf16: put(bf16{}); break;
+    case DType::f16: put(f16{}); break;
+    default: put(float{}); break;
   }
   return view;
 }
 
+// n values of a buffer of the activation type (f32, bf16 or f16) read back as floats.
+std::vector<float> MoeMlp::host_f32(const Tensor& t, size_t n) {
+  std::vector<float> out(n);
+  auto get = [&](auto zero) {
+    using T = decltype(zero);
+    std::vector<T> h(n);
+    be_.copy_to_host(h.data(), t, n * sizeof(T));
+    for (size_t i = 0; i < n; ++i) out[i] = static_cast<float>(h[i]);
+  };
+  if (dt_ == DType::bf16)
+    get(bf16{});
+  else if (dt_ == DType::f16)
+    get(f16{});
+  else
+    be_.copy_to_host(out.data(), t, n * sizeof(float));
+  return out;
+}
+
 MoeMlp::MoeMlp(const MoeConfig& cfg, int layer, int C, int F, Communicator& ep, ParamStore& store, bool norm_owner)
-    : cfg_(cfg), layer_(layer), C_(C), F_(F), ep_(ep), store_(store), be_(store.backend()), dt_(store.dtype()) {
+    : cfg_(cfg), layer_(layer), C_(C), F_(F), ep_(ep), store_(store), be_(store.backend()), dt_(be_.compute_dtype()) {
   cfg_.validate(ep.size());
   if (C < 1 || F < 1) TRIAX_THROW(ConfigError, "MoE layer {}: hidden sizes C = {}, F = {} must be >= 1", layer, C, F);
   P_ = ep.size();
@@ -413,9 +437,7 @@ void MoeMlp::route(Slot& s, const Tensor& xin, int N) {
     be_.copy_to_host(hl.data(), logits, hl.size() * sizeof(double));
     s.R = route_tokens(hl.data(), N, E, k, cap);
   } else {
-    std::vector<float> hl(static_cast<size_t>(N) * E);
-    be_.copy_to_host(hl.data(), logits, hl.size() * sizeof(float));
-    s.R = route_tokens(hl.data(), N, E, k, cap);
+    s.R = route_tokens(host_f32(logits, static_cast<size_t>(N) * E).data(), N, E, k, cap);
   }
 }
 

@@ -118,7 +118,7 @@ class StepState {
   };
 
   Tensor buffer() {
-    return be_.empty(Shape{static_cast<int64_t>(N_)}, be_.compute_dtype() == DType::f64 ? DType::f64 : DType::f32);
+    return be_.empty(Shape{static_cast<int64_t>(N_)}, be_.compute_dtype());  // activations and their gradients
   }
 
   // The busy interval of a compute that waited for its input starts when the wait ends.

@@ -10,6 +10,7 @@
 #include <cmath>
 #include <numeric>
 
+#include "triax/backend/emulated_backend.h"
 #include "triax/core/env.h"
 #include "triax/core/gpu_count.h"
 #include "triax/core/log.h"
@@ -163,14 +164,16 @@ Trainer::Trainer(const std::shared_ptr<Communicator>& world, const ResolvedTrain
 
 void Trainer::start_rank(const std::shared_ptr<Communicator>& world, const ResolvedTrainConfig& r) {
   const TrainConfig& cfg = cfg_;
-  // r.compute (--bf16/--fp16) is float32 on the CPU backends (resolve_train_config refuses the
-  // others there); the CUDA backend takes it as CudaBackendOptions::compute (start_cuda).
+  // r.compute (--bf16/--fp16) is float32 on the cpu and cpu-checked backends (resolve_train_config
+  // refuses the others there); the emulated CPU backend computes in it, the CUDA backend takes it
+  // as CudaBackendOptions::compute (start_cuda).
   const BackendKind kind = parse_enum<BackendKind>(cfg.backend);
   std::shared_ptr<Communicator> comm;
   std::vector<std::string> hosts;
   switch (kind) {
     case BackendKind::cpu: backend_ = make_cpu_backend(); break;
     case BackendKind::cpu_checked: backend_ = make_checked_cpu_backend(); break;
+    case BackendKind::cpu_emulated: backend_ = make_emulated_backend(r.compute); break;
     case BackendKind::cuda:
       hosts = gather_host_names(*world);  // the local rank picks the device; the grid reuses the names
       comm = start_cuda(world, hosts, r.compute);

@@ -19,3 +19,7 @@ triax_add_multirank_test(test_grad_scale SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_
 # Mixed-precision plumbing on the CPU: a forced compute copy trains bit for bit like none (plain,
 # ZeRO-1, pipeline/TP layouts); the fp16 loss scaler's overflow flag makes every rank skip together.
 triax_add_multirank_test(test_mixed_precision SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_mixed_precision.cpp NP 1 2 4 TIMEOUT 300)
+# Mixed precision emulated on the CPU (--backend cpu-emulated): bf16/fp16 runs train close to
+# float32 with the CUDA backend's buffer types checked at every op; tp 2 / pp 2 in bf16 match one
+# process; the backend names the op and buffer of a type violation.
+triax_add_multirank_test(test_emulated_precision SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_emulated_precision.cpp NP 1 2 TIMEOUT 300)

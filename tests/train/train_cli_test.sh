@@ -311,7 +311,7 @@ errors)
   expect_error "two" -np 1 "$exe" --config "$tmp/bad.toml"
   ;;
 precision)
-  # Mixed precision: the CPU backends compute in float32 only; --bf16/--fp16 are refused with the
+  # Mixed precision: cpu and cpu-checked compute in float32 only; --bf16/--fp16 are refused with the
   # flag and the backend named (exit 2, one message per job), from flags and from [training].
   expect_exit 2 "--bf16 needs a backend that computes in bfloat16: --backend cpu computes in float32 only" \
     -np 2 "$exe" --bf16 --train-iters 1
@@ -320,6 +320,12 @@ precision)
   expect_exit 2 "--bf16 and --fp16 are mutually exclusive" -np 1 "$exe" --bf16 --fp16 --train-iters 1
   printf '[training]\nbf16 = true\n' >"$tmp/bf16.toml"
   expect_exit 2 "--bf16 needs a backend that computes in bfloat16" -np 1 "$exe" --config "$tmp/bf16.toml"
+  # The emulated CPU backend computes in them (tp 2: bf16 activations over the TP collectives).
+  for flag in --bf16 --fp16; do
+    run -np 2 "$exe" $flag --backend cpu-emulated --tp 2 --num-layers 2 --train-iters 2 >"$tmp/out" 2>&1 ||
+      { tail -5 "$tmp/out"; fail "$flag --backend cpu-emulated --tp 2 failed"; }
+    echo "ok: $flag --backend cpu-emulated --tp 2 trains"
+  done
   ;;
 *) fail "unknown case" ;;
 esac

@@ -32,7 +32,9 @@ class BackendEvent {
 // Every operation of the training step. Buffers are Tensors made by this backend (empty/zeros):
 // dense (contiguous) views with a dtype and a device. Shapes are given beside each op as in
 // llm.c: N rows (tokens), C channels, IC/OC in/out features. Activations and parameters share an
-// element type per op (f32, or f64 for gradient checks on the CPU); parameter gradients have their
+// element type per op (compute_dtype(): f32, bf16/f16 under mixed precision, or f64 for gradient
+// checks on the CPU); statistics (mean, rstd, lse, xent stats, losses) are f32 (f64 on an f64
+// backend); parameter gradients have their
 // own type (f32 everywhere on the CUDA backend, the activation type on the CPU reference), which is
 // why a grad appears as its own Tensor in every signature. Parameter gradients always accumulate
 // (+=); input gradients are written, or added with ops::GradMode::accumulate.
@@ -43,7 +45,7 @@ class Backend {
   Backend(const Backend&) = delete;
   Backend& operator=(const Backend&) = delete;
 
-  virtual std::string_view name() const = 0;  // "cpu", "cpu-checked", "cuda"
+  virtual std::string_view name() const = 0;  // "cpu", "cpu-checked", "cpu-emulated", "cuda"
   virtual Device device() const = 0;
   // The element type of activations and of the compute copy of the weights (f32 unless the
   // backend was built for another precision).

@@ -24,13 +24,17 @@ namespace triax {
 
 // Where the step runs (backend/backend.h): "cpu" (the reference), "cpu-checked" (buffers
 // mapped PROT_NONE outside the backend's own calls: proves no code outside the backend touches them),
-// or "cuda" (cuda/cuda_backend.h: one GPU per rank, device = local rank; CUDA builds only).
-enum class BackendKind { cpu, cpu_checked, cuda };
+// "cpu-emulated" (backend/emulated_backend.h: the CPU in the compute type of --bf16/--fp16, the
+// CUDA backend's buffer types checked at every op), or "cuda" (cuda/cuda_backend.h: one GPU per
+// rank, device = local rank; CUDA builds only).
+enum class BackendKind { cpu, cpu_checked, cpu_emulated, cuda };
 template <>
 struct EnumNames<BackendKind> {
   static constexpr std::string_view what = "backend";
-  static constexpr std::array<EnumName<BackendKind>, 3> table{
-      {{"cpu", BackendKind::cpu}, {"cpu-checked", BackendKind::cpu_checked}, {"cuda", BackendKind::cuda}}};
+  static constexpr std::array<EnumName<BackendKind>, 4> table{{{"cpu", BackendKind::cpu},
+                                                                  {"cpu-checked", BackendKind::cpu_checked},
+                                                                  {"cpu-emulated", BackendKind::cpu_emulated},
+                                                                  {"cuda", BackendKind::cuda}}};
 };
 
 struct TrainConfig {

@@ -146,7 +146,9 @@ class GptChunk final : public Stage {
   Communicator& tp_;
   ParamStore& store_;
   Backend& be_;
-  DType dt_;
+  DType dt_;  // activations and their gradients: the backend's compute type
+  DType st_;  // statistics (LayerNorm mean/rstd, attention lse, xent stats, losses): f32, f64 on an f64 backend
+  DType gt_;  // parameter-gradient scratch (SP partials, dwpe): the store's gradient type
   std::vector<Tensor> pview_, gview_;
   Recompute rc_;
   bool sp_ = false;

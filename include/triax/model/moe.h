@@ -144,6 +144,7 @@ class MoeMlp {
   void ready(size_t idx);
   // The first n elements of t, regrown (never shrunk) to hold them.
   Tensor grow(Tensor& t, size_t n, DType dtype);
+  std::vector<float> host_f32(const Tensor& t, size_t n);
   Tensor upload_i32(Tensor& t, const std::vector<int32_t>& v);
   Tensor upload_real(Tensor& t, const std::vector<double>& v);
   const Tensor& P(size_t i);
@@ -155,7 +156,7 @@ class MoeMlp {
   Communicator& ep_;
   ParamStore& store_;
   Backend& be_;
-  DType dt_;
+  DType dt_;  // activations (the backend's compute type); gradients go to the store's
   std::map<size_t, Tensor> pview_, gview_;
   int P_, El_, e0_;
   size_t router_ = 0;

@@ -44,7 +44,7 @@ TEST_CASE("enum names: one table per enum, printing and parsing are inverses", "
   check_table<ScheduleKind>(4);
   check_table<Recompute>(3);
   check_table<LrDecay>(3);
-  check_table<BackendKind>(3);
+  check_table<BackendKind>(4);
   check_table<ConfigSection>(8);
   CHECK(enum_choices<ScheduleKind>() == "gpipe, 1f1b, interleaved, zb-h1");
 }

@@ -306,9 +306,12 @@ void attention_backward(Real* dqkv, const Real* dout, const Real* qkv, const Rea
 
 template void attention_forward<float>(float*, float*, const float*, int, int, int, int, cudaStream_t);
 template void attention_forward<bf16>(bf16*, float*, const bf16*, int, int, int, int, cudaStream_t);
+template void attention_forward<f16>(f16*, float*, const f16*, int, int, int, int, cudaStream_t);
 template void attention_backward<float>(float*, const float*, const float*, const float*, const float*, int, int, int,
                                         int, cudaStream_t);
 template void attention_backward<bf16>(bf16*, const bf16*, const bf16*, const bf16*, const float*, int, int, int, int,
                                        cudaStream_t);
+template void attention_backward<f16>(f16*, const f16*, const f16*, const f16*, const float*, int, int, int, int,
+                                      cudaStream_t);
 
 }  // namespace triax::cuda

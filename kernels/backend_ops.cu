@@ -448,7 +448,9 @@ TRIAX_ELEMENTWISE(f16)
   template void scale_rows<R>(R*, const R*, const R*, int, int, cudaStream_t);
 TRIAX_ROWS(float)
 TRIAX_ROWS(bf16)
+TRIAX_ROWS(f16)
 #undef TRIAX_ROWS
 template void sum_rows_periodic<float, bf16>(float*, const bf16*, int, int, int, int, cudaStream_t);
+template void sum_rows_periodic<float, f16>(float*, const f16*, int, int, int, int, cudaStream_t);
 
 }  // namespace triax::cuda

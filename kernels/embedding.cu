@@ -127,9 +127,13 @@ template void embedding_forward<float>(float*, const int32_t*, const float*, con
                                        cudaStream_t);
 template void embedding_forward<bf16>(bf16*, const int32_t*, const bf16*, const bf16*, int, int, int, int, int, int,
                                       cudaStream_t);
+template void embedding_forward<f16>(f16*, const int32_t*, const f16*, const f16*, int, int, int, int, int, int,
+                                     cudaStream_t);
 template void embedding_backward<float>(float*, float*, const float*, const int32_t*, int, int, int, int, int, int,
                                         cudaStream_t);
 template void embedding_backward<bf16>(float*, float*, const bf16*, const int32_t*, int, int, int, int, int, int,
                                        cudaStream_t);
+template void embedding_backward<f16>(float*, float*, const f16*, const int32_t*, int, int, int, int, int, int,
+                                      cudaStream_t);
 
 }  // namespace triax::cuda

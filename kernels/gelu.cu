@@ -95,7 +95,9 @@ void gelu_backward(Real* dinp, const Real* inp, const Real* dout, int64_t n, cud
 
 template void gelu_forward<float>(float*, const float*, int64_t, cudaStream_t);
 template void gelu_forward<bf16>(bf16*, const bf16*, int64_t, cudaStream_t);
+template void gelu_forward<f16>(f16*, const f16*, int64_t, cudaStream_t);
 template void gelu_backward<float>(float*, const float*, const float*, int64_t, cudaStream_t);
 template void gelu_backward<bf16>(bf16*, const bf16*, const bf16*, int64_t, cudaStream_t);
+template void gelu_backward<f16>(f16*, const f16*, const f16*, int64_t, cudaStream_t);
 
 }  // namespace triax::cuda

@@ -251,9 +251,13 @@ template void layernorm_forward<float>(float*, float*, float*, const float*, con
                                        float, cudaStream_t);
 template void layernorm_forward<bf16>(bf16*, float*, float*, const bf16*, const bf16*, const bf16*, int, int,
                                       float, cudaStream_t);
+template void layernorm_forward<f16>(f16*, float*, float*, const f16*, const f16*, const f16*, int, int,
+                                     float, cudaStream_t);
 template void layernorm_backward<float>(float*, float*, float*, const float*, const float*, const float*, const float*,
                                         const float*, int, int, ops::GradMode, cudaStream_t);
 template void layernorm_backward<bf16>(bf16*, float*, float*, const bf16*, const bf16*, const bf16*, const float*,
                                        const float*, int, int, ops::GradMode, cudaStream_t);
+template void layernorm_backward<f16>(f16*, float*, float*, const f16*, const f16*, const f16*, const float*,
+                                      const float*, int, int, ops::GradMode, cudaStream_t);
 
 }  // namespace triax::cuda

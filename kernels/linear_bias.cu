@@ -55,5 +55,6 @@ void linear_bias_backward(float* dbias, const Real* dout, int N, int OC, cudaStr
 
 template void linear_bias_backward<float>(float*, const float*, int, int, cudaStream_t);
 template void linear_bias_backward<bf16>(float*, const bf16*, int, int, cudaStream_t);
+template void linear_bias_backward<f16>(float*, const f16*, int, int, cudaStream_t);
 
 }  // namespace triax::cuda

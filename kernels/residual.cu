@@ -105,7 +105,9 @@ void residual_backward(Real* da, Real* db, const Real* dout, int64_t n, cudaStre
 
 template void residual_forward<float>(float*, const float*, const float*, int64_t, cudaStream_t);
 template void residual_forward<bf16>(bf16*, const bf16*, const bf16*, int64_t, cudaStream_t);
+template void residual_forward<f16>(f16*, const f16*, const f16*, int64_t, cudaStream_t);
 template void residual_backward<float>(float*, float*, const float*, int64_t, cudaStream_t);
 template void residual_backward<bf16>(bf16*, bf16*, const bf16*, int64_t, cudaStream_t);
+template void residual_backward<f16>(f16*, f16*, const f16*, int64_t, cudaStream_t);
 
 }  // namespace triax::cuda

@@ -268,6 +268,7 @@ void xent_loss_from_stats(float* losses, float* lse, const float* row_max, const
                                           cudaStream_t);
 TRIAX_INSTANTIATE(float)
 TRIAX_INSTANTIATE(bf16)
+TRIAX_INSTANTIATE(f16)
 #undef TRIAX_INSTANTIATE
 
 }  // namespace triax::cuda

@@ -383,12 +383,8 @@ void CudaBackend::count_nonfinite_into(const Tensor& acc, int64_t index, const T
 // ---- entry points
 
 std::unique_ptr<Backend> make_cuda_backend(const CudaBackendOptions& opts) {
-  if (opts.compute == DType::f16)
-    TRIAX_THROW(ConfigError,
-                "cuda backend: compute type float16 is not supported: the layer kernels (gelu, layernorm, attention, "
-                "embedding, softmax/xent, residual, linear) are compiled for float32 and bfloat16; use --bf16");
-  if (opts.compute != DType::f32 && opts.compute != DType::bf16)
-    TRIAX_THROW(ConfigError, "cuda backend: compute type {} is not supported (float32 or bfloat16)",
+  if (opts.compute != DType::f32 && opts.compute != DType::bf16 && opts.compute != DType::f16)
+    TRIAX_THROW(ConfigError, "cuda backend: compute type {} is not supported (float32, bfloat16 or float16)",
                 dtype_name(opts.compute));
   std::string why;
   const int n = cuda_device_count(&why);

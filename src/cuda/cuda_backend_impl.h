@@ -126,14 +126,15 @@ class CudaBackend final : public Backend {
 // ---- argument helpers shared by the two source files.
 namespace backend_detail {
 
-// Calls f(Real{}) for an activation type the kernels are compiled for (float32 or bfloat16).
+// Calls f(Real{}) for an activation type the kernels are compiled for (float32, bfloat16 or float16).
 template <class F>
 void by_act(DType dt, const char* op, F&& f) {
   switch (dt) {
     case DType::f32: f(float{}); return;
     case DType::bf16: f(bf16{}); return;
+    case DType::f16: f(f16{}); return;
     default:
-      TRIAX_THROW(ConfigError, "backend {}: the cuda backend computes in float32 or bfloat16, not {}", op,
+      TRIAX_THROW(ConfigError, "backend {}: the cuda backend computes in float32, bfloat16 or float16, not {}", op,
                   dtype_name(dt));
   }
 }

@@ -1,6 +1,6 @@
 // CudaBackend's layers, rows, optimizer and MoE row moves: each op checks its buffers as the CPU
 // backend does (defined, on this device, dense, large enough, of the right element type), then
-// enqueues the launcher on the compute stream. Activations are float32 or bfloat16 (Real);
+// enqueues the launcher on the compute stream. Activations are float32, bfloat16 or float16 (Real);
 // parameter gradients and statistics are float32 whatever Real is.
 #include <cuda_runtime_api.h>
 

@@ -21,8 +21,10 @@ namespace {
 
 template <class T>
 constexpr cudaDataType_t cuda_type() {
+  static_assert(std::is_same_v<T, float> || std::is_same_v<T, bf16> || std::is_same_v<T, f16>);
   if constexpr (std::is_same_v<T, float>) return CUDA_R_32F;
-  else return CUDA_R_16BF;
+  else if constexpr (std::is_same_v<T, bf16>) return CUDA_R_16BF;
+  else return CUDA_R_16F;
 }
 
 // The largest power of two (<= 256) dividing the address: what cuBLASLt may assume of it.
@@ -137,9 +139,11 @@ size_t CublasLtGemm::workspace_bytes() const { return impl_->ws_bytes; }
 template <class In, class Out>
 void CublasLtGemm::matmul(Trans ta, Trans tb, int M, int N, int K, float alpha, const In* A, int lda, const In* B,
                           int ldb, float beta, Out* C, int ldc, const EpilogueArgs<Out>& epi, cudaStream_t stream) {
+  constexpr bool half_in = std::is_same_v<In, bf16> || std::is_same_v<In, f16>;
   static_assert((std::is_same_v<In, float> && std::is_same_v<Out, float>) ||
-                    (std::is_same_v<In, bf16> && (std::is_same_v<Out, float> || std::is_same_v<Out, bf16>)),
-                "CublasLtGemm::matmul: (In, Out) must be (float, float), (bf16, float) or (bf16, bf16)");
+                    (half_in && (std::is_same_v<Out, float> || std::is_same_v<Out, In>)),
+                "CublasLtGemm::matmul: (In, Out) must be (float, float), (bf16, float), (bf16, bf16), (f16, float) "
+                "or (f16, f16)");
   const char* op = "cuda::CublasLtGemm::matmul";
   const NvtxRange range(op);
   if (M <= 0 || N <= 0 || K <= 0) TRIAX_THROW(ConfigError, "{}: sizes M={} N={} K={} must be positive", op, M, N, K);
@@ -228,5 +232,9 @@ template void CublasLtGemm::matmul<bf16, float>(Trans, Trans, int, int, int, flo
                                                 float, float*, int, const EpilogueArgs<float>&, cudaStream_t);
 template void CublasLtGemm::matmul<bf16, bf16>(Trans, Trans, int, int, int, float, const bf16*, int, const bf16*, int,
                                                float, bf16*, int, const EpilogueArgs<bf16>&, cudaStream_t);
+template void CublasLtGemm::matmul<f16, float>(Trans, Trans, int, int, int, float, const f16*, int, const f16*, int,
+                                               float, float*, int, const EpilogueArgs<float>&, cudaStream_t);
+template void CublasLtGemm::matmul<f16, f16>(Trans, Trans, int, int, int, float, const f16*, int, const f16*, int,
+                                             float, f16*, int, const EpilogueArgs<f16>&, cudaStream_t);
 
 }  // namespace triax::cuda

@@ -62,9 +62,13 @@ template void linear_forward<float>(float*, const float*, const float*, const fl
                                     cudaStream_t);
 template void linear_forward<bf16>(bf16*, const bf16*, const bf16*, const bf16*, int, int, int, CublasLtGemm&,
                                    cudaStream_t);
+template void linear_forward<f16>(f16*, const f16*, const f16*, const f16*, int, int, int, CublasLtGemm&,
+                                  cudaStream_t);
 template void linear_backward<float>(float*, float*, float*, const float*, const float*, const float*, int, int, int,
                                      ops::GradMode, CublasLtGemm&, cudaStream_t);
 template void linear_backward<bf16>(bf16*, float*, float*, const bf16*, const bf16*, const bf16*, int, int, int,
                                     ops::GradMode, CublasLtGemm&, cudaStream_t);
+template void linear_backward<f16>(f16*, float*, float*, const f16*, const f16*, const f16*, int, int, int,
+                                   ops::GradMode, CublasLtGemm&, cudaStream_t);
 
 }  // namespace triax::cuda

@@ -1,8 +1,9 @@
 // cuDNN fused attention (cuda/cudnn_attention.h) against the CPU op ops::attention (double, on the
-// very values the GPU sees: half inputs rounded first) and, for bf16, against the CUDA-core
-// kernels of cuda/attention.h: out, lse and each of dQ, dK, dV, odd T, every output poisoned with
-// NaN before the call. lse is also fed across (cuDNN's to the kernels' backward and back), which
-// holds only if cuDNN's Stats and our lse mean the same thing in the same layout.
+// very values the GPU sees: half inputs rounded first) and, for bf16 and fp16, against the
+// CUDA-core kernels of cuda/attention.h (fp16 held to twice its tolerance there: two rounded
+// results): out, lse and each of dQ, dK, dV, odd T, every output poisoned with NaN before the call.
+// lse is also fed across (cuDNN's to the kernels' backward and back), which holds only if cuDNN's
+// Stats and our lse mean the same thing in the same layout.
 // Each check prints "cudnn <what> <type> rel_err <e> tol <t> ok|FAIL", rel_err = max|got - ref| /
 // max|ref| (NaN -> inf). Recorded tolerances: out and dqkv 1e-2 for bf16 and 2e-3 for fp16
 // (cuDNN rounds P to the input type before P.V, as every flash attention does), lse 1e-4 (fp32
@@ -233,41 +234,46 @@ TEMPLATE_TEST_CASE("cudnn attention forward/backward match ops::attention", "[cu
   }
 }
 
-TEST_CASE("cudnn attention and the CUDA kernels agree, and read each other's lse", "[cuda][cudnn]") {
+TEMPLATE_TEST_CASE("cudnn attention and the CUDA kernels agree, and read each other's lse", "[cuda][cudnn]", bf16,
+                   f16) {
+  using T = TestType;
+  // Two results each within tol<T>() of the reference: bf16's 1e-2 covers their difference, fp16's
+  // 2e-3 is doubled.
+  const double t = std::is_same_v<T, f16> ? 2 * tol<T>() : tol<T>();
   Stream s;
   for (const Shape sh : {Shape{2, 333, 768, 12}, Shape{1, 129, 256, 2}}) {
     const auto [B, Tn, C, NH] = sh;
     const std::string what = fmt::format("B={} T={} C={} NH={}", B, Tn, C, NH);
-    REQUIRE(cuda::cudnn_attention_supported(DType::bf16, B, Tn, NH, C / NH));
+    REQUIRE(cuda::cudnn_attention_supported(dtype_of<T>(), B, Tn, NH, C / NH));
     const size_t n3 = static_cast<size_t>(B) * Tn * 3 * C, n1 = static_cast<size_t>(B) * Tn * C;
     const size_t nl = static_cast<size_t>(B) * NH * Tn;
-    auto qkv = random_halves<bf16>(n3, -2, 2), dout = random_halves<bf16>(n1, -1, 1);
-    DeviceBuffer<bf16> dq(qkv.dev), ddo(dout.dev), out_c(n1), out_k(n1), dqkv_c(n3), dqkv_k(n3);
+    auto qkv = random_halves<T>(n3, -2, 2), dout = random_halves<T>(n1, -1, 1);
+    DeviceBuffer<T> dq(qkv.dev), ddo(dout.dev), out_c(n1), out_k(n1), dqkv_c(n3), dqkv_k(n3);
     DeviceBuffer<float> lse_c(nl), lse_k(nl);
     poison(out_c);
     poison(lse_c);
     poison(out_k);
     poison(lse_k);
-    cuda::cudnn_attention_forward(DType::bf16, out_c.data(), lse_c.data(), dq.data(), B, Tn, C, NH, s);
+    cuda::cudnn_attention_forward(dtype_of<T>(), out_c.data(), lse_c.data(), dq.data(), B, Tn, C, NH, s);
     cuda::attention_forward(out_k.data(), lse_k.data(), dq.data(), B, Tn, C, NH, s);
     const auto ok = fetch(out_k, s), lk = fetch(lse_k, s);
-    report("vs kernel: forward out " + what, "bf16", rel_err(fetch(out_c, s), ok), tol<bf16>());
-    report("vs kernel: forward lse " + what, "bf16", rel_err(fetch(lse_c, s), lk), kLseTol);
+    report("vs kernel: forward out " + what, tname<T>(), rel_err(fetch(out_c, s), ok), t);
+    report("vs kernel: forward lse " + what, tname<T>(), rel_err(fetch(lse_c, s), lk), kLseTol);
     poison(dqkv_c);
     poison(dqkv_k);
-    cuda::cudnn_attention_backward(DType::bf16, dqkv_c.data(), ddo.data(), dq.data(), out_c.data(), lse_c.data(), B, Tn,
-                                   C, NH, s);
+    cuda::cudnn_attention_backward(dtype_of<T>(), dqkv_c.data(), ddo.data(), dq.data(), out_c.data(), lse_c.data(), B,
+                                   Tn, C, NH, s);
     cuda::attention_backward(dqkv_k.data(), ddo.data(), dq.data(), out_k.data(), lse_k.data(), B, Tn, C, NH, s);
     const auto gk = fetch(dqkv_k, s);
-    report_dqkv("vs kernel: backward " + what, "bf16", fetch(dqkv_c, s), gk, B * Tn, C, tol<bf16>());
+    report_dqkv("vs kernel: backward " + what, tname<T>(), fetch(dqkv_c, s), gk, B * Tn, C, t);
     // Crossed: the kernels' backward on cuDNN's forward, and cuDNN's backward on the kernels'.
     poison(dqkv_c);
     cuda::attention_backward(dqkv_c.data(), ddo.data(), dq.data(), out_c.data(), lse_c.data(), B, Tn, C, NH, s);
-    report_dqkv("kernel backward on cudnn lse " + what, "bf16", fetch(dqkv_c, s), gk, B * Tn, C, tol<bf16>());
+    report_dqkv("kernel backward on cudnn lse " + what, tname<T>(), fetch(dqkv_c, s), gk, B * Tn, C, t);
     poison(dqkv_c);
-    cuda::cudnn_attention_backward(DType::bf16, dqkv_c.data(), ddo.data(), dq.data(), out_k.data(), lse_k.data(), B, Tn,
-                                   C, NH, s);
-    report_dqkv("cudnn backward on kernel lse " + what, "bf16", fetch(dqkv_c, s), gk, B * Tn, C, tol<bf16>());
+    cuda::cudnn_attention_backward(dtype_of<T>(), dqkv_c.data(), ddo.data(), dq.data(), out_k.data(), lse_k.data(), B,
+                                   Tn, C, NH, s);
+    report_dqkv("cudnn backward on kernel lse " + what, tname<T>(), fetch(dqkv_c, s), gk, B * Tn, C, t);
   }
 }
 

@@ -13,7 +13,7 @@ namespace triax::cuda {
 bool attention_supports_head_size(int hs);
 
 // qkv layout and scores as ops::attention_forward: per token [q | k | v], head h in channels
-// [h*hs, (h+1)*hs) of each part, scores q.k / sqrt(hs), key <= query. Real is float or bf16.
+// [h*hs, (h+1)*hs) of each part, scores q.k / sqrt(hs), key <= query. Real is float, bf16 or f16.
 // ConfigError for a non-positive size, NH not dividing C, an unsupported head size, a null pointer.
 template <class Real>
 void attention_forward(Real* out,        // (B, T, C)

@@ -100,7 +100,7 @@ void scale(Real* x, int64_t n, double a, cudaStream_t stream);  // x *= a
 template <class Real>
 void axpy(Real* y, double a, const Real* x, int64_t n, cudaStream_t stream);  // y += a x
 
-// x (rows, C) += src[periodic_src_row(i)] (period, C). Real in {float, bf16}; src of type Src = Real.
+// x (rows, C) += src[periodic_src_row(i)] (period, C). Real in {float, bf16, f16}; src of type Src = Real.
 template <class Real>
 void add_rows_periodic(Real* x, const Real* src, int rows, int C, int row0, int period, cudaStream_t stream);
 // dsrc (period, C) += dx rows, one thread per dsrc element walking its rows in order (no atomics,
@@ -132,9 +132,9 @@ void gather_rows(void* out, const void* in, const int32_t* index, int rows, int 
 // out row index[r] += scale[r] * in row r (scale may be nullptr: 1). Deterministic: the row
 // numbers are stably radix-sorted by destination (CUB), and one block per distinct destination
 // adds its rows in ascending r onto the old value, one thread per column (fp32 arithmetic for
-// bf16, rounded once; fp32 without contraction for float, so the bits equal the CPU op's). No
+// bf16/fp16, rounded once; fp32 without contraction for float, so the bits equal the CPU op's). No
 // atomics: the same bits on every run, whatever the duplicates. Cost: a sort of `rows` keys and a
-// destination that occurs k times is k sequential adds. Real in {float, bf16}. Bad indices
+// destination that occurs k times is k sequential adds. Real in {float, bf16, f16}. Bad indices
 // (outside [0, out_rows)) are skipped and recorded. Scratch from the stream's arena.
 template <class Real>
 void scatter_add_rows(Real* out, const Real* in, const int32_t* index, const Real* scale, int rows, int C,

@@ -9,7 +9,7 @@
 
 namespace triax::cuda {
 
-// Real is float or bf16 (arithmetic in fp32, one rounding per stored element). wpe == nullptr
+// Real is float, bf16 or f16 (arithmetic in fp32, one rounding per stored element). wpe == nullptr
 // leaves out the position term. Tokens outside the shard give zero rows (plus wpe). Tokens are
 // NOT range-checked on the device (that would need a host sync): a token outside [0, V) is treated
 // like one outside the shard; validate them where they are read (the data loader).

@@ -8,7 +8,7 @@
 
 namespace triax::cuda {
 
-// Real is float or bf16 (fp32 arithmetic, tanhf). out may alias inp. ConfigError for n < 0 or a
+// Real is float, bf16 or f16 (fp32 arithmetic, tanhf). out may alias inp. ConfigError for n < 0 or a
 // null pointer with n > 0.
 template <class Real>
 void gelu_forward(Real* out,        // (n)

@@ -1,7 +1,8 @@
 // GEMMs on the GPU through cuBLASLt (src/cuda/gemm.cpp), with the row-major contract of
-// ops::gemm: C = alpha op(A) op(B) + beta C. bf16 or fp32 inputs, fp32 accumulation, fp32 or bf16
-// output, optional fused epilogue (bias, GELU, GELU saving its input for backward, GELU backward).
-// A plan (descriptors + the heuristic's algorithm) is made once per distinct problem and cached.
+// ops::gemm: C = alpha op(A) op(B) + beta C. fp32, bf16 or fp16 inputs, fp32 accumulation, fp32
+// output or the input's 16-bit type, optional fused epilogue (bias, GELU, GELU saving its input
+// for backward, GELU backward). A plan (descriptors + the heuristic's algorithm) is made once per
+// distinct problem and cached.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -54,12 +55,14 @@ class CublasLtGemm {
 
   // Row-major, as ops::gemm: C is (M, N) with row stride ldc >= N; op(A) is (M, K): A is (M, K)
   // with lda >= K when ta == no, (K, M) with lda >= M when yes; op(B) is (K, N) likewise.
-  // (In, Out) in {(float, float), (bf16, float), (bf16, bf16)}; compute is fp32 (CUBLAS_COMPUTE_32F,
-  // no TF32), alpha and beta fp32. A weight gradient is a parameter gradient, so fp32 whatever the
-  // activation type: it is matmul<Real, float> with beta = 1 into the fp32 accumulator (the
-  // linear layer's backward in linear.h does exactly that). ConfigError for bad sizes, leading dimensions, null pointers,
-  // a bad epilogue combination; DeviceError when cuBLASLt has no algorithm for the problem
-  // (naming it) or a call fails.
+  // (In, Out) in {(float, float), (bf16, float), (bf16, bf16), (f16, float), (f16, f16)} (bf16 is
+  // CUDA_R_16BF, f16 CUDA_R_16F); compute is fp32 for every pair (CUBLAS_COMPUTE_32F: no TF32,
+  // never fp16 accumulation), alpha and beta fp32; bias and aux are in Out and the epilogue rules
+  // are the same for every pair. A weight gradient is a parameter gradient, so fp32 whatever the
+  // activation type: it is matmul<Real, float> with beta = 1 into the fp32 accumulator (the linear
+  // layer's backward in linear.h does exactly that). ConfigError for bad sizes, leading
+  // dimensions, null pointers, a bad epilogue combination; DeviceError when cuBLASLt has no
+  // algorithm for the problem (naming it) or a call fails.
   template <class In, class Out>
   void matmul(Trans ta, Trans tb, int M, int N, int K, float alpha, const In* A, int lda, const In* B, int ldb,
               float beta, Out* C, int ldc, const EpilogueArgs<Out>& epilogue, cudaStream_t stream);

@@ -8,7 +8,7 @@
 
 namespace triax::cuda {
 
-// Real is float or bf16 (statistics and arithmetic in fp32). One block per row.
+// Real is float, bf16 or f16 (statistics and arithmetic in fp32). One block per row.
 // ConfigError for a non-positive size or eps, or a null pointer.
 template <class Real>
 void layernorm_forward(Real* out,           // (N, C)

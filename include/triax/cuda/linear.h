@@ -10,7 +10,7 @@
 namespace triax::cuda {
 
 // out = inp @ weight^T + bias (bias may be nullptr): one GEMM, the bias added by cuBLASLt's bias
-// epilogue. Real is float or bf16 (fp32 accumulation, one rounding to Real). ConfigError for a
+// epilogue. Real is float, bf16 or f16 (fp32 accumulation, one rounding to Real). ConfigError for a
 // non-positive size or a null out/inp/weight; DeviceError as CublasLtGemm::matmul.
 template <class Real>
 void linear_forward(Real* out,           // (N, OC)
@@ -35,8 +35,8 @@ void linear_backward(Real* dinp,          // (N, IC) or nullptr
 
 // dbias[c] += sum over rows n of dout[n, c], in fp32, deterministic without atomics (fixed chunks
 // of rows give per-column partials, rows in order; one thread per column adds the chunks in order
-// onto the old value). Scratch for the partials from cudaMallocAsync on the stream. Real is float
-// or bf16. ConfigError for a non-positive size or a null pointer.
+// onto the old value). Scratch for the partials from cudaMallocAsync on the stream. Real is float,
+// bf16 or f16. ConfigError for a non-positive size or a null pointer.
 template <class Real>
 void linear_bias_backward(float* dbias,       // (OC) fp32, +=
                           const Real* dout,   // (N, OC)

@@ -8,7 +8,7 @@
 
 namespace triax::cuda {
 
-// Real is float or bf16. out may alias a or b.
+// Real is float, bf16 or f16. out may alias a or b.
 template <class Real>
 void residual_forward(Real* out, const Real* a, const Real* b, int64_t n, cudaStream_t stream);  // all (n)
 

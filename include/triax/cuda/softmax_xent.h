@@ -1,6 +1,6 @@
 // Fused softmax + cross-entropy on the GPU (kernels/softmax_xent.cu), the contract of
 // ops/softmax_xent.h, including the vocab-parallel shard pieces (max -> allreduce MAX -> sumexp,
-// target logit -> allreduce SUM -> loss from stats -> shard backward). Logits are float or bf16;
+// target logit -> allreduce SUM -> loss from stats -> shard backward). Logits are float, bf16 or f16;
 // losses and statistics are fp32 (what the all-reduces move). Host launchers; stream last.
 #pragma once
 #include <cstdint>

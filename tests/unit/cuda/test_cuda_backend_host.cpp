@@ -2,7 +2,8 @@
 // kernels/backend_ops.cu (cuda/backend_ops.h, namespace rowmap) run as a host emulation of each
 // kernel's loops on odd sizes and compared bit for bit with the CPU backend's op; fill_bits
 // against the CPU's own conversions; and, in CUDA builds, make_cuda_backend's errors without a
-// usable device (DeviceError naming CUDA, the ordinal and the device count) and for float16.
+// usable device (DeviceError naming CUDA, the ordinal and the device count; float16 is accepted)
+// and for a compute type the kernels lack.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -214,11 +215,19 @@ TEST_CASE("make_cuda_backend names CUDA, the ordinal and the device count when i
       CHECK_THAT(std::string(e.what()), Contains(why));
     }
   }
-  o.device = 0;
+  // float16 is a compute type like bfloat16: what stops it is only the missing device.
   o.compute = DType::f16;
-  CHECK_THROWS_WITH(make_cuda_backend(o), Contains("float16"));
+  CHECK_THROWS_AS(make_cuda_backend(o), DeviceError);
+  o.device = 0;
+  if (n == 0) {
+    CHECK_THROWS_AS(make_cuda_backend(o), DeviceError);
+  } else {
+    CHECK(make_cuda_backend(o) != nullptr);
+  }
+  // A type the kernels do not compute in is a ConfigError naming the ones they do.
   o.compute = DType::i32;
   CHECK_THROWS_AS(make_cuda_backend(o), ConfigError);
+  CHECK_THROWS_WITH(make_cuda_backend(o), Contains("float16") && Contains("bfloat16"));
   // compute_stream of a non-CUDA backend is null.
   auto cpu = make_cpu_backend();
   CHECK(compute_stream(*cpu) == nullptr);

@@ -31,6 +31,7 @@
 #include "triax/cuda/cudnn_attention.h"
 #include "triax/ops/attention.h"
 #include "unit/ops_testing.h"
+#include "support/scoped_env.h"
 
 using namespace triax;
 using triax::test::DeviceBuffer;
@@ -51,24 +52,7 @@ class Stream {
   cudaStream_t s_ = nullptr;
 };
 
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, std::optional<std::string> value) : name_(name) {
-    if (const char* old = ::getenv(name)) old_ = old;
-    if (value) ::setenv(name, value->c_str(), 1);
-    else ::unsetenv(name);
-  }
-  ~ScopedEnv() {
-    if (old_) ::setenv(name_, old_->c_str(), 1);
-    else ::unsetenv(name_);
-  }
-  ScopedEnv(const ScopedEnv&) = delete;
-  ScopedEnv& operator=(const ScopedEnv&) = delete;
-
- private:
-  const char* name_;
-  std::optional<std::string> old_;
-};
+using triax::testing::ScopedEnv;
 
 template <class T>
 void poison(DeviceBuffer<T>& b) {  // all bits set: NaN in fp32, bf16 and fp16

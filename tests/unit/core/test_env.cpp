@@ -17,6 +17,7 @@
 #include "triax/core/error.h"
 #include "triax/distributed/comm/comm.h"
 #include "triax/distributed/comm/host_comm.h"
+#include "support/scoped_env.h"
 
 using namespace triax;
 using Catch::Matchers::Contains;
@@ -24,23 +25,7 @@ using Catch::Matchers::Contains;
 namespace {
 constexpr const char* kVar = "TRIAX_TEST_ENV_VALUE";
 
-// Sets (or, with nullopt, unsets) a variable for one scope and puts back what was there.
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, std::optional<std::string> value) : name_(name) {
-    if (const char* old = ::getenv(name)) old_ = old;
-    if (value) ::setenv(name, value->c_str(), 1);
-    else ::unsetenv(name);
-  }
-  ~ScopedEnv() {
-    if (old_) ::setenv(name_, old_->c_str(), 1);
-    else ::unsetenv(name_);
-  }
-
- private:
-  const char* name_;
-  std::optional<std::string> old_;
-};
+using triax::testing::ScopedEnv;
 
 // The ConfigError's message for f(), or "" when f() did not throw one.
 template <class F>

@@ -12,6 +12,7 @@
 
 #include "triax/core/error.h"
 #include "triax/cuda/cudnn_attention.h"
+#include "support/scoped_env.h"
 
 using namespace triax;
 using namespace triax::cuda;
@@ -27,25 +28,7 @@ struct Shape {
   int B, T, NH, HS;
 };
 
-// Sets or unsets a variable for one scope and puts back what was there.
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, std::optional<std::string> value) : name_(name) {
-    if (const char* old = ::getenv(name)) old_ = old;
-    if (value) ::setenv(name, value->c_str(), 1);
-    else ::unsetenv(name);
-  }
-  ~ScopedEnv() {
-    if (old_) ::setenv(name_, old_->c_str(), 1);
-    else ::unsetenv(name_);
-  }
-  ScopedEnv(const ScopedEnv&) = delete;
-  ScopedEnv& operator=(const ScopedEnv&) = delete;
-
- private:
-  const char* name_;
-  std::optional<std::string> old_;
-};
+using triax::testing::ScopedEnv;
 
 }  // namespace
 

@@ -80,21 +80,6 @@ void install_handler() {
   sigaction(SIGSEGV, &sa, &g_previous);
 }
 
-// Calls f(std::span<T>) for the element type of a Buffer.
-template <class F>
-auto with_span(const Buffer& b, F&& f) {
-  switch (b.dtype) {
-    case DType::f32: return f(std::span<float>(static_cast<float*>(b.data), b.count));
-    case DType::f64: return f(std::span<double>(static_cast<double*>(b.data), b.count));
-    case DType::i32: return f(std::span<int32_t>(static_cast<int32_t*>(b.data), b.count));
-    case DType::i64: return f(std::span<int64_t>(static_cast<int64_t*>(b.data), b.count));
-    case DType::bf16: return f(std::span<bf16>(static_cast<bf16*>(b.data), b.count));
-    case DType::f16: return f(std::span<f16>(static_cast<f16*>(b.data), b.count));
-    case DType::u8: return f(std::span<uint8_t>(static_cast<uint8_t*>(b.data), b.count));
-  }
-  TRIAX_THROW(ConfigError, "checked communicator: unknown dtype");
-}
-
 }  // namespace
 
 class CheckedCpuBackend;
@@ -231,11 +216,13 @@ class CheckedComm final : public Communicator {
     return make_work(std::move(w), std::move(info));
   }
   Work all_reduce_impl(Buffer d, ReduceOp op, CallInfo info) override {
-    return run({d}, std::move(info), [&] { return with_span(d, [&](auto s) { return inner_->all_reduce(s, op); }); });
+    return run({d}, std::move(info), [&] {
+      return with_span(d, "checked communicator", [&](auto s) { return inner_->all_reduce(s, op); });
+    });
   }
   Work reduce_scatter_impl(Buffer in, Buffer out, ReduceOp op, CallInfo info) override {
     return run({in, out}, std::move(info), [&] {
-      return with_span(out, [&](auto so) {
+      return with_span(out, "checked communicator", [&](auto so) {
         using T = typename decltype(so)::element_type;
         return inner_->reduce_scatter(std::span<const T>(static_cast<const T*>(in.data), in.count), so, op);
       });
@@ -243,7 +230,7 @@ class CheckedComm final : public Communicator {
   }
   Work all_gather_impl(Buffer in, Buffer out, CallInfo info) override {
     return run({in, out}, std::move(info), [&] {
-      return with_span(out, [&](auto so) {
+      return with_span(out, "checked communicator", [&](auto so) {
         using T = typename decltype(so)::element_type;
         return inner_->all_gather(std::span<const T>(static_cast<const T*>(in.data), in.count), so);
       });
@@ -251,7 +238,7 @@ class CheckedComm final : public Communicator {
   }
   Work all_to_all_impl(Buffer in, Buffer out, CallInfo info) override {
     return run({in, out}, std::move(info), [&] {
-      return with_span(out, [&](auto so) {
+      return with_span(out, "checked communicator", [&](auto so) {
         using T = typename decltype(so)::element_type;
         return inner_->all_to_all(std::span<const T>(static_cast<const T*>(in.data), in.count), so);
       });
@@ -260,25 +247,25 @@ class CheckedComm final : public Communicator {
   Work all_to_all_v_impl(Buffer in, std::span<const int64_t> sc, Buffer out, std::span<const int64_t> rc,
                          CallInfo info) override {
     return run({in, out}, std::move(info), [&] {
-      return with_span(out, [&](auto so) {
+      return with_span(out, "checked communicator", [&](auto so) {
         using T = typename decltype(so)::element_type;
         return inner_->all_to_all_v(std::span<const T>(static_cast<const T*>(in.data), in.count), sc, so, rc);
       });
     });
   }
   Work broadcast_impl(Buffer d, int root, CallInfo info) override {
-    return run({d}, std::move(info), [&] { return with_span(d, [&](auto s) { return inner_->broadcast(s, root); }); });
+    return run({d}, std::move(info), [&] { return with_span(d, "checked communicator", [&](auto s) { return inner_->broadcast(s, root); }); });
   }
   Work send_impl(Buffer d, int peer, int tag, CallInfo info) override {
     return run({d}, std::move(info), [&] {
-      return with_span(d, [&](auto s) {
+      return with_span(d, "checked communicator", [&](auto s) {
         using T = typename decltype(s)::element_type;
         return inner_->send(std::span<const T>(s.data(), s.size()), peer, tag);
       });
     });
   }
   Work recv_impl(Buffer d, int peer, int tag, CallInfo info) override {
-    return run({d}, std::move(info), [&] { return with_span(d, [&](auto s) { return inner_->recv(s, peer, tag); }); });
+    return run({d}, std::move(info), [&] { return with_span(d, "checked communicator", [&](auto s) { return inner_->recv(s, peer, tag); }); });
   }
   Work batch_impl(std::span<const P2POp> ops, CallInfo info) override {
     auto w = opened(info);

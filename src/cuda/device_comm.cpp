@@ -143,20 +143,6 @@ void enroll(const std::shared_ptr<Family>& f) {
   registry().families.push_back(f);
 }
 
-template <class F>
-Work with_span(const Buffer& b, F&& f) {
-  switch (b.dtype) {
-    case DType::f32: return f(std::span<float>(static_cast<float*>(b.data), b.count));
-    case DType::f64: return f(std::span<double>(static_cast<double*>(b.data), b.count));
-    case DType::i32: return f(std::span<int32_t>(static_cast<int32_t*>(b.data), b.count));
-    case DType::i64: return f(std::span<int64_t>(static_cast<int64_t*>(b.data), b.count));
-    case DType::bf16: return f(std::span<bf16>(static_cast<bf16*>(b.data), b.count));
-    case DType::f16: return f(std::span<f16>(static_cast<f16*>(b.data), b.count));
-    case DType::u8: return f(std::span<uint8_t>(static_cast<uint8_t*>(b.data), b.count));
-  }
-  TRIAX_THROW(ConfigError, "device communicator: unknown dtype");
-}
-
 template <class T>
 std::span<const T> const_span(const Buffer& b) {
   return std::span<const T>(static_cast<const T*>(b.data), b.count);
@@ -261,12 +247,12 @@ class DeviceComm final : public Communicator {
  protected:
   Work all_reduce_impl(Buffer d, ReduceOp op, CallInfo info) override {
     return route(std::move(info), {inout(d)}, [&](Communicator& c, const std::vector<Buffer>& b) {
-      return with_span(b[0], [&](auto s) { return c.all_reduce(s, op); });
+      return with_span(b[0], "device communicator", [&](auto s) { return c.all_reduce(s, op); });
     });
   }
   Work reduce_scatter_impl(Buffer i, Buffer o, ReduceOp op, CallInfo info) override {
     return route(std::move(info), {in(i), out(o)}, [&](Communicator& c, const std::vector<Buffer>& b) {
-      return with_span(b[1], [&](auto so) {
+      return with_span(b[1], "device communicator", [&](auto so) {
         using T = typename decltype(so)::element_type;
         return c.reduce_scatter(const_span<T>(b[0]), so, op);
       });
@@ -274,7 +260,7 @@ class DeviceComm final : public Communicator {
   }
   Work all_gather_impl(Buffer i, Buffer o, CallInfo info) override {
     return route(std::move(info), {in(i), out(o)}, [&](Communicator& c, const std::vector<Buffer>& b) {
-      return with_span(b[1], [&](auto so) {
+      return with_span(b[1], "device communicator", [&](auto so) {
         using T = typename decltype(so)::element_type;
         return c.all_gather(const_span<T>(b[0]), so);
       });
@@ -282,7 +268,7 @@ class DeviceComm final : public Communicator {
   }
   Work all_to_all_impl(Buffer i, Buffer o, CallInfo info) override {
     return route(std::move(info), {in(i), out(o)}, [&](Communicator& c, const std::vector<Buffer>& b) {
-      return with_span(b[1], [&](auto so) {
+      return with_span(b[1], "device communicator", [&](auto so) {
         using T = typename decltype(so)::element_type;
         return c.all_to_all(const_span<T>(b[0]), so);
       });
@@ -291,7 +277,7 @@ class DeviceComm final : public Communicator {
   Work all_to_all_v_impl(Buffer i, std::span<const int64_t> sc, Buffer o, std::span<const int64_t> rc,
                          CallInfo info) override {
     return route(std::move(info), {in(i), out(o)}, [&](Communicator& c, const std::vector<Buffer>& b) {
-      return with_span(b[1], [&](auto so) {
+      return with_span(b[1], "device communicator", [&](auto so) {
         using T = typename decltype(so)::element_type;
         return c.all_to_all_v(const_span<T>(b[0]), sc, so, rc);
       });
@@ -299,12 +285,12 @@ class DeviceComm final : public Communicator {
   }
   Work broadcast_impl(Buffer d, int root, CallInfo info) override {
     return route(std::move(info), {inout(d)}, [&](Communicator& c, const std::vector<Buffer>& b) {
-      return with_span(b[0], [&](auto s) { return c.broadcast(s, root); });
+      return with_span(b[0], "device communicator", [&](auto s) { return c.broadcast(s, root); });
     });
   }
   Work send_impl(Buffer d, int peer, int tag, CallInfo info) override {
     return route(std::move(info), {in(d)}, [&](Communicator& c, const std::vector<Buffer>& b) {
-      return with_span(b[0], [&](auto s) {
+      return with_span(b[0], "device communicator", [&](auto s) {
         using T = typename decltype(s)::element_type;
         return c.send(const_span<T>(b[0]), peer, tag);
       });
@@ -312,7 +298,7 @@ class DeviceComm final : public Communicator {
   }
   Work recv_impl(Buffer d, int peer, int tag, CallInfo info) override {
     return route(std::move(info), {out(d)}, [&](Communicator& c, const std::vector<Buffer>& b) {
-      return with_span(b[0], [&](auto s) { return c.recv(s, peer, tag); });
+      return with_span(b[0], "device communicator", [&](auto s) { return c.recv(s, peer, tag); });
     });
   }
   Work batch_impl(std::span<const P2POp> ops, CallInfo info) override {

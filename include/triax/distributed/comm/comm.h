@@ -36,6 +36,22 @@ Buffer make_buffer(std::span<T> s) {
   return Buffer{const_cast<void*>(static_cast<const void*>(s.data())), s.size(), dtype_of<T>()};
 }
 
+// make_buffer's inverse: f(std::span<T>) for the Buffer's element type T (communicator wrappers
+// that forward a call to a typed API). `who` names the caller in the error for an unknown dtype.
+template <class F>
+decltype(auto) with_span(const Buffer& b, const char* who, F&& f) {
+  switch (b.dtype) {
+    case DType::f32: return f(std::span<float>(static_cast<float*>(b.data), b.count));
+    case DType::f64: return f(std::span<double>(static_cast<double*>(b.data), b.count));
+    case DType::i32: return f(std::span<int32_t>(static_cast<int32_t*>(b.data), b.count));
+    case DType::i64: return f(std::span<int64_t>(static_cast<int64_t*>(b.data), b.count));
+    case DType::bf16: return f(std::span<bf16>(static_cast<bf16*>(b.data), b.count));
+    case DType::f16: return f(std::span<f16>(static_cast<f16*>(b.data), b.count));
+    case DType::u8: return f(std::span<uint8_t>(static_cast<uint8_t*>(b.data), b.count));
+  }
+  TRIAX_THROW(ConfigError, "{}: unknown dtype {}", who, static_cast<int>(b.dtype));
+}
+
 // Identifies one call for error and hang reports: "all_reduce #12 (float32 x 4096, sum)".
 struct CallInfo {
   uint64_t seq = 0;

@@ -231,6 +231,10 @@ void CudaBackend::wait(const BackendEvent& e) {
   TRIAX_CHECK_CUDA(cudaStreamWaitEvent(stream_, ce->event(), 0));
 }
 
+std::shared_ptr<Communicator> CudaBackend::adapt(std::shared_ptr<Communicator> world) {
+  return make_device_communicator(std::move(world), *this, device_path_from_env());
+}
+
 void CudaBackend::synchronize() {
   use_device();
   sync_checked("synchronize");

@@ -92,6 +92,9 @@ class CudaBackend final : public Backend {
   std::shared_ptr<BackendEvent> record() override;
   void wait(const BackendEvent& e) override;
   void synchronize() override;
+  // The device communicator over world (cuda/device_comm.h): world's host communicator for host
+  // spans, NCCL over the same ranks for this backend's buffers (TRIAX_DEVICE_COMM).
+  std::shared_ptr<Communicator> adapt(std::shared_ptr<Communicator> world) override;
 
   cudaStream_t stream() const { return stream_; }
   const ScratchArena& scratch() const { return *arena_; }

@@ -20,7 +20,6 @@
 
 #if defined(TRIAX_HAVE_CUDA)
 #include "triax/cuda/cuda_backend.h"
-#include "triax/cuda/device_comm.h"
 #endif
 
 #include <omp.h>
@@ -167,19 +166,19 @@ void Trainer::start_rank(const std::shared_ptr<Communicator>& world, const Resol
   // r.compute (--bf16/--fp16) is float32 on the cpu and cpu-checked backends (resolve_train_config
   // refuses the others there); the emulated CPU backend computes in it, the CUDA backend takes it
   // as CudaBackendOptions::compute (start_cuda).
-  const BackendKind kind = parse_enum<BackendKind>(cfg.backend);
-  std::shared_ptr<Communicator> comm;
   std::vector<std::string> hosts;
-  switch (kind) {
+  switch (parse_enum<BackendKind>(cfg.backend)) {
     case BackendKind::cpu: backend_ = make_cpu_backend(); break;
     case BackendKind::cpu_checked: backend_ = make_checked_cpu_backend(); break;
     case BackendKind::cpu_emulated: backend_ = make_emulated_backend(r.compute); break;
     case BackendKind::cuda:
       hosts = gather_host_names(*world);  // the local rank picks the device; the grid reuses the names
-      comm = start_cuda(world, hosts, r.compute);
+      start_cuda(world, hosts, r.compute);
       break;
   }
-  if (!comm) comm = backend_->adapt(world);
+  // The communicator the backend's buffers travel on (the CUDA backend: host spans on world,
+  // device buffers on NCCL; cuda/device_comm.h).
+  const std::shared_ptr<Communicator> comm = backend_->adapt(world);
   store_ = std::make_unique<ParamStore>(*backend_);
   faults_ = FaultInjector::from_env(comm->rank());
   watchdog_ = std::make_unique<Watchdog>(cfg.stall_timeout, comm->rank());
@@ -189,7 +188,7 @@ void Trainer::start_rank(const std::shared_ptr<Communicator>& world, const Resol
                                         GridOptions{cfg.allow_tp_across_hosts}, std::move(hosts));
   // Refuse before allocating anything large when the ranks of this host would not fit
   // (docs/ERRORS.md, "Memory at start-up"). A GPU rank has its device's memory to itself.
-  const bool own_device = kind == BackendKind::cuda;
+  const bool own_device = backend_->device().is_cuda();
   refuse_if_over_memory(r, own_device ? std::vector<int>{grid_->coord().pp} : stages_on_my_host(*grid_),
                         job_memory_limit(grid_->world(), backend_->device()),
                         grid_->hosts().empty() ? std::string("?") : grid_->hosts()[static_cast<size_t>(grid_->rank())]);
@@ -201,8 +200,8 @@ void Trainer::start_rank(const std::shared_ptr<Communicator>& world, const Resol
   }
 }
 
-std::shared_ptr<Communicator> Trainer::start_cuda(const std::shared_ptr<Communicator>& world,
-                                                  const std::vector<std::string>& hosts, DType compute) {
+void Trainer::start_cuda(const std::shared_ptr<Communicator>& world, const std::vector<std::string>& hosts,
+                         DType compute) {
   // Refused here, before anything is built, with what CUDA said: exit 2 within seconds on a
   // machine without a GPU (or a triax built without CUDA, where the count is 0 too).
   std::string why;
@@ -218,9 +217,6 @@ std::shared_ptr<Communicator> Trainer::start_cuda(const std::shared_ptr<Communic
   // gives each rank one device through CUDA_VISIBLE_DEVICES makes that device 0).
   const int device = local_rank_of(hosts, world->rank()) % devices;
   backend_ = cuda::make_cuda_backend(cuda::CudaBackendOptions{device, compute});
-  // Host spans (metrics, norms, checkpoints, weight files) stay on world's host communicator;
-  // device buffers travel on NCCL over the same ranks (cuda/device_comm.h, docs/CUDA.md).
-  return cuda::make_device_communicator(world, *backend_, cuda::device_path_from_env());
 #else
   (void)compute;
   TRIAX_THROW(ConfigError, "--backend cuda: this triax was built without CUDA (configure with -DTRIAX_WITH_CUDA=ON "

@@ -139,9 +139,9 @@ class Trainer {
   // Construction steps, in order: backend, fault watchers and grid; model chunks and their
   // parameters; optimizer, executor and learning-rate schedule.
   void start_rank(const std::shared_ptr<Communicator>& world, const ResolvedTrainConfig& r);
-  // --backend cuda: the rank's device (its local rank among hosts) and its communicator.
-  std::shared_ptr<Communicator> start_cuda(const std::shared_ptr<Communicator>& world,
-                                           const std::vector<std::string>& hosts, DType compute);
+  // --backend cuda: the rank's device (its local rank among hosts); refuses without one.
+  void start_cuda(const std::shared_ptr<Communicator>& world, const std::vector<std::string>& hosts,
+                  DType compute);
   void build_model(const ResolvedTrainConfig& r);
   void build_optimizer(const ResolvedTrainConfig& r);
   void open_validation();  // trainer_eval.cpp

@@ -44,7 +44,7 @@ __device__ __forceinline__ double mul_rn(double a, double b) { return __dmul_rn(
 // ---- fill
 
 template <class U>
-__global__ void fill_kernel(U* x, int64_t n, U v) {
+__global__ void __launch_bounds__(kThreads) fill_kernel(U* x, int64_t n, U v) {
   for (int64_t i = global_index(); i < n; i += global_stride()) x[i] = v;
 }
 
@@ -77,13 +77,13 @@ __device__ __forceinline__ void elementwise(D* x, int64_t n, bool vec, F f) {
 }
 
 template <class D>
-__global__ void scale_kernel(D* x, int64_t n, acc_t<D> a, bool vec) {
+__global__ void __launch_bounds__(kThreads) scale_kernel(D* x, int64_t n, acc_t<D> a, bool vec) {
   elementwise(x, n, vec, [a](D e, int64_t) { return store<D>(mul_rn(load(e), a)); });
 }
 
 // The x elements of a pack are loaded as a pack too (x shares y's alignment when vec is set).
 template <class D>
-__global__ void axpy_kernel(D* y, acc_t<D> a, bool unit, const D* x, int64_t n, bool vec) {
+__global__ void __launch_bounds__(kThreads) axpy_kernel(D* y, acc_t<D> a, bool unit, const D* x, int64_t n, bool vec) {
   int64_t tail = 0;
   if (vec) {
     constexpr int W = Pack<D>::W;
@@ -109,7 +109,7 @@ __global__ void axpy_kernel(D* y, acc_t<D> a, bool unit, const D* x, int64_t n, 
 }
 
 template <class D>
-__global__ void add_rows_periodic_kernel(D* x, const D* src, int rows, int C, int row0, int period) {
+__global__ void __launch_bounds__(kThreads) add_rows_periodic_kernel(D* x, const D* src, int rows, int C, int row0, int period) {
   const int64_t n = int64_t{rows} * C;
   for (int64_t idx = global_index(); idx < n; idx += global_stride()) {
     const int i = static_cast<int>(idx / C), c = static_cast<int>(idx % C);
@@ -120,7 +120,7 @@ __global__ void add_rows_periodic_kernel(D* x, const D* src, int rows, int C, in
 
 // One thread per dsrc element (p, c): its rows i = first, first + period, ... in order.
 template <class G, class D>
-__global__ void sum_rows_periodic_kernel(G* dsrc, const D* dx, int rows, int C, int row0, int period) {
+__global__ void __launch_bounds__(kThreads) sum_rows_periodic_kernel(G* dsrc, const D* dx, int rows, int C, int row0, int period) {
   const int64_t n = int64_t{period} * C;
   for (int64_t idx = global_index(); idx < n; idx += global_stride()) {
     const int p = static_cast<int>(idx / C), c = static_cast<int>(idx % C);
@@ -132,7 +132,7 @@ __global__ void sum_rows_periodic_kernel(G* dsrc, const D* dx, int rows, int C, 
 }
 
 template <class D>
-__global__ void add_bias_kernel(D* y, const D* b, int N, int C) {
+__global__ void __launch_bounds__(kThreads) add_bias_kernel(D* y, const D* b, int N, int C) {
   const int64_t n = int64_t{N} * C;
   for (int64_t idx = global_index(); idx < n; idx += global_stride())
     y[idx] = store<D>(add_rn(load(y[idx]), load(b[idx % C])));
@@ -149,7 +149,7 @@ __device__ __forceinline__ double reduce_term(D x, ReduceKind kind) {
 }
 
 template <class D>
-__global__ void reduce_partial_kernel(double* partial, const D* x, int64_t n, ReduceKind kind) {
+__global__ void __launch_bounds__(rowmap::kReduceThreads) reduce_partial_kernel(double* partial, const D* x, int64_t n, ReduceKind kind) {
   const rowmap::Range r = rowmap::block_range(n, gridDim.x, blockIdx.x);
   double s = 0.0;
   for (int64_t i = r.begin + threadIdx.x; i < r.end; i += blockDim.x) s += reduce_term(x[i], kind);
@@ -157,7 +157,7 @@ __global__ void reduce_partial_kernel(double* partial, const D* x, int64_t n, Re
   if (threadIdx.x == 0) partial[blockIdx.x] = s;
 }
 
-__global__ void reduce_finish_kernel(double* acc, const double* partial, int nblocks) {
+__global__ void __launch_bounds__(rowmap::kReduceThreads) reduce_finish_kernel(double* acc, const double* partial, int nblocks) {
   double s = 0.0;
   for (int i = threadIdx.x; i < nblocks; i += blockDim.x) s += partial[i];
   s = block_sum(s);
@@ -177,7 +177,7 @@ __device__ void record_row_error(int64_t* err, RowError code, int64_t pos, int64
 }
 
 template <class U>
-__global__ void gather_rows_kernel(U* out, const U* in, const int32_t* index, int rows, int C, int64_t in_rows,
+__global__ void __launch_bounds__(kThreads) gather_rows_kernel(U* out, const U* in, const int32_t* index, int rows, int C, int64_t in_rows,
                                    int64_t* err) {
   const int64_t n = int64_t{rows} * C;
   for (int64_t idx = global_index(); idx < n; idx += global_stride()) {
@@ -192,13 +192,13 @@ __global__ void gather_rows_kernel(U* out, const U* in, const int32_t* index, in
   }
 }
 
-__global__ void iota_rows_kernel(int32_t* p, int n) {
+__global__ void __launch_bounds__(kThreads) iota_rows_kernel(int32_t* p, int n) {
   for (int64_t i = global_index(); i < n; i += global_stride()) p[i] = static_cast<int32_t>(i);
 }
 
 // Block i: sorted position i; only a run head works, adding its run's rows in ascending r.
 template <class D>
-__global__ void scatter_run_kernel(D* out, const D* in, const int32_t* sorted_dst, const int32_t* sorted_r,
+__global__ void __launch_bounds__(kThreads) scatter_run_kernel(D* out, const D* in, const int32_t* sorted_dst, const int32_t* sorted_r,
                                    const D* scale, int rows, int C, int64_t out_rows, int64_t* err) {
   const int i = blockIdx.x;
   if (!rowmap::run_head(sorted_dst, i)) return;
@@ -223,7 +223,7 @@ __global__ void scatter_run_kernel(D* out, const D* in, const int32_t* sorted_ds
 
 // One warp per row (8 rows per 256-thread block), double accumulation, fixed butterfly.
 template <class D>
-__global__ void row_dots_kernel(double* dots, const D* a, const D* b, int rows, int C) {
+__global__ void __launch_bounds__(kThreads) row_dots_kernel(double* dots, const D* a, const D* b, int rows, int C) {
   const int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
   const int lane = threadIdx.x & 31;
   if (row >= rows) return;
@@ -235,7 +235,7 @@ __global__ void row_dots_kernel(double* dots, const D* a, const D* b, int rows, 
 }
 
 template <class D>
-__global__ void scale_rows_kernel(D* out, const D* in, const D* scale, int rows, int C) {
+__global__ void __launch_bounds__(kThreads) scale_rows_kernel(D* out, const D* in, const D* scale, int rows, int C) {
   const int64_t n = int64_t{rows} * C;
   for (int64_t idx = global_index(); idx < n; idx += global_stride())
     out[idx] = store<D>(mul_rn(load(scale[idx / C]), load(in[idx])));
@@ -249,6 +249,7 @@ void check_rows(const char* op, int rows, int C) {
 }  // namespace
 
 void fill_pattern(void* x, int64_t n, int elem_bytes, uint64_t bits, cudaStream_t stream) {
+  const NvtxRange range("fill_pattern");
   const char* op = "cuda::fill_pattern";
   require_nonnegative(op, "n", n);
   if (n == 0) return;
@@ -274,6 +275,7 @@ void fill_pattern(void* x, int64_t n, int elem_bytes, uint64_t bits, cudaStream_
 
 template <class Real>
 void scale(Real* x, int64_t n, double a, cudaStream_t stream) {
+  const NvtxRange range("scale");
   require_nonnegative("cuda::scale", "n", n);
   if (n == 0) return;
   require_pointer("cuda::scale", "x", x);
@@ -283,6 +285,7 @@ void scale(Real* x, int64_t n, double a, cudaStream_t stream) {
 
 template <class Real>
 void axpy(Real* y, double a, const Real* x, int64_t n, cudaStream_t stream) {
+  const NvtxRange range("axpy");
   require_nonnegative("cuda::axpy", "n", n);
   if (n == 0) return;
   require_pointer("cuda::axpy", "y", y);
@@ -294,6 +297,7 @@ void axpy(Real* y, double a, const Real* x, int64_t n, cudaStream_t stream) {
 
 template <class Real>
 void add_rows_periodic(Real* x, const Real* src, int rows, int C, int row0, int period, cudaStream_t stream) {
+  const NvtxRange range("add_rows_periodic");
   const char* op = "cuda::add_rows_periodic";
   check_rows(op, rows, C);
   require_positive(op, "period", period);
@@ -308,6 +312,7 @@ void add_rows_periodic(Real* x, const Real* src, int rows, int C, int row0, int 
 
 template <class Grad, class Real>
 void sum_rows_periodic(Grad* dsrc, const Real* dx, int rows, int C, int row0, int period, cudaStream_t stream) {
+  const NvtxRange range("sum_rows_periodic");
   const char* op = "cuda::sum_rows_periodic";
   check_rows(op, rows, C);
   require_positive(op, "period", period);
@@ -322,6 +327,7 @@ void sum_rows_periodic(Grad* dsrc, const Real* dx, int rows, int C, int row0, in
 
 template <class Real>
 void add_bias(Real* y, const Real* b, int N, int C, cudaStream_t stream) {
+  const NvtxRange range("add_bias");
   const char* op = "cuda::add_bias";
   check_rows(op, N, C);
   if (int64_t{N} * C == 0) return;
@@ -333,6 +339,7 @@ void add_bias(Real* y, const Real* b, int N, int C, cudaStream_t stream) {
 
 template <class Real>
 void reduce_into(double* acc, const Real* x, int64_t n, ReduceKind kind, cudaStream_t stream) {
+  const NvtxRange range("reduce_into");
   const char* op = "cuda::reduce_into";
   require_nonnegative(op, "n", n);
   if (n == 0) return;
@@ -348,6 +355,7 @@ void reduce_into(double* acc, const Real* x, int64_t n, ReduceKind kind, cudaStr
 
 void gather_rows(void* out, const void* in, const int32_t* index, int rows, int C, int64_t in_rows, int elem_bytes,
                  int64_t* row_error, cudaStream_t stream) {
+  const NvtxRange range("gather_rows");
   const char* op = "cuda::gather_rows";
   check_rows(op, rows, C);
   const int64_t n = int64_t{rows} * C;
@@ -379,6 +387,7 @@ void gather_rows(void* out, const void* in, const int32_t* index, int rows, int 
 template <class Real>
 void scatter_add_rows(Real* out, const Real* in, const int32_t* index, const Real* scale, int rows, int C,
                       int64_t out_rows, int64_t* row_error, cudaStream_t stream) {
+  const NvtxRange range("scatter_add_rows");
   const char* op = "cuda::scatter_add_rows";
   check_rows(op, rows, C);
   if (int64_t{rows} * C == 0) return;
@@ -404,6 +413,7 @@ void scatter_add_rows(Real* out, const Real* in, const int32_t* index, const Rea
 
 template <class Real>
 void row_dots(double* dots, const Real* a, const Real* b, int rows, int C, cudaStream_t stream) {
+  const NvtxRange range("row_dots");
   const char* op = "cuda::row_dots";
   check_rows(op, rows, C);
   if (rows == 0) return;
@@ -417,6 +427,7 @@ void row_dots(double* dots, const Real* a, const Real* b, int rows, int C, cudaS
 
 template <class Real>
 void scale_rows(Real* out, const Real* in, const Real* scale, int rows, int C, cudaStream_t stream) {
+  const NvtxRange range("scale_rows");
   const char* op = "cuda::scale_rows";
   check_rows(op, rows, C);
   const int64_t n = int64_t{rows} * C;

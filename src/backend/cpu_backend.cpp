@@ -419,7 +419,8 @@ void CpuBackend::gelu_backward(const Tensor& dinp, const Tensor& inp, const Tens
 }
 
 void CpuBackend::attention_forward(const Tensor& out, const Tensor& lse, const Tensor& qkv, int B, int T, int C,
-                                   int NH) {
+                                   int NH, int NKV) {
+  if (NKV != 0 && NKV != NH) TRIAX_THROW(ConfigError, "PENDING(llama): grouped-query attention");
   const char* op = "attention_forward";
   need(out, op, "out", int64_t{B} * T * C);
   need(lse, op, "lse", int64_t{B} * NH * T);
@@ -433,7 +434,8 @@ void CpuBackend::attention_forward(const Tensor& out, const Tensor& lse, const T
 }
 
 void CpuBackend::attention_backward(const Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& out,
-                                    const Tensor& lse, int B, int T, int C, int NH) {
+                                    const Tensor& lse, int B, int T, int C, int NH, int NKV) {
+  if (NKV != 0 && NKV != NH) TRIAX_THROW(ConfigError, "PENDING(llama): grouped-query attention");
   const char* op = "attention_backward";
   need(dqkv, op, "dqkv", int64_t{B} * T * 3 * C);
   need(dout, op, "dout", int64_t{B} * T * C);
@@ -734,5 +736,24 @@ void from_host_f32(Backend& be, const Tensor& t, std::span<const float> src) {
 }
 
 std::unique_ptr<Backend> make_cpu_backend(DType compute) { return std::make_unique<CpuBackend>(compute); }
+
+// PENDING(llama): placeholders of the Llama ops until their implementations land.
+void CpuBackend::rmsnorm_forward(const Tensor&, const Tensor&, const Tensor&, const Tensor&, int, int, double) {
+  TRIAX_THROW(ConfigError, "PENDING(llama): rmsnorm_forward");
+}
+void CpuBackend::rmsnorm_backward(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                               int, int, ops::GradMode) {
+  TRIAX_THROW(ConfigError, "PENDING(llama): rmsnorm_backward");
+}
+void CpuBackend::swiglu_forward(const Tensor&, const Tensor&, int, int) { TRIAX_THROW(ConfigError, "PENDING(llama): swiglu"); }
+void CpuBackend::swiglu_backward(const Tensor&, const Tensor&, const Tensor&, int, int) {
+  TRIAX_THROW(ConfigError, "PENDING(llama): swiglu");
+}
+void CpuBackend::rope_forward(const Tensor&, const Tensor&, const Tensor&, int, int, int, int, int) {
+  TRIAX_THROW(ConfigError, "PENDING(llama): rope");
+}
+void CpuBackend::rope_backward(const Tensor&, const Tensor&, const Tensor&, int, int, int, int, int) {
+  TRIAX_THROW(ConfigError, "PENDING(llama): rope");
+}
 
 }  // namespace triax

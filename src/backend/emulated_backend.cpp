@@ -152,17 +152,49 @@ class EmulatedBackend final : public Backend {
     run("gelu_backward", {{dinp, Cls::act, "dinp", true}, {inp, Cls::act, "inp", false}, {dout, Cls::act, "dout", false}},
         [&](auto& v) { cpu_->gelu_backward(v[0], v[1], v[2]); });
   }
+  void rmsnorm_forward(const Tensor& out, const Tensor& rstd, const Tensor& inp, const Tensor& w, int N, int C,
+                       double eps) override {
+    run("rmsnorm_forward",
+        {{out, Cls::act, "out", true}, {rstd, Cls::stat, "rstd", true}, {inp, Cls::act, "inp", false},
+         {w, Cls::act, "weight", false}},
+        [&](auto& v) { cpu_->rmsnorm_forward(v[0], v[1], v[2], v[3], N, C, eps); });
+  }
+  void rmsnorm_backward(const Tensor& dinp, const Tensor& dw, const Tensor& dout, const Tensor& inp, const Tensor& w,
+                        const Tensor& rstd, int N, int C, ops::GradMode mode) override {
+    run("rmsnorm_backward",
+        {{dinp, Cls::act, "dinp", true}, {dw, Cls::grad, "dweight", true}, {dout, Cls::act, "dout", false},
+         {inp, Cls::act, "inp", false}, {w, Cls::act, "weight", false}, {rstd, Cls::stat, "rstd", false}},
+        [&](auto& v) { cpu_->rmsnorm_backward(v[0], v[1], v[2], v[3], v[4], v[5], N, C, mode); });
+  }
+  void swiglu_forward(const Tensor& out, const Tensor& h, int N, int F) override {
+    run("swiglu_forward", {{out, Cls::act, "out", true}, {h, Cls::act, "h", false}},
+        [&](auto& v) { cpu_->swiglu_forward(v[0], v[1], N, F); });
+  }
+  void swiglu_backward(const Tensor& dh, const Tensor& dout, const Tensor& h, int N, int F) override {
+    run("swiglu_backward", {{dh, Cls::act, "dh", true}, {dout, Cls::act, "dout", false}, {h, Cls::act, "h", false}},
+        [&](auto& v) { cpu_->swiglu_backward(v[0], v[1], v[2], N, F); });
+  }
+  void rope_forward(const Tensor& qkv, const Tensor& cos, const Tensor& sin, int B, int T, int NH, int NKV,
+                    int HD) override {
+    run("rope_forward", {{qkv, Cls::act, "qkv", true}, {cos, Cls::stat, "cos", false}, {sin, Cls::stat, "sin", false}},
+        [&](auto& v) { cpu_->rope_forward(v[0], v[1], v[2], B, T, NH, NKV, HD); });
+  }
+  void rope_backward(const Tensor& dqkv, const Tensor& cos, const Tensor& sin, int B, int T, int NH, int NKV,
+                     int HD) override {
+    run("rope_backward", {{dqkv, Cls::act, "dqkv", true}, {cos, Cls::stat, "cos", false}, {sin, Cls::stat, "sin", false}},
+        [&](auto& v) { cpu_->rope_backward(v[0], v[1], v[2], B, T, NH, NKV, HD); });
+  }
   void attention_forward(const Tensor& out, const Tensor& lse, const Tensor& qkv, int B, int T, int C,
-                         int NH) override {
+                         int NH, int NKV = 0) override {
     run("attention_forward", {{out, Cls::act, "out", true}, {lse, Cls::stat, "lse", true}, {qkv, Cls::act, "qkv", false}},
-        [&](auto& v) { cpu_->attention_forward(v[0], v[1], v[2], B, T, C, NH); });
+        [&](auto& v) { cpu_->attention_forward(v[0], v[1], v[2], B, T, C, NH, NKV); });
   }
   void attention_backward(const Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& out,
-                          const Tensor& lse, int B, int T, int C, int NH) override {
+                          const Tensor& lse, int B, int T, int C, int NH, int NKV = 0) override {
     run("attention_backward",
         {{dqkv, Cls::act, "dqkv", true}, {dout, Cls::act, "dout", false}, {qkv, Cls::act, "qkv", false},
          {out, Cls::act, "out", false}, {lse, Cls::stat, "lse", false}},
-        [&](auto& v) { cpu_->attention_backward(v[0], v[1], v[2], v[3], v[4], B, T, C, NH); });
+        [&](auto& v) { cpu_->attention_backward(v[0], v[1], v[2], v[3], v[4], B, T, C, NH, NKV); });
   }
   void embedding_forward(const Tensor& out, const Tensor& tokens, const Tensor& wte, int N, int C, int v0,
                          int v1) override {

@@ -59,10 +59,20 @@ class CudaBackend final : public Backend {
                           ops::GradMode dinp_mode) override;
   void gelu_forward(const Tensor& out, const Tensor& inp) override;
   void gelu_backward(const Tensor& dinp, const Tensor& inp, const Tensor& dout) override;
+  void rmsnorm_forward(const Tensor& out, const Tensor& rstd, const Tensor& inp, const Tensor& w, int N, int C,
+                       double eps) override;
+  void rmsnorm_backward(const Tensor& dinp, const Tensor& dw, const Tensor& dout, const Tensor& inp, const Tensor& w,
+                        const Tensor& rstd, int N, int C, ops::GradMode dinp_mode) override;
+  void swiglu_forward(const Tensor& out, const Tensor& h, int N, int F) override;
+  void swiglu_backward(const Tensor& dh, const Tensor& dout, const Tensor& h, int N, int F) override;
+  void rope_forward(const Tensor& qkv, const Tensor& cos, const Tensor& sin, int B, int T, int NH, int NKV,
+                    int HD) override;
+  void rope_backward(const Tensor& dqkv, const Tensor& cos, const Tensor& sin, int B, int T, int NH, int NKV,
+                     int HD) override;
   void attention_forward(const Tensor& out, const Tensor& lse, const Tensor& qkv, int B, int T, int C,
-                         int NH) override;
+                         int NH, int NKV = 0) override;
   void attention_backward(const Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& out,
-                          const Tensor& lse, int B, int T, int C, int NH) override;
+                          const Tensor& lse, int B, int T, int C, int NH, int NKV = 0) override;
   void embedding_forward(const Tensor& out, const Tensor& tokens, const Tensor& wte, int N, int C, int v0,
                          int v1) override;
   void embedding_backward(const Tensor& dwte, const Tensor& dout, const Tensor& tokens, int N, int C, int v0,

@@ -181,7 +181,8 @@ void CudaBackend::gelu_backward(const Tensor& dinp, const Tensor& inp, const Ten
 }
 
 void CudaBackend::attention_forward(const Tensor& out, const Tensor& lse, const Tensor& qkv, int B, int T, int C,
-                                    int NH) {
+                                    int NH, int NKV) {
+  if (NKV != 0 && NKV != NH) TRIAX_THROW(ConfigError, "PENDING(llama): grouped-query attention");
   const char* op = "attention_forward";
   need(out, op, "out", int64_t{B} * T * C);
   need(lse, op, "lse", int64_t{B} * NH * T);
@@ -203,7 +204,8 @@ void CudaBackend::attention_forward(const Tensor& out, const Tensor& lse, const 
 }
 
 void CudaBackend::attention_backward(const Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& out,
-                                     const Tensor& lse, int B, int T, int C, int NH) {
+                                     const Tensor& lse, int B, int T, int C, int NH, int NKV) {
+  if (NKV != 0 && NKV != NH) TRIAX_THROW(ConfigError, "PENDING(llama): grouped-query attention");
   const char* op = "attention_backward";
   need(dqkv, op, "dqkv", int64_t{B} * T * 3 * C);
   need(dout, op, "dout", int64_t{B} * T * C);
@@ -432,6 +434,25 @@ void CudaBackend::scale_rows(const Tensor& out, const Tensor& in, const Tensor& 
     cuda::scale_rows(ptr<R>(out, op, "out"), static_cast<const R*>(ptr<R>(in, op, "in")),
                      static_cast<const R*>(ptr<R>(scale, op, "scale")), rows, C, stream_);
   });
+}
+
+// PENDING(llama): placeholders of the Llama ops until their implementations land.
+void CudaBackend::rmsnorm_forward(const Tensor&, const Tensor&, const Tensor&, const Tensor&, int, int, double) {
+  TRIAX_THROW(ConfigError, "PENDING(llama): rmsnorm_forward");
+}
+void CudaBackend::rmsnorm_backward(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                               int, int, ops::GradMode) {
+  TRIAX_THROW(ConfigError, "PENDING(llama): rmsnorm_backward");
+}
+void CudaBackend::swiglu_forward(const Tensor&, const Tensor&, int, int) { TRIAX_THROW(ConfigError, "PENDING(llama): swiglu"); }
+void CudaBackend::swiglu_backward(const Tensor&, const Tensor&, const Tensor&, int, int) {
+  TRIAX_THROW(ConfigError, "PENDING(llama): swiglu");
+}
+void CudaBackend::rope_forward(const Tensor&, const Tensor&, const Tensor&, int, int, int, int, int) {
+  TRIAX_THROW(ConfigError, "PENDING(llama): rope");
+}
+void CudaBackend::rope_backward(const Tensor&, const Tensor&, const Tensor&, int, int, int, int, int) {
+  TRIAX_THROW(ConfigError, "PENDING(llama): rope");
 }
 
 }  // namespace triax::cuda

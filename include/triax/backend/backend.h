@@ -98,15 +98,42 @@ class Backend {
   virtual void layernorm_backward(const Tensor& dinp, const Tensor& dw, const Tensor& db, const Tensor& dout,
                                   const Tensor& inp, const Tensor& w, const Tensor& mean, const Tensor& rstd, int N,
                                   int C, ops::GradMode dinp_mode = ops::GradMode::overwrite) = 0;
+  // RMSNorm (HF LlamaRMSNorm): out = w * (x * rstd), rstd = 1 / sqrt(mean(x^2) + eps), the sum of
+  // squares and rstd in f32 (f64 on an f64 backend) whatever the activation type; rstd (N) saved.
+  virtual void rmsnorm_forward(const Tensor& out, const Tensor& rstd, const Tensor& inp, const Tensor& w, int N, int C,
+                               double eps) = 0;
+  // dinp (N, C) written (or added with accumulate); dw (C) += sum over rows of dout * x * rstd.
+  virtual void rmsnorm_backward(const Tensor& dinp, const Tensor& dw, const Tensor& dout, const Tensor& inp,
+                                const Tensor& w, const Tensor& rstd, int N, int C,
+                                ops::GradMode dinp_mode = ops::GradMode::overwrite) = 0;
   virtual void gelu_forward(const Tensor& out, const Tensor& inp) = 0;
   virtual void gelu_backward(const Tensor& dinp, const Tensor& inp, const Tensor& dout) = 0;  // may alias
-  // Causal self-attention, heads split over channels: qkv (B, T, 3C) -> out (B, T, C), lse (B, NH, T).
+  // SwiGLU on the fused gate/up projection h (N, 2F), row n = [gate (F) | up (F)]:
+  // out (N, F) = silu(gate) * up, silu(g) = g / (1 + exp(-g)).
+  virtual void swiglu_forward(const Tensor& out, const Tensor& h, int N, int F) = 0;
+  // dh (N, 2F) = [dout * up * silu'(gate) | dout * silu(gate)] (written; dh may not alias h).
+  virtual void swiglu_backward(const Tensor& dh, const Tensor& dout, const Tensor& h, int N, int F) = 0;
+  // Rotary position embedding (HF's rotate-half layout), in place on the query and key heads of
+  // qkv (B, T, (NH + 2 NKV) * HD) (the value heads are untouched): for token t and i < HD/2,
+  // (x_i, x_{i+HD/2}) <- (x_i cos - x_{i+HD/2} sin, x_{i+HD/2} cos + x_i sin) with cos, sin =
+  // table[t][i]; tables (T, HD/2) in the statistics type (f32, f64 on an f64 backend). Under mixed
+  // precision the rotation computes in f32 and rounds once.
+  virtual void rope_forward(const Tensor& qkv, const Tensor& cos, const Tensor& sin, int B, int T, int NH, int NKV,
+                            int HD) = 0;
+  // Its backward, in place on dqkv: the inverse rotation (sin negated) of the q and k gradients.
+  virtual void rope_backward(const Tensor& dqkv, const Tensor& cos, const Tensor& sin, int B, int T, int NH, int NKV,
+                             int HD) = 0;
+  // Causal self-attention, heads split over channels: qkv (B, T, C + 2 NKV HD) -> out (B, T, C),
+  // lse (B, NH, T), HD = C / NH. Per token qkv holds [NH query heads | NKV key heads | NKV value
+  // heads]; query head h reads key/value head h / (NH / NKV) (grouped-query attention). NKV = 0
+  // means NH (multi-head: qkv (B, T, 3C)). Every override repeats the default.
   virtual void attention_forward(const Tensor& out, const Tensor& lse, const Tensor& qkv, int B, int T, int C,
-                                 int NH) = 0;
+                                 int NH, int NKV = 0) = 0;
   // out is the forward output (B, T, C): the CUDA kernel reads rowsum(dout * out) from it; the CPU
-  // reference recomputes what it needs and only checks its size.
+  // reference recomputes what it needs and only checks its size. dqkv (like qkv) written in full:
+  // a key/value head's gradient sums over the query heads of its group.
   virtual void attention_backward(const Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& out,
-                                  const Tensor& lse, int B, int T, int C, int NH) = 0;
+                                  const Tensor& lse, int B, int T, int C, int NH, int NKV = 0) = 0;
   // Vocab-sharded lookup: rows of tokens (i32, N) outside [v0, v1) give zeros (the TP reduction
   // fills them in); wte (v1 - v0, C). Backward accumulates into dwte.
   virtual void embedding_forward(const Tensor& out, const Tensor& tokens, const Tensor& wte, int N, int C, int v0,

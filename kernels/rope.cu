@@ -4,6 +4,7 @@
 // single loads where aligned (else the scalar path, one pair per thread). Each element is read and
 // written by the one thread that owns it: in place is safe.
 #include "common.cuh"
+#include "triax/cuda/llama_maps.h"
 #include "triax/cuda/rope.h"
 
 namespace triax::cuda {
@@ -13,17 +14,14 @@ namespace math = ops::math;
 
 constexpr int kPairs = 4;  // pairs per vector: 16 bytes of each table, 8 (half) or 16 (fp32) of x
 
-// Pair p (of n = B*T*heads*half) as its element offsets in qkv and its table entry: heads are the
-// NH + NKV rotated heads of a token (q heads, then k heads: contiguous at the start of the row).
+namespace lm = llama_map;
+
+// Pair p (of n = B*T*heads*half) as its element offset in qkv and its table entry
+// (cuda/llama_maps.h).
 struct PairIndex {
-  int64_t half, heads, T, row;  // row = (NH + 2 NKV) * HD elements per token
-  __device__ void at(int64_t p, int64_t& x, int64_t& tab) const {
-    const int64_t i = p % half;
-    const int64_t head = (p / half) % heads;
-    const int64_t token = p / (half * heads);
-    x = token * row + head * 2 * half + i;
-    tab = (token % T) * half + i;
-  }
+  lm::RopePairs r;
+  int64_t half;
+  __device__ void at(int64_t p, int64_t& x, int64_t& tab) const { lm::rope_pair(r, p, x, tab); }
 };
 
 template <class D>
@@ -34,9 +32,10 @@ struct Rotate {
   PairIndex idx;
   float sign;  // +1 forward, -1 backward (the inverse rotation)
   __device__ void rot(D& a, D& b, float cf, float sf) const {
-    const float af = to_f32(a), bf = to_f32(b), sn = sign * sf;
-    a = from_f32<D>(af * cf - bf * sn);
-    b = from_f32<D>(bf * cf + af * sn);
+    float af = to_f32(a), bf = to_f32(b);
+    lm::rope_rotate(af, bf, cf, sign * sf);
+    a = from_f32<D>(af);
+    b = from_f32<D>(bf);
   }
   __device__ void vector(int64_t v) {
     int64_t xo, to;
@@ -77,7 +76,7 @@ void rope_launch(const char* op, Real* qkv, const float* cos, const float* sin, 
   require_pointer(op, "cos", cos);
   require_pointer(op, "sin", sin);
   const int64_t half = HD / 2, heads = int64_t{NH} + NKV;
-  const PairIndex idx{half, heads, T, (int64_t{NH} + 2 * int64_t{NKV}) * HD};
+  const PairIndex idx{{half, heads, T, (int64_t{NH} + 2 * int64_t{NKV}) * HD}, half};
   const int64_t n = int64_t{B} * T * heads * half;
   // Every group starts at a multiple of kPairs elements from an aligned base when half is a
   // multiple of kPairs (the row length and head offsets are multiples of HD = 2 half).

@@ -3,6 +3,7 @@
 // grid-stride. With F a multiple of the vector width a vector never crosses a row, so the split
 // of ops/shared_math.h over N*F elements has no scalar tail in the vector case.
 #include "common.cuh"
+#include "triax/cuda/llama_maps.h"
 #include "triax/cuda/swiglu.h"
 
 namespace triax::cuda {
@@ -10,13 +11,14 @@ namespace {
 using namespace detail;
 namespace math = ops::math;
 
-__device__ __forceinline__ float sigmoid(float g) { return 1.0f / (1.0f + expf(-g)); }
+namespace lm = llama_map;
 
-// Element i of the (N, F) side lives in row i / F at column i % F; gate and up of that element
-// are h[row * 2F + col] and h[row * 2F + F + col].
+__device__ __forceinline__ float sigmoid(float g) { return lm::sigmoid_from_exp(expf(-g)); }
+
+// Element i of the (N, F) side and its gate in h (cuda/llama_maps.h).
 struct Rows {
   int64_t F;
-  __device__ int64_t gate(int64_t i) const { return (i / F) * 2 * F + i % F; }
+  __device__ int64_t gate(int64_t i) const { return lm::swiglu_gate(i, F); }
 };
 
 template <class D>
@@ -29,7 +31,7 @@ struct SwigluForward {
     return from_f32<D>(gf * sigmoid(gf) * to_f32(u));
   }
   __device__ void vector(int64_t v) {
-    const int64_t gi = rows.gate(v * kVecWidth<D>) / kVecWidth<D>;  // a vector index of h
+    const int64_t gi = lm::swiglu_gate_vector(v, kVecWidth<D>, rows.F);  // a vector index of h
     const Pack<D> pg = load_pack(h, gi), pu = load_pack(h, gi + rows.F / kVecWidth<D>);
     Pack<D> po;
 #pragma unroll
@@ -51,11 +53,11 @@ struct SwigluBackward {
   __device__ void at(D g, D u, D d, D& dg, D& du) const {
     const float gf = to_f32(g), uf = to_f32(u), df = to_f32(d);
     const float s = sigmoid(gf);
-    dg = from_f32<D>(df * uf * (s * (1.0f + gf * (1.0f - s))));
+    dg = from_f32<D>(df * uf * lm::silu_grad_from_sigmoid(gf, s));
     du = from_f32<D>(df * (gf * s));
   }
   __device__ void vector(int64_t v) {
-    const int64_t gi = rows.gate(v * kVecWidth<D>) / kVecWidth<D>;
+    const int64_t gi = lm::swiglu_gate_vector(v, kVecWidth<D>, rows.F);
     const int64_t ui = gi + rows.F / kVecWidth<D>;
     const Pack<D> pg = load_pack(h, gi), pu = load_pack(h, ui), pd = load_pack(dout, v);
     Pack<D> dg, du;

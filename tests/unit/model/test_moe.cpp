@@ -1,7 +1,8 @@
 // MoE on one process: routing and capacity against hand-computed cases, the aux loss against its
 // formula, the whole block (ep = 1) against a direct double-precision reference, its gradients
-// against finite differences of that reference, chunk-count invariance, and every bad input; for
-// GPT-2 experts (GELU, biases) and Mixtral's (SwiGLU, no biases, HF names).
+// against finite differences of that reference, on a float64 backend against central differences
+// of its own forward, chunk-count invariance, and every bad input; for GPT-2 experts (GELU,
+// biases) and Mixtral's (SwiGLU, no biases, HF names).
 #include <catch2/catch.hpp>
 
 #include <cmath>
@@ -490,6 +491,106 @@ TEST_CASE("SwiGLU experts (Mixtral) equal the double reference; gradients equal 
   check_against_reference(kMixtral);
   check_against_reference(kSwigluBias);
   check_against_reference(kGeluNoBiasHf);
+}
+
+namespace {
+// Host <-> backend copies of whole float64 buffers.
+std::vector<double> host_f64(Backend& be, const Tensor& t, size_t n) {
+  std::vector<double> v(n);
+  be.copy_to_host(v.data(), t, n * sizeof(double));
+  return v;
+}
+Tensor device_f64(Backend& be, const std::vector<double>& v) {
+  Tensor t = be.empty(Shape{static_cast<int64_t>(v.size())}, DType::f64);
+  be.copy_from_host(t, v.data(), v.size() * sizeof(double));
+  return t;
+}
+// The smallest gap between consecutive probabilities among each token's k + 1 largest: a
+// perturbation below it cannot change which experts a token picks nor their order.
+double routing_margin(const Routing& R) {
+  double m = 1;
+  for (int n = 0; n < R.N; ++n) {
+    std::vector<double> p(R.probs.begin() + static_cast<ptrdiff_t>(n) * R.E, R.probs.begin() + static_cast<ptrdiff_t>(n + 1) * R.E);
+    std::sort(p.rbegin(), p.rend());
+    for (int j = 0; j < R.k && j + 1 < R.E; ++j) m = std::min(m, p[j] - p[j + 1]);
+  }
+  return m;
+}
+}  // namespace
+
+TEST_CASE("float64 backend: MoE gradients equal central differences of its own forward", "[moe]") {
+  const int C = 4, F = 6, E = 4, N = 9;
+  for (const Kind& kind : {kMixtral, kSwigluBias, kGelu})
+    for (int k : {1, 2}) {
+      INFO(kind.what << " k " << k);
+      auto be = make_cpu_backend(DType::f64);
+      auto self = make_self_communicator("ep", 0);
+      ParamStore store(*be);
+      MoeConfig cfg = with_kind(MoeConfig{}, kind);
+      cfg.experts = E;
+      cfg.top_k = k;
+      cfg.capacity_factor = 0.8;  // drops assignments
+      cfg.aux_loss_coef = 0.3f;
+      MoeMlp moe(cfg, 0, C, F, *self, store);
+      store.finalize();
+      REQUIRE(store.dtype() == DType::f64);
+      REQUIRE(!store.has_compute_copy());  // params_t() is what forward reads
+      const size_t P = store.numel(), NC = static_cast<size_t>(N) * C;
+      std::vector<double> theta(store.padded_numel(), 0.0), x;
+      const auto w = random_vec(NC);  // loss = w . y + coef * aux
+      Tensor yt = be->empty(Shape{static_cast<int64_t>(NC)}, DType::f64);
+      auto loss = [&](const std::vector<double>& th, const std::vector<double>& xx) {
+        be->copy_from_host(store.params_t(), th.data(), th.size() * sizeof(double));
+        const double aux = moe.forward(0, N, device_f64(*be, xx), yt, false);
+        return dot(w, host_f64(*be, yt, NC)) + static_cast<double>(cfg.aux_loss_coef) * aux;
+      };
+      for (int attempt = 0;; ++attempt) {
+        REQUIRE(attempt < 50);
+        const uint64_t seed = rng()();
+        for (size_t i = 0; i < store.size(); ++i) {
+          const auto& info = store.info(i);
+          const float sd = info.spec.name == store.info(moe.router_param()).spec.name ? 1.0f : 0.5f;
+          const auto v = init_normal(seed, info.spec.name, info.numel, sd);
+          std::copy(v.begin(), v.end(), theta.begin() + static_cast<ptrdiff_t>(info.offset));
+        }
+        x = random_vec(NC);
+        loss(theta, x);
+        if (routing_margin(moe.last_routing()) > 1e-4) break;
+      }
+      REQUIRE(moe.last_routing().dropped > 0);
+      // Analytic gradients.
+      be->copy_from_host(store.params_t(), theta.data(), theta.size() * sizeof(double));
+      store.zero_grads();
+      moe.forward(0, N, device_f64(*be, x), yt, true);
+      Tensor dxt = be->empty(Shape{static_cast<int64_t>(NC)}, DType::f64);
+      moe.backward(0, device_f64(*be, w), dxt, 1.0f);
+      const auto dx = host_f64(*be, dxt, NC);
+      const auto g = host_f64(*be, store.grads_t(), P);
+      // Central differences in float64 (h 1e-5: truncation ~1e-10, rounding ~1e-11).
+      const double h = 1e-5;
+      auto fd = [&](std::vector<double>& v, size_t i) {
+        const double keep = v[i];
+        v[i] = keep + h;
+        const double up = loss(theta, x);
+        v[i] = keep - h;
+        const double dn = loss(theta, x);
+        v[i] = keep;
+        return (up - dn) / (2 * h);
+      };
+      std::vector<double> gx(NC), gp(P);
+      for (size_t i = 0; i < NC; ++i) gx[i] = fd(x, i);
+      for (size_t i = 0; i < P; ++i) gp[i] = fd(theta, i);
+      REQUIRE(max_abs(gx) > 1e-3);
+      require_close(dx, gx, 1e-6, 1e-8 * max_abs(gx), "dx");
+      for (size_t i = 0; i < store.size(); ++i) {
+        const auto& info = store.info(i);
+        const std::vector<double> got(g.begin() + static_cast<ptrdiff_t>(info.offset),
+                                      g.begin() + static_cast<ptrdiff_t>(info.offset + info.numel));
+        const std::vector<double> want(gp.begin() + static_cast<ptrdiff_t>(info.offset),
+                                       gp.begin() + static_cast<ptrdiff_t>(info.offset + info.numel));
+        require_close(got, want, 1e-6, 1e-8 * std::max(1e-3, max_abs(gp)), info.spec.name);
+      }
+    }
 }
 
 TEST_CASE("chunk count does not change the results", "[moe]") {

@@ -4,6 +4,5 @@
 triax_add_multirank_test(test_moe_ep SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_moe_ep.cpp NP 1 2 4 TIMEOUT 120)
 # Expert gradients reduced over expert_dp (sum / dp), dense over dp; the norm counts experts once.
 triax_add_multirank_test(test_moe_grad_sync SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_moe_grad_sync.cpp NP 1 2 4 TIMEOUT 120)
-# Mixtral-shaped MoE (Llama block, SwiGLU experts) through cpu-checked (bit-equal to cpu, ep = dp,
-# tp 2 at np 4) and cpu-emulated bf16 (within 0.5% of float32, np 1).
-triax_add_multirank_test(test_moe_mixtral SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_moe_mixtral.cpp NP 1 2 4 TIMEOUT 300)
+# Mixtral-shaped MoE (Llama block, SwiGLU experts) in bf16 on cpu-emulated: within 0.5% of float32.
+triax_add_multirank_test(test_moe_mixtral SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_moe_mixtral.cpp NP 1 TIMEOUT 300)

@@ -1,11 +1,8 @@
-// Mixtral-shaped MoE layers (the Llama block with SwiGLU experts without biases, HF names) through
-// the two checking backends:
-//  - cpu-checked (buffers PROT_NONE outside backend calls): whole training steps with ep = dp,
-//    with tp 2 at np 4 (MoE layers refuse sequence parallelism), selective recompute, equal the
-//    plain CPU backend bit for bit, so the experts' fused gate/up views and SwiGLU buffers are
-//    only touched inside backend calls.
-//  - cpu-emulated in bf16 (the CUDA backend's buffer classes checked at every op): one process
-//    trains and stays within 0.5% of float32 at every iteration (3.6e-4 measured), as GPT-2's MoE does.
+// Mixtral-shaped MoE layers (the Llama block with SwiGLU experts without biases, HF names) on the
+// emulated backend in bf16 (the CUDA backend's buffer classes checked at every op, so the experts'
+// fused gate/up GEMM, SwiGLU and its gradient buffers keep the CUDA dtype contract): one process
+// trains and stays within 0.5% of float32 at every iteration (3.6e-4 measured), as GPT-2's MoE
+// does. (The checking backend runs Llama MoE layers in test_backend_checked.)
 #include <catch2/catch.hpp>
 
 #include <cmath>
@@ -20,7 +17,6 @@ TrainConfig mixtral_config(int64_t iters) {
   TrainConfig c = nano_train_config(iters, 3e-3, 91);
   c.model = "llama-nano";
   c.warmup_iters = 1;
-  c.bucket_mb = 0.01;
   c.moe_every = 2;
   c.experts = 4;
   c.topk = 2;
@@ -28,27 +24,6 @@ TrainConfig mixtral_config(int64_t iters) {
   return c;
 }
 }  // namespace
-
-TEST_CASE("Mixtral-shaped MoE steps through the checking backend equal the plain backend bit for bit",
-          "[backend][moe][llama]") {
-  const int W = test::world().size();
-  TrainConfig cfg = mixtral_config(2);
-  cfg.tp = W >= 4 ? 2 : 1;
-  cfg.recompute = Recompute::selective;
-  const int dp = W / cfg.tp;
-  cfg.dp = dp;
-  cfg.ep = dp;
-  INFO("tp " << cfg.tp << " dp " << dp << " ep " << dp);
-  const Result plain = train(world_ptr(), cfg);
-  bool experts = false;
-  for (const auto& [name, v] : plain.params) experts |= name.find(".block_sparse_moe.experts.") != std::string::npos;
-  REQUIRE(experts);
-  cfg.backend = "cpu-checked";
-  const Result checked = train(world_ptr(), cfg);
-  REQUIRE(plain.losses.size() == 2);
-  CHECK(checked.losses == plain.losses);
-  CHECK(checked.params == plain.params);
-}
 
 TEST_CASE("Mixtral-shaped MoE in bf16 on the emulated backend trains close to float32", "[mixed_precision][moe][llama]") {
   if (world().size() != 1) return;

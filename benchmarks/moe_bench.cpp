@@ -52,6 +52,7 @@ struct LayerOpts {
   int tokens = 2048, hidden = 256, ffn = 1024, experts = 0, topk = 2, iters = 5, warmup = 1;
   double capacity_factor = 1.0;  // tight enough that the drop path runs
   bool no_drop = false;
+  bool swiglu = false;  // Mixtral-shaped experts: SwiGLU, no biases
   std::vector<int> chunks{1, 2, 4, 8};
 };
 
@@ -70,6 +71,8 @@ int run_layer(Communicator& world, ProcessGrid& grid, const LayerOpts& o, nlohma
   cfg.capacity_factor = o.capacity_factor;
   cfg.drop_tokens = !o.no_drop;
   cfg.aux_loss_coef = 0.01f;
+  cfg.swiglu = o.swiglu;
+  cfg.bias = !o.swiglu;
   ParamStore store;
   MoeMlp moe(cfg, 0, o.hidden, o.ffn, ep, store);
   store.finalize();
@@ -142,9 +145,9 @@ int run_layer(Communicator& world, ProcessGrid& grid, const LayerOpts& o, nlohma
   world.all_reduce(std::span<int64_t>(tot), ReduceOp::sum).wait();
   int64_t wrong = 0;
   if (world.rank() == 0) {
-    fmt::print("# moe_bench layer: ep {} | {} tokens/rank, C {}, F {}, E {} ({} per rank), top-{}, {} | capacity {} "
+    fmt::print("# moe_bench layer: ep {} | {} tokens/rank, C {}, F {}, E {} ({} per rank, {}), top-{}, {} | capacity {} "
                "(rank 0), {} of {} assignments dropped | forward + backward, medians of {} steps, worst rank\n",
-               P, o.tokens, o.hidden, o.ffn, cfg.experts, cfg.experts / P, cfg.top_k,
+               P, o.tokens, o.hidden, o.ffn, cfg.experts, cfg.experts / P, o.swiglu ? "SwiGLU" : "GELU", cfg.top_k,
                o.no_drop ? "no-drop" : fmt::format("capacity factor {}", o.capacity_factor), capacity, tot[1],
                tot[0] * cfg.top_k, o.iters);
     fmt::print("{:>6} {:>9} {:>9} {:>8} {:>8} {:>11} {:>8} {:>9} {:>10} {:>11} {:>8} {:>7}\n", "chunks", "step(ms)",
@@ -311,6 +314,7 @@ int main(int argc, char** argv) {
   app.add_option("--topk", o.topk, "1 or 2");
   app.add_option("--capacity-factor", o.capacity_factor, "capacity factor (drop mode)");
   app.add_flag("--no-drop", o.no_drop, "no-drop mode (capacity = largest load)");
+  app.add_flag("--swiglu", o.swiglu, "Mixtral-shaped experts (SwiGLU, no biases) instead of GPT-2's (GELU, biases)");
   app.add_option("--chunks", o.chunks, "chunk counts to compare (the first is the reference)")->delimiter(',');
   app.add_option("--iters", o.iters, "timed steps per chunk count");
   app.add_option("--warmup", o.warmup, "untimed steps per chunk count");

@@ -22,7 +22,7 @@ if(TRIAX_WITH_MPI AND TRIAX_BUILD_EXAMPLES)
     CASES main_job config errors moe config_file roundtrip ranges one_message writes inputs hostile huge_shapes memory
           textfile late precision)
   triax_add_train_script_tests(checkpoint checkpoint_test.sh checkpoint
-    CASES exact reshard moe llama kill9 sigterm sigusr1 bad prune wide batch startup init init_checked export_hf ARGS $<TARGET_FILE:gpt_eval> ${TRIAX_HF_PYTHON})
+    CASES exact reshard moe llama moe_llama kill9 sigterm sigusr1 bad prune wide batch startup init init_checked export_hf ARGS $<TARGET_FILE:gpt_eval> ${TRIAX_HF_PYTHON})
 endif()
 
 # train.cuda.no_gpu: `train_gpt --backend cuda` where CUDA sees no device exits 2 within seconds,

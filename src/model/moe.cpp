@@ -2,7 +2,8 @@
 //   logits = x Wr^T (N, E); probs = softmax; top-k; gates; capacity slots   (route_tokens)
 //   send rows: per chunk, per destination expert (ascending, so per owner rank), in slot order
 //   counts:   one all_to_all of (chunks x E/ep) row counts per rank pair
-//   per chunk c: dispatch all_to_all_v -> experts (C -> F -> C, GELU) -> combine all_to_all_v,
+//   per chunk c: dispatch all_to_all_v -> experts (C -> F -> C: GELU, or SwiGLU with the gate and
+//             up projections in one GEMM over their fused (2F, C) view) -> combine all_to_all_v,
 //             with chunk c+1's dispatch and chunk c-1's combine in flight during chunk c's GEMMs
 //   y[n] = sum_j gate[n, j] * expert_j(x[n]) over the kept assignments, in choice order
 // Backward runs the same exchange on the gradient rows (g * dy out, dx rows back), then the
@@ -174,7 +175,8 @@ struct MoeMlp::Slot {
   Tensor gate_of;                 // (St) gate of each send row
   Tensor to_expert, from_expert;  // (Rt) i32 row permutations of the exchange (see permutation())
   Tensor o;                       // (St, C) expert outputs, back at the source, send layout
-  Tensor xe, h, a;                // (Rt, C), (Rt, F), (Rt, F) expert inputs, pre- and post-GELU
+  Tensor xe, h, a;                // (Rt, C), (Rt, Fh), (Rt, F) expert inputs, pre- and post-activation
+                                  // (Fh = F, or 2F for SwiGLU's rows [gate | up])
 };
 
 namespace {
@@ -240,7 +242,8 @@ MoeMlp::MoeMlp(const MoeConfig& cfg, int layer, int C, int F, Communicator& ep, 
   P_ = ep.size();
   El_ = cfg_.experts / P_;
   e0_ = ep.rank() * El_;
-  const std::string p = fmt::format("transformer.h.{}.moe.", layer);
+  const std::string p = cfg_.hf_names ? fmt::format("model.layers.{}.block_sparse_moe.", layer)
+                                      : fmt::format("transformer.h.{}.moe.", layer);
   auto add = [&](const std::string& name, std::vector<int64_t> shape, bool decay, bool expert) {
     ParamSpec ps{name, shape, TpSplit::none, decay, norm_owner};
     ps.expert = expert;
@@ -249,15 +252,26 @@ MoeMlp::MoeMlp(const MoeConfig& cfg, int layer, int C, int F, Communicator& ep, 
     return i;
   };
   const int64_t E = cfg_.experts;
-  router_ = add(p + "router.weight", {E, C}, true, false);
+  router_ = add(p + (cfg_.hf_names ? "gate.weight" : "router.weight"), {E, C}, true, false);
+  // Names of the (first) input matrix, SwiGLU's up matrix, and the output matrix.
+  const bool hf = cfg_.hf_names, sw = cfg_.swiglu;
+  const std::string in_name = hf ? "w1" : sw ? "gate_proj" : "c_fc", up_name = hf ? "w3" : "up_proj",
+                    out_name = hf ? "w2" : sw ? "down_proj" : "c_proj";
   for (int l = 0; l < El_; ++l) {
     const std::string q = fmt::format("{}experts.{}.", p, e0_ + l);
-    Expert x{};
-    x.fcw = add(q + "c_fc.weight", {F, C}, true, true);
-    x.fcb = add(q + "c_fc.bias", {F}, false, true);
-    x.pw = add(q + "c_proj.weight", {C, F}, true, true);
-    x.pb = add(q + "c_proj.bias", {C}, false, true);
-    experts_.push_back(x);
+    Expert x{kNone, kNone, kNone, kNone, {}};
+    const size_t first = owned_.size();
+    // SwiGLU: gate then up, weights and then biases adjacent, so each pair is one fused view.
+    x.in = add(q + in_name + ".weight", {F, C}, true, true);
+    if (sw) add(q + up_name + ".weight", {F, C}, true, true);
+    if (cfg_.bias) {
+      x.inb = add(q + in_name + ".bias", {F}, false, true);
+      if (sw) add(q + up_name + ".bias", {F}, false, true);
+    }
+    x.out = add(q + out_name + ".weight", {C, F}, true, true);
+    if (cfg_.bias) x.outb = add(q + out_name + ".bias", {C}, false, true);
+    x.params.assign(owned_.begin() + static_cast<std::ptrdiff_t>(first), owned_.end());
+    experts_.push_back(std::move(x));
   }
 }
 
@@ -271,14 +285,15 @@ void MoeMlp::set_chunks(int chunks) {
 void MoeMlp::init_params(uint64_t seed, int n_layer) {
   if (n_layer < 1) TRIAX_THROW(ConfigError, "MoE init: n_layer = {} must be >= 1", n_layer);
   const float proj_std = 0.02f / std::sqrt(2.0f * static_cast<float>(n_layer));
+  std::vector<char> is_out(store_.size(), 0);
+  for (const Expert& x : experts_) is_out[x.out] = 1;
   for (size_t i : owned_) {
     const auto& info = store_.info(i);
     if (info.spec.name.ends_with(".bias")) {
       store_.param_from_host(i, std::vector<float>(info.numel, 0.0f));
       continue;
     }
-    const bool proj = info.spec.name.ends_with("c_proj.weight");
-    store_.param_from_host(i, init_normal(seed, info.spec.name, info.numel, proj ? proj_std : 0.02f));
+    store_.param_from_host(i, init_normal(seed, info.spec.name, info.numel, is_out[i] ? proj_std : 0.02f));
   }
 }
 
@@ -551,23 +566,29 @@ double MoeMlp::forward(int sl, int N, const Tensor& x, const Tensor& y, bool tra
   const size_t St = s.send_asg.size();
   exchange_counts(s, st);
   const size_t Rt = static_cast<size_t>(s.roff[K]);
+  const int64_t Fh = F * in_parts();
   const Tensor xe = grow(s.xe, Rt * C, dt_);
-  const Tensor hh = grow(s.h, Rt * F, dt_);
+  const Tensor hh = grow(s.h, Rt * Fh, dt_);
   const Tensor aa = grow(s.a, Rt * F, dt_);
   const Tensor o = grow(s.o, St * C, dt_);  // every row is written by the combine
 
-  // Experts: C -> F (bias), GELU, F -> C (bias), on each local expert's rows of the chunk.
+  // Experts: C -> Fh (bias), GELU or SwiGLU, F -> C (bias), on each local expert's rows of the chunk.
   auto expert_fwd = [&](int c, const Tensor& in, const Tensor& out, const std::function<void()>& poll) {
     for_each_expert_rows(s, c, P_, El_, [&](int l, int64_t row, int64_t M) {
       const Expert& X = experts_[static_cast<size_t>(l)];
+      const Tensor win = PN(X.in, in_parts()), bin = PN(X.inb, in_parts());
       in_poll_blocks(M, poll, [&](int64_t r, int64_t b) {
-        be_.linear_forward(rows_of(hh, row + r, row + r + b, F), rows_of(in, row + r, row + r + b, C), P(X.fcw),
-                           P(X.fcb), static_cast<int>(b), C_, F_);
+        be_.linear_forward(rows_of(hh, row + r, row + r + b, Fh), rows_of(in, row + r, row + r + b, C), win, bin,
+                           static_cast<int>(b), C_, static_cast<int>(Fh));
       });
-      be_.gelu_forward(rows_of(aa, row, row + M, F), rows_of(hh, row, row + M, F));
+      if (cfg_.swiglu)
+        be_.swiglu_forward(rows_of(aa, row, row + M, F), rows_of(hh, row, row + M, Fh), static_cast<int>(M), F_);
+      else
+        be_.gelu_forward(rows_of(aa, row, row + M, F), rows_of(hh, row, row + M, F));
+      const Tensor wout = PN(X.out, 1), bout = PN(X.outb, 1);
       in_poll_blocks(M, poll, [&](int64_t r, int64_t b) {
-        be_.linear_forward(rows_of(out, row + r, row + r + b, C), rows_of(aa, row + r, row + r + b, F), P(X.pw),
-                           P(X.pb), static_cast<int>(b), F_, C_);
+        be_.linear_forward(rows_of(out, row + r, row + r + b, C), rows_of(aa, row + r, row + r + b, F), wout, bout,
+                           static_cast<int>(b), F_, C_);
       });
     });
   };
@@ -623,29 +644,35 @@ void MoeMlp::backward(int sl, const Tensor& dy, const Tensor& dx, float dloss) {
   }
   const Tensor de = grow(ein2_, Rt * C, dt_);
 
-  // Experts backward, mirror of the forward: c_proj, GELU, c_fc.
+  // Experts backward, mirror of the forward: c_proj (down), GELU or SwiGLU, c_fc (gate and up fused).
+  const int64_t Fh = F * in_parts();
   auto expert_bwd = [&](int c, const Tensor& in, const Tensor& out, const std::function<void()>& poll) {
     for_each_expert_rows(s, c, P_, El_, [&](int l, int64_t row, int64_t M) {
       const Expert& X = experts_[static_cast<size_t>(l)];
       const Tensor da = grow(da_, static_cast<size_t>(M * F), dt_);
+      const Tensor wout = PN(X.out, 1);
+      const Tensor gout = GN(X.out, 1), gbout = GN(X.outb, 1);
       in_poll_blocks(M, poll, [&](int64_t r, int64_t b) {
-        be_.linear_backward(rows_of(da, r, r + b, F), G(X.pw), G(X.pb), rows_of(in, row + r, row + r + b, C),
-                            rows_of(s.a, row + r, row + r + b, F), P(X.pw), static_cast<int>(b), F_, C_);
+        be_.linear_backward(rows_of(da, r, r + b, F), gout, gbout, rows_of(in, row + r, row + r + b, C),
+                            rows_of(s.a, row + r, row + r + b, F), wout, static_cast<int>(b), F_, C_);
       });
-      be_.gelu_backward(da, rows_of(s.h, row, row + M, F), da);
+      Tensor dh = da;  // GELU's backward runs in place
+      if (cfg_.swiglu) {
+        dh = grow(dh_, static_cast<size_t>(M * Fh), dt_);
+        be_.swiglu_backward(dh, da, rows_of(s.h, row, row + M, Fh), static_cast<int>(M), F_);
+      } else {
+        be_.gelu_backward(da, rows_of(s.h, row, row + M, F), da);
+      }
+      const Tensor win = PN(X.in, in_parts()), gin = GN(X.in, in_parts()), gbin = GN(X.inb, in_parts());
       in_poll_blocks(M, poll, [&](int64_t r, int64_t b) {
-        be_.linear_backward(rows_of(out, row + r, row + r + b, C), G(X.fcw), G(X.fcb), rows_of(da, r, r + b, F),
-                            rows_of(s.xe, row + r, row + r + b, C), P(X.fcw), static_cast<int>(b), C_, F_);
+        be_.linear_backward(rows_of(out, row + r, row + r + b, C), gin, gbin, rows_of(dh, r, r + b, Fh),
+                            rows_of(s.xe, row + r, row + r + b, C), win, static_cast<int>(b), C_, static_cast<int>(Fh));
       });
     });
   };
   exchange(s, ds, dxs, de, expert_bwd, st);
-  for (size_t l = experts_.size(); l-- > 0;) {
-    ready(experts_[l].pb);
-    ready(experts_[l].pw);
-    ready(experts_[l].fcb);
-    ready(experts_[l].fcw);
-  }
+  for (size_t l = experts_.size(); l-- > 0;)
+    for (size_t j = experts_[l].params.size(); j-- > 0;) ready(experts_[l].params[j]);
 
   // Router (host: the routing lives there), then its GEMMs on the backend.
   const std::vector<double> dlogit = router_logit_grads(R, dgate, static_cast<double>(cfg_.aux_loss_coef) * dloss);
@@ -688,6 +715,32 @@ void MoeMlp::backward(int sl, const float* dy, float* dx, float dloss) {
 const Tensor& MoeMlp::P(size_t i) {
   auto it = pview_.find(i);
   if (it == pview_.end()) it = pview_.emplace(i, store_.weight_t(i)).first;  // the compute view
+  return it->second;
+}
+
+Tensor MoeMlp::PN(size_t i, int n) {
+  if (i == kNone) return Tensor();
+  auto it = pnview_.find({i, n});
+  if (it == pnview_.end()) {
+    const auto& first = store_.info(i);
+    const auto& last = store_.info(i + static_cast<size_t>(n) - 1);
+    it = pnview_.emplace(std::make_pair(i, n), store_.weights_t().slice(static_cast<int64_t>(first.offset),
+                                                                         static_cast<int64_t>(last.offset + last.numel)))
+             .first;
+  }
+  return it->second;
+}
+
+Tensor MoeMlp::GN(size_t i, int n) {
+  if (i == kNone) return Tensor();
+  auto it = gnview_.find({i, n});
+  if (it == gnview_.end()) {
+    const auto& first = store_.info(i);
+    const auto& last = store_.info(i + static_cast<size_t>(n) - 1);
+    it = gnview_.emplace(std::make_pair(i, n), store_.grads_t().slice(static_cast<int64_t>(first.offset),
+                                                                       static_cast<int64_t>(last.offset + last.numel)))
+             .first;
+  }
   return it->second;
 }
 

@@ -2,7 +2,8 @@
 // its own tokens (a different count on each rank). The reference runs every rank's tokens through
 // one ep = 1 block in-process (one micro-batch slot per rank: capacity is per source rank), and
 // each rank compares its outputs, input gradients and aux loss, the DP-summed router gradient and
-// the gradients of the experts it owns, for k = 1, 2, drop and no-drop, chunks 1, 2, 4.
+// the gradients of the experts it owns, for k = 1, 2, drop and no-drop, chunks 1, 2, 4; for GPT-2
+// experts (GELU, biases) and Mixtral's (SwiGLU, no biases, HF names).
 #include <catch2/catch.hpp>
 
 #include <cmath>
@@ -86,19 +87,28 @@ Serial run_serial(const MoeConfig& cfg, int P, uint64_t seed, const std::functio
   return s;
 }
 
-}  // namespace
+// The expert variant of a config: GPT-2's (GELU, biases, triax names) or Mixtral's.
+MoeConfig experts_of(bool mixtral) {
+  MoeConfig cfg;
+  cfg.swiglu = mixtral;
+  cfg.bias = !mixtral;
+  cfg.hf_names = mixtral;
+  return cfg;
+}
 
-TEST_CASE("expert-parallel MoE matches the serial block", "[moe][ep]") {
+// seed: of the parameters; one whose routing sends tokens to every expert at np 1 (20 tokens over
+// 8 experts), which the check of each expert's gradient requires.
+void check_ep_matches_serial(bool mixtral, uint64_t seed) {
+  INFO((mixtral ? "SwiGLU experts, no bias, HF names" : "GELU experts with biases"));
   auto& world = test::world();
   const int P = world.size();
   ProcessGrid grid(test::world_ptr(), {1, 1, P, P, "tp-dp-pp"});
   Communicator& ep = grid.ep();
   REQUIRE(ep.size() == P);
   const int me = ep.rank();
-  const uint64_t seed = 4242;
   for (int k : {1, 2})
     for (bool drop : {true, false}) {
-      MoeConfig cfg;
+      MoeConfig cfg = experts_of(mixtral);
       cfg.experts = kE;
       cfg.top_k = k;
       cfg.drop_tokens = drop;
@@ -145,28 +155,38 @@ TEST_CASE("expert-parallel MoE matches the serial block", "[moe][ep]") {
       }
     }
 }
+}  // namespace
+
+TEST_CASE("expert-parallel MoE matches the serial block", "[moe][ep]") { check_ep_matches_serial(false, 4242); }
+
+TEST_CASE("expert-parallel MoE with SwiGLU experts (Mixtral) matches the serial block", "[moe][ep]") {
+  check_ep_matches_serial(true, 4244);
+}
 
 TEST_CASE("expert-parallel init gives every ep the same parameters", "[moe][ep]") {
-  auto& world = test::world();
-  const int P = world.size();
-  ProcessGrid grid(test::world_ptr(), {1, 1, P, P, "tp-dp-pp"});
-  MoeConfig cfg;
-  cfg.experts = kE;
-  ParamStore dist_store, ref_store;
-  MoeMlp dist(cfg, 0, kC, kF, grid.ep(), dist_store);
-  auto self = make_self_communicator("serial", world.rank());
-  MoeMlp ref(cfg, 0, kC, kF, *self, ref_store);
-  dist_store.finalize();
-  ref_store.finalize();
-  dist.init_params(9, 4);
-  ref.init_params(9, 4);
-  REQUIRE(dist_store.size() == 1 + 4 * static_cast<size_t>(kE / P));
-  for (size_t i = 0; i < dist_store.size(); ++i) {
-    const auto& name = dist_store.info(i).spec.name;
-    INFO(name);
-    const auto a = dist_store.param(i), b = ref_store.param(ref_store.find(name));
-    REQUIRE(a.size() == b.size());
-    CHECK(std::equal(a.begin(), a.end(), b.begin()));
+  for (bool mixtral : {false, true}) {
+    INFO("mixtral " << mixtral);
+    auto& world = test::world();
+    const int P = world.size();
+    ProcessGrid grid(test::world_ptr(), {1, 1, P, P, "tp-dp-pp"});
+    MoeConfig cfg = experts_of(mixtral);
+    cfg.experts = kE;
+    ParamStore dist_store, ref_store;
+    MoeMlp dist(cfg, 0, kC, kF, grid.ep(), dist_store);
+    auto self = make_self_communicator("serial", world.rank());
+    MoeMlp ref(cfg, 0, kC, kF, *self, ref_store);
+    dist_store.finalize();
+    ref_store.finalize();
+    dist.init_params(9, 4);
+    ref.init_params(9, 4);
+    REQUIRE(dist_store.size() == 1 + (mixtral ? 3 : 4) * static_cast<size_t>(kE / P));
+    for (size_t i = 0; i < dist_store.size(); ++i) {
+      const auto& name = dist_store.info(i).spec.name;
+      INFO(name);
+      const auto a = dist_store.param(i), b = ref_store.param(ref_store.find(name));
+      REQUIRE(a.size() == b.size());
+      CHECK(std::equal(a.begin(), a.end(), b.begin()));
+    }
   }
 }
 

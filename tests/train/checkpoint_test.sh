@@ -190,23 +190,34 @@ sigusr1)
   [ -n "$k" ] && [ -f "ck/$(printf 'iter_%07d' "$k")/manifest.json" ] || { tail -5 run.log; fail "no save on SIGUSR1"; }
   ok "SIGUSR1 at iteration $k: saved, exit 0"
   ;;
-moe)
+moe|moe_llama)
   # MoE layers (experts split over ep, replicated over tp): 8 straight = 4 + save + resume + 4 at
   # dp 4 ep 2 bit for bit, then the ep 2 checkpoint resumed at ep 4, at ep 1 with ZeRO-1, at tp 2
   # x dp 2 and on a pp 2 pipeline: the straight run's losses (no-drop routing: layout-free).
+  # moe_llama: the same with the Llama block and Mixtral-shaped experts (SwiGLU, no biases, HF names).
   moe=(--moe-every 2 --experts 4 --topk 2 --no-drop)
+  if [ "$case_" = moe_llama ]; then
+    base=(--model llama-nano --num-layers 4 --micro-batch-size 4 --global-batch-size 32 --train-iters 8 --lr-decay-iters 8)
+  fi
   run -np 4 "$exe" "${base[@]}" "${moe[@]}" --ep 2 --save straight --metrics-jsonl a.jsonl >a.log 2>&1 ||
     { tail -5 a.log; fail "straight MoE run"; }
   tail -n 4 a.jsonl >a_tail.jsonl
   run -np 4 "$exe" "${base[@]}" "${moe[@]}" --ep 2 --train-iters 4 --save ck --metrics-jsonl b.jsonl >b.log 2>&1 ||
     { tail -5 b.log; fail "first half"; }
-  python3 - ck/iter_0000004/manifest.json <<'PY' || fail "the manifest lacks experts"
+  python3 - ck/iter_0000004/manifest.json "$case_" <<'PY' || fail "the manifest lacks experts"
 import json, sys
 names = {s["name"] for s in json.load(open(sys.argv[1]))["slices"]}
-experts = {n for n in names if ".moe.experts." in n}
-want = {f"transformer.h.{l}.moe.experts.{e}.{p}" for l in (1, 3) for e in range(4)
-        for p in ("c_fc.weight", "c_fc.bias", "c_proj.weight", "c_proj.bias")}
-assert experts == want, sorted(want - experts)
+if sys.argv[2] == "moe":
+    experts = {n for n in names if ".moe.experts." in n}
+    want = {f"transformer.h.{l}.moe.experts.{e}.{p}" for l in (1, 3) for e in range(4)
+            for p in ("c_fc.weight", "c_fc.bias", "c_proj.weight", "c_proj.bias")}
+else:
+    experts = {n for n in names if ".block_sparse_moe.experts." in n}
+    want = {f"model.layers.{l}.block_sparse_moe.experts.{e}.{p}.weight" for l in (1, 3) for e in range(4)
+            for p in ("w1", "w3", "w2")}
+    routers = {n for n in names if n.endswith(".block_sparse_moe.gate.weight")}
+    assert routers == {f"model.layers.{l}.block_sparse_moe.gate.weight" for l in (1, 3)}, sorted(routers)
+assert experts == want, (sorted(want - experts), sorted(experts - want))
 print(f"{len(experts)} expert tensors in the manifest")
 PY
   run -np 4 "$exe" "${base[@]}" "${moe[@]}" --ep 2 --load ck --save ck2 --metrics-jsonl c.jsonl >c.log 2>&1 ||

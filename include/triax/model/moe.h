@@ -30,9 +30,13 @@ struct MoeConfig {
   // Token chunks pipelined through dispatch -> experts -> combine (1: no overlap). A knob of
   // speed only: any value gives the same results (up to float summation order of weight grads).
   int chunks = 1;
-  // The experts' block (set by GptChunk from GptConfig): SwiGLU experts, biases, HF Mixtral names.
+  // The experts' shape (set by GptChunk from GptConfig's swiglu, bias and !is_gpt2()).
+  // swiglu: each expert is down(silu(gate(x)) * up(x)) (Mixtral), gate and up registered adjacent
+  // so one GEMM runs over the fused (2F, C) view; false: c_proj(gelu(c_fc(x))) (GPT-2).
   bool swiglu = false;
-  bool bias = true;
+  bool bias = true;       // expert biases (false: none registered, as in Mixtral)
+  // Parameter names of HF Mixtral ("model.layers.{l}.block_sparse_moe.gate.weight",
+  // "...experts.{e}.w1/w3/w2.weight") instead of triax's GPT-2 ones (docs/MOE.md lists both).
   bool hf_names = false;
 
   // ConfigError naming the field unless experts % ep == 0, top_k in {1, 2} and <= experts,
@@ -82,25 +86,34 @@ struct MoeStats {
   // combine waits). The same length on every EP rank, so a benchmark can take the minimum over
   // ranks: the last rank to arrive waits only for the transfer, not for a slower peer.
   std::vector<double> a2a_waits;
-  double expert_s = 0;      // expert GEMMs and GELU
+  double expert_s = 0;      // expert GEMMs and activation (GELU or SwiGLU)
   double total_s = 0;
 };
 
 class MoeMlp {
  public:
-  // Registers the router "transformer.h.{layer}.moe.router.weight" (E, C), replicated, and this
-  // EP rank's experts "transformer.h.{layer}.moe.experts.{e}.{c_fc,c_proj}.{weight,bias}" (C -> F
-  // -> C, GELU) for e in [rank * E/ep, (rank + 1) * E/ep), marked ParamSpec::expert. Call before
-  // store.finalize(). norm_owner: whether this copy counts in the gradient norm (false on tp
-  // ranks > 0: MoE layers are replicated over TP). ep: the expert-parallel group (carved from DP).
+  // Registers the router (E, C), replicated, and this EP rank's experts e in
+  // [rank * E/ep, (rank + 1) * E/ep), marked ParamSpec::expert, with the global index e in their
+  // names. Names (docs/MOE.md), triax / hf_names:
+  //   router            transformer.h.{l}.moe.router.weight / model.layers.{l}.block_sparse_moe.gate.weight
+  //   expert prefix     transformer.h.{l}.moe.experts.{e}.  / model.layers.{l}.block_sparse_moe.experts.{e}.
+  //   GELU (C->F->C)    c_fc, c_proj                        / w1, w2
+  //   SwiGLU gate, up   gate_proj, up_proj (F, C)            / w1, w3
+  //   SwiGLU down       down_proj (C, F)                     / w2
+  // each ".weight", plus ".bias" when cfg.bias. Per expert the order is: gate.weight, up.weight
+  // (adjacent: one GEMM over both), gate.bias, up.bias, down.weight, down.bias (GELU: c_fc.weight,
+  // c_fc.bias, c_proj.weight, c_proj.bias). Call before store.finalize(). norm_owner: whether this
+  // copy counts in the gradient norm (false on tp ranks > 0: MoE layers are replicated over TP).
+  // ep: the expert-parallel group (carved from DP).
   MoeMlp(const MoeConfig& cfg, int layer, int C, int F, Communicator& ep, ParamStore& store,
          bool norm_owner = true);
   ~MoeMlp();
   MoeMlp(const MoeMlp&) = delete;
   MoeMlp& operator=(const MoeMlp&) = delete;
 
-  // From (seed, name) on each tensor's full shape: router and c_fc weights N(0, 0.02), c_proj
-  // weights N(0, 0.02 / sqrt(2 n_layer)) as in GPT-2, biases 0. The same model for every ep.
+  // From (seed, name) on each tensor's full shape: router, c_fc (gate, up) weights N(0, 0.02),
+  // c_proj (down) weights N(0, 0.02 / sqrt(2 n_layer)) as in GPT-2, biases 0. The same model for
+  // every ep.
   void init_params(uint64_t seed, int n_layer);
 
   // y (N, C) = MoE(x (N, C)). Collective over the EP group: every rank calls it for the same
@@ -126,7 +139,7 @@ class MoeMlp {
   void set_chunks(int chunks);
   int local_experts() const { return El_; }
   int first_expert() const { return e0_; }
-  // Store indices: router, then per local expert c_fc.weight, c_fc.bias, c_proj.weight, c_proj.bias.
+  // Store indices: router, then per local expert its parameters in registration order (above).
   const std::vector<size_t>& param_indices() const { return owned_; }
   size_t router_param() const { return router_; }
   // The routing of the last forward (for tests and metrics).
@@ -135,9 +148,13 @@ class MoeMlp {
   const MoeStats& backward_stats() const { return bwd_stats_; }
 
  private:
+  // Store indices of one expert. in: the first matrix (GELU c_fc; SwiGLU gate, followed by up,
+  // so the fused (2F, C) view starts there); inb likewise for its bias; none = kNone.
   struct Expert {
-    size_t fcw, fcb, pw, pb;
+    size_t in, inb, out, outb;
+    std::vector<size_t> params;  // registration order
   };
+  static constexpr size_t kNone = static_cast<size_t>(-1);
   struct Slot;
   using ExpertFn = std::function<void(int chunk, const Tensor& in, const Tensor& out, const std::function<void()>& poll)>;
   void exchange(Slot& s, const Tensor& send, const Tensor& back, const Tensor& ein, const ExpertFn& fn, MoeStats& st);
@@ -153,6 +170,11 @@ class MoeMlp {
   Tensor upload_real(Tensor& t, const std::vector<double>& v);
   const Tensor& P(size_t i);
   const Tensor& G(size_t i);
+  // Views of n consecutive parameters starting at i (weights and grads), or undefined for kNone:
+  // the fused gate/up of a SwiGLU expert (n = 2) or one parameter (n = 1).
+  Tensor PN(size_t i, int n);
+  Tensor GN(size_t i, int n);
+  int in_parts() const { return cfg_.swiglu ? 2 : 1; }
 
   MoeConfig cfg_;
   int layer_;
@@ -162,6 +184,7 @@ class MoeMlp {
   Backend& be_;
   DType dt_;  // activations (the backend's compute type); gradients go to the store's
   std::map<size_t, Tensor> pview_, gview_;
+  std::map<std::pair<size_t, int>, Tensor> pnview_, gnview_;
   int P_, El_, e0_;
   size_t router_ = 0;
   std::vector<Expert> experts_;
@@ -171,7 +194,7 @@ class MoeMlp {
   // Scratch reused by every call (grow-only: fresh pages for tens of MB per call cost more than
   // the copies themselves). Exchange: received rows, expert outputs, rows going back; forward /
   // backward: rows to send, rows coming back, expert-side gradient rows.
-  Tensor recv_, eout_, ret_, send_, back_, ein_, ein2_, logits_, dots_, da_, dlogit_;
+  Tensor recv_, eout_, ret_, send_, back_, ein_, ein2_, logits_, dots_, da_, dh_, dlogit_;
   Routing last_routing_;
   MoeStats fwd_stats_, bwd_stats_;
   std::function<void(size_t)> grad_ready_;

@@ -1,6 +1,8 @@
 // MoE on one process: routing and capacity against hand-computed cases, the aux loss against its
 // formula, the whole block (ep = 1) against a direct double-precision reference, its gradients
-// against finite differences of that reference, chunk-count invariance, and every bad input.
+// against finite differences of that reference, on a float64 backend against central differences
+// of its own forward, chunk-count invariance, and every bad input; for GPT-2 experts (GELU,
+// biases) and Mixtral's (SwiGLU, no biases, HF names).
 #include <catch2/catch.hpp>
 
 #include <cmath>
@@ -19,13 +21,30 @@ namespace {
 
 // ---- a direct double-precision MoE (loops, no communication): the obviously-correct reference
 struct RefExpert {
-  std::vector<double> fcw, fcb, pw, pb;  // (F, C), (F), (C, F), (C)
+  // GELU: c_fc (fcw, fcb), c_proj (pw, pb). SwiGLU: gate (fcw, fcb), up (uw, ub), down (pw, pb).
+  std::vector<double> fcw, fcb, uw, ub, pw, pb;  // (F, C), (F), (F, C), (F), (C, F), (C); biases 0 without
 };
 struct RefModel {
   int C = 0, F = 0, E = 0, k = 1;
+  bool swiglu = false, bias = true;
   std::vector<double> wr;  // (E, C)
   std::vector<RefExpert> ex;
 };
+
+// The expert's tensors in MoeMlp's registration order (moe.h): GELU c_fc.weight, c_fc.bias,
+// c_proj.weight, c_proj.bias; SwiGLU gate.weight, up.weight, gate.bias, up.bias, down.weight,
+// down.bias; the biases only with bias.
+std::vector<std::vector<double>*> expert_parts(RefExpert& X, bool swiglu, bool bias) {
+  std::vector<std::vector<double>*> p = {&X.fcw};
+  if (swiglu) p.push_back(&X.uw);
+  if (bias) {
+    p.push_back(&X.fcb);
+    if (swiglu) p.push_back(&X.ub);
+  }
+  p.push_back(&X.pw);
+  if (bias) p.push_back(&X.pb);
+  return p;
+}
 struct RefOut {
   std::vector<double> y;  // (N, C)
   double aux = 0;
@@ -34,6 +53,7 @@ struct RefOut {
 };
 
 double gelu(double x) { return 0.5 * x * (1.0 + std::tanh(std::sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x))); }
+double silu(double x) { return x / (1.0 + std::exp(-x)); }
 
 RefOut ref_moe(const RefModel& m, const std::vector<double>& x, int N, int64_t capacity) {
   const int C = m.C, F = m.F, E = m.E, k = m.k;
@@ -77,9 +97,10 @@ RefOut ref_moe(const RefModel& m, const std::vector<double>& x, int N, int64_t c
       const RefExpert& X = m.ex[r.expert[n * k + j]];
       std::vector<double> a(F);
       for (int f = 0; f < F; ++f) {
-        double h = X.fcb[f];
+        double h = X.fcb[f], u = X.ub[f];
         for (int c = 0; c < C; ++c) h += X.fcw[f * C + c] * x[n * C + c];
-        a[f] = gelu(h);
+        for (int c = 0; c < C && m.swiglu; ++c) u += X.uw[f * C + c] * x[n * C + c];
+        a[f] = m.swiglu ? silu(h) * u : gelu(h);
       }
       for (int c = 0; c < C; ++c) {
         double o = X.pb[c];
@@ -115,12 +136,39 @@ RefModel ref_of(ParamStore& store, const MoeMlp& moe, int C, int F) {
   m.F = F;
   m.E = moe.config().experts;
   m.k = moe.config().top_k;
+  m.swiglu = moe.config().swiglu;
+  m.bias = moe.config().bias;
   const auto& idx = moe.param_indices();
   m.wr = to_double(store.param(idx[0]));
-  for (int e = 0; e < m.E; ++e)
-    m.ex.push_back({to_double(store.param(idx[1 + 4 * e])), to_double(store.param(idx[2 + 4 * e])),
-                    to_double(store.param(idx[3 + 4 * e])), to_double(store.param(idx[4 + 4 * e]))});
+  const size_t per = (idx.size() - 1) / static_cast<size_t>(m.E);
+  for (int e = 0; e < m.E; ++e) {
+    RefExpert X;
+    X.fcb.assign(F, 0.0);
+    X.ub.assign(F, 0.0);
+    X.pb.assign(C, 0.0);
+    const auto parts = expert_parts(X, m.swiglu, m.bias);
+    REQUIRE(parts.size() == per);
+    for (size_t j = 0; j < per; ++j) *parts[j] = to_double(store.param(idx[1 + per * e + j]));
+    m.ex.push_back(std::move(X));
+  }
   return m;
+}
+
+// The expert variants under test: GPT-2's, Mixtral's with HF names, and SwiGLU with biases.
+struct Kind {
+  bool swiglu, bias, hf_names;
+  const char* what;
+};
+constexpr Kind kGelu{false, true, false, "GELU + bias"};
+constexpr Kind kMixtral{true, false, true, "SwiGLU, no bias, HF names"};
+constexpr Kind kSwigluBias{true, true, false, "SwiGLU + bias"};
+constexpr Kind kGeluNoBiasHf{false, false, true, "GELU, no bias, HF names"};
+
+MoeConfig with_kind(MoeConfig cfg, const Kind& kind) {
+  cfg.swiglu = kind.swiglu;
+  cfg.bias = kind.bias;
+  cfg.hf_names = kind.hf_names;
+  return cfg;
 }
 
 // ||got - want|| / ||want||: the chunk-count comparisons (a GEMM over M rows may round a row
@@ -278,14 +326,83 @@ TEST_CASE("MoE parameters: names, shapes, expert flag, init independent of the s
   for (float b : store.param(store.find("transformer.h.3.moe.experts.0.c_fc.bias"))) CHECK(b == 0.0f);
 }
 
-TEST_CASE("MoE block equals the double reference; gradients equal finite differences", "[moe]") {
+TEST_CASE("MoE parameters of Mixtral's experts: HF names, gate and up adjacent, no biases", "[moe]") {
+  auto self = make_self_communicator("ep", 0);
+  ParamStore store;
+  MoeConfig cfg = with_kind(MoeConfig{}, kMixtral);
+  cfg.experts = 4;
+  MoeMlp moe(cfg, 3, 8, 32, *self, store);
+  store.finalize();
+  moe.init_params(7, 12);
+  REQUIRE(store.size() == 1 + 3 * 4);  // router, then w1, w3, w2 per expert
+  CHECK(moe.param_indices().size() == store.size());
+  const std::string p = "model.layers.3.block_sparse_moe.";
+  const auto& r = store.info(store.find(p + "gate.weight"));
+  CHECK(r.spec.full_shape == std::vector<int64_t>{4, 8});
+  CHECK(!r.spec.expert);
+  CHECK(moe.router_param() == store.find(p + "gate.weight"));
+  for (int e = 0; e < 4; ++e) {
+    INFO("expert " << e);
+    const std::string q = p + "experts." + std::to_string(e) + ".";
+    const auto& w1 = store.info(store.find(q + "w1.weight"));
+    const auto& w3 = store.info(store.find(q + "w3.weight"));
+    const auto& w2 = store.info(store.find(q + "w2.weight"));
+    CHECK(w1.spec.full_shape == std::vector<int64_t>{32, 8});
+    CHECK(w3.spec.full_shape == std::vector<int64_t>{32, 8});
+    CHECK(w2.spec.full_shape == std::vector<int64_t>{8, 32});
+    CHECK(w3.offset == w1.offset + w1.numel);  // one GEMM over [gate | up]
+    for (const auto* w : {&w1, &w3, &w2}) {
+      CHECK(w->spec.expert);
+      CHECK(w->spec.weight_decay);
+      CHECK(w->spec.split == TpSplit::none);
+    }
+    // Gate and up N(0, 0.02), down N(0, 0.02 / sqrt(2 n_layer)), from (seed, name).
+    for (const auto& [name, sd] : {std::pair{q + "w1.weight", 0.02f}, std::pair{q + "w3.weight", 0.02f},
+                                   std::pair{q + "w2.weight", 0.02f / std::sqrt(24.0f)}}) {
+      const auto want = init_normal(7, name, 32 * 8, sd);
+      const auto got = store.param(store.find(name));
+      CHECK(std::equal(want.begin(), want.end(), got.begin()));
+    }
+  }
+  for (const auto& info : store.infos()) {
+    CHECK(!info.spec.name.ends_with(".bias"));
+    CHECK(info.spec.name.starts_with(p));
+  }
+  // SwiGLU with biases and triax's own names: gate_proj, up_proj (and their biases) adjacent.
+  ParamStore s2;
+  MoeMlp m2(with_kind(cfg, kSwigluBias), 1, 8, 32, *self, s2);
+  s2.finalize();
+  REQUIRE(s2.size() == 1 + 6 * 4);
+  const std::string q = "transformer.h.1.moe.experts.2.";
+  const std::vector<std::string> order = {"gate_proj.weight", "up_proj.weight", "gate_proj.bias",
+                                          "up_proj.bias",     "down_proj.weight", "down_proj.bias"};
+  for (size_t j = 0; j + 1 < order.size(); ++j) {
+    const auto& a = s2.info(s2.find(q + order[j]));
+    CHECK(s2.info(s2.find(q + order[j + 1])).offset == a.offset + a.numel);
+  }
+  CHECK(!s2.info(s2.find(q + "up_proj.bias")).spec.weight_decay);
+  // GELU without biases under HF names: w1, w2 only.
+  ParamStore s3;
+  MoeMlp m3(with_kind(cfg, kGeluNoBiasHf), 0, 8, 32, *self, s3);
+  s3.finalize();
+  REQUIRE(s3.size() == 1 + 2 * 4);
+  CHECK(s3.info(s3.find("model.layers.0.block_sparse_moe.experts.1.w2.weight")).spec.full_shape ==
+        std::vector<int64_t>{8, 32});
+  CHECK_THROWS_WITH(s3.find("model.layers.0.block_sparse_moe.experts.1.w3.weight"), Contains("w3"));
+}
+
+namespace {
+// The block (ep = 1) against ref_moe and its gradients against finite differences of it, for k = 1,
+// 2, drop and no-drop.
+void check_against_reference(const Kind& kind) {
+  INFO(kind.what);
   const int C = 4, F = 8, E = 4, N = 9;
   for (int k : {1, 2})
     for (bool drop : {true, false}) {
       INFO("k " << k << " drop " << drop);
       auto self = make_self_communicator("ep", 0);
       ParamStore store;
-      MoeConfig cfg;
+      MoeConfig cfg = with_kind(MoeConfig{}, kind);
       cfg.experts = E;
       cfg.top_k = k;
       cfg.capacity_factor = 0.8;  // E * capacity < N * k: some assignments always drop
@@ -351,58 +468,174 @@ TEST_CASE("MoE block equals the double reference; gradients equal finite differe
         require_close(std::vector<float>(s.begin(), s.end()), g, 1e-4, 2e-5 * max_abs(g), "router");
       }
       for (int e = 0; e < E; ++e) {
-        std::vector<double>* parts[4] = {&m.ex[e].fcw, &m.ex[e].fcb, &m.ex[e].pw, &m.ex[e].pb};
-        for (int p = 0; p < 4; ++p) {
+        const auto parts = expert_parts(m.ex[e], kind.swiglu, kind.bias);
+        const size_t per = parts.size();
+        REQUIRE(idx.size() == 1 + per * E);
+        for (size_t p = 0; p < per; ++p) {
           const auto g = fd(*parts[p], [&] { return loss(m, xd); });
-          const auto s = store.grad(idx[1 + 4 * e + p]);
+          const auto s = store.grad(idx[1 + per * e + p]);
           require_close(std::vector<float>(s.begin(), s.end()), g, 1e-4, 2e-5 * std::max(1e-3, max_abs(g)),
-                        store.info(idx[1 + 4 * e + p]).spec.name);
+                        store.info(idx[1 + per * e + p]).spec.name);
         }
+      }
+    }
+}
+
+}  // namespace
+
+TEST_CASE("MoE block equals the double reference; gradients equal finite differences", "[moe]") {
+  check_against_reference(kGelu);
+}
+
+TEST_CASE("SwiGLU experts (Mixtral) equal the double reference; gradients equal finite differences", "[moe]") {
+  check_against_reference(kMixtral);
+  check_against_reference(kSwigluBias);
+  check_against_reference(kGeluNoBiasHf);
+}
+
+namespace {
+// Host <-> backend copies of whole float64 buffers.
+std::vector<double> host_f64(Backend& be, const Tensor& t, size_t n) {
+  std::vector<double> v(n);
+  be.copy_to_host(v.data(), t, n * sizeof(double));
+  return v;
+}
+Tensor device_f64(Backend& be, const std::vector<double>& v) {
+  Tensor t = be.empty(Shape{static_cast<int64_t>(v.size())}, DType::f64);
+  be.copy_from_host(t, v.data(), v.size() * sizeof(double));
+  return t;
+}
+// The smallest gap between consecutive probabilities among each token's k + 1 largest: a
+// perturbation below it cannot change which experts a token picks nor their order.
+double routing_margin(const Routing& R) {
+  double m = 1;
+  for (int n = 0; n < R.N; ++n) {
+    std::vector<double> p(R.probs.begin() + static_cast<ptrdiff_t>(n) * R.E, R.probs.begin() + static_cast<ptrdiff_t>(n + 1) * R.E);
+    std::sort(p.rbegin(), p.rend());
+    for (int j = 0; j < R.k && j + 1 < R.E; ++j) m = std::min(m, p[j] - p[j + 1]);
+  }
+  return m;
+}
+}  // namespace
+
+TEST_CASE("float64 backend: MoE gradients equal central differences of its own forward", "[moe]") {
+  const int C = 4, F = 6, E = 4, N = 9;
+  for (const Kind& kind : {kMixtral, kSwigluBias, kGelu})
+    for (int k : {1, 2}) {
+      INFO(kind.what << " k " << k);
+      auto be = make_cpu_backend(DType::f64);
+      auto self = make_self_communicator("ep", 0);
+      ParamStore store(*be);
+      MoeConfig cfg = with_kind(MoeConfig{}, kind);
+      cfg.experts = E;
+      cfg.top_k = k;
+      cfg.capacity_factor = 0.8;  // drops assignments
+      cfg.aux_loss_coef = 0.3f;
+      MoeMlp moe(cfg, 0, C, F, *self, store);
+      store.finalize();
+      REQUIRE(store.dtype() == DType::f64);
+      REQUIRE(!store.has_compute_copy());  // params_t() is what forward reads
+      const size_t P = store.numel(), NC = static_cast<size_t>(N) * C;
+      std::vector<double> theta(store.padded_numel(), 0.0), x;
+      const auto w = random_vec(NC);  // loss = w . y + coef * aux
+      Tensor yt = be->empty(Shape{static_cast<int64_t>(NC)}, DType::f64);
+      auto loss = [&](const std::vector<double>& th, const std::vector<double>& xx) {
+        be->copy_from_host(store.params_t(), th.data(), th.size() * sizeof(double));
+        const double aux = moe.forward(0, N, device_f64(*be, xx), yt, false);
+        return dot(w, host_f64(*be, yt, NC)) + static_cast<double>(cfg.aux_loss_coef) * aux;
+      };
+      for (int attempt = 0;; ++attempt) {
+        REQUIRE(attempt < 50);
+        const uint64_t seed = rng()();
+        for (size_t i = 0; i < store.size(); ++i) {
+          const auto& info = store.info(i);
+          const float sd = info.spec.name == store.info(moe.router_param()).spec.name ? 1.0f : 0.5f;
+          const auto v = init_normal(seed, info.spec.name, info.numel, sd);
+          std::copy(v.begin(), v.end(), theta.begin() + static_cast<ptrdiff_t>(info.offset));
+        }
+        x = random_vec(NC);
+        loss(theta, x);
+        if (routing_margin(moe.last_routing()) > 1e-4) break;
+      }
+      REQUIRE(moe.last_routing().dropped > 0);
+      // Analytic gradients.
+      be->copy_from_host(store.params_t(), theta.data(), theta.size() * sizeof(double));
+      store.zero_grads();
+      moe.forward(0, N, device_f64(*be, x), yt, true);
+      Tensor dxt = be->empty(Shape{static_cast<int64_t>(NC)}, DType::f64);
+      moe.backward(0, device_f64(*be, w), dxt, 1.0f);
+      const auto dx = host_f64(*be, dxt, NC);
+      const auto g = host_f64(*be, store.grads_t(), P);
+      // Central differences in float64 (h 1e-5: truncation ~1e-10, rounding ~1e-11).
+      const double h = 1e-5;
+      auto fd = [&](std::vector<double>& v, size_t i) {
+        const double keep = v[i];
+        v[i] = keep + h;
+        const double up = loss(theta, x);
+        v[i] = keep - h;
+        const double dn = loss(theta, x);
+        v[i] = keep;
+        return (up - dn) / (2 * h);
+      };
+      std::vector<double> gx(NC), gp(P);
+      for (size_t i = 0; i < NC; ++i) gx[i] = fd(x, i);
+      for (size_t i = 0; i < P; ++i) gp[i] = fd(theta, i);
+      REQUIRE(max_abs(gx) > 1e-3);
+      require_close(dx, gx, 1e-6, 1e-8 * max_abs(gx), "dx");
+      for (size_t i = 0; i < store.size(); ++i) {
+        const auto& info = store.info(i);
+        const std::vector<double> got(g.begin() + static_cast<ptrdiff_t>(info.offset),
+                                      g.begin() + static_cast<ptrdiff_t>(info.offset + info.numel));
+        const std::vector<double> want(gp.begin() + static_cast<ptrdiff_t>(info.offset),
+                                       gp.begin() + static_cast<ptrdiff_t>(info.offset + info.numel));
+        require_close(got, want, 1e-6, 1e-8 * std::max(1e-3, max_abs(gp)), info.spec.name);
       }
     }
 }
 
 TEST_CASE("chunk count does not change the results", "[moe]") {
   const int C = 16, F = 40, E = 4, N = 37;
-  for (int k : {1, 2}) {
-    INFO("k " << k);
-    const auto x = random_floats(static_cast<size_t>(N) * C);
-    const auto dy = random_floats(static_cast<size_t>(N) * C);
-    const uint64_t seed = rng()();
-    std::vector<float> y1, dx1, g1;
-    for (int chunks : {1, 2, 4, 8, 64}) {  // 64 > N: most chunks are empty
-      INFO("chunks " << chunks);
-      auto self = make_self_communicator("ep", 0);
-      ParamStore store;
-      MoeConfig cfg;
-      cfg.experts = E;
-      cfg.top_k = k;
-      // Capacity ceil(0.5 * 37 k / 4) per expert holds at most 20 k of the 37 k assignments, so
-      // tokens are dropped whatever the random routing (at 1.0 a balanced draw dropped none).
-      cfg.capacity_factor = 0.5;
-      cfg.chunks = chunks;
-      MoeMlp moe(cfg, 0, C, F, *self, store);
-      store.finalize();
-      fill_params(store, seed);
-      std::vector<float> y(x.size()), dx(x.size());
-      moe.forward(0, N, x.data(), y.data(), true);
-      REQUIRE(moe.forward_stats().dropped > 0);
-      moe.backward(0, dy.data(), dx.data(), 0.5f);
-      const auto g = store.flat_grads();
-      if (chunks == 1) {
-        y1 = y;
-        dx1 = dx;
-        g1.assign(g.begin(), g.end());
-        continue;
-      }
-      // Row-wise math is identical; weight gradients sum the rows in chunk-sized pieces.
-      CHECK(rel_err(y, y1) <= 1e-6);
-      CHECK(rel_err(dx, dx1) <= 1e-6);
-      CHECK(rel_err(g, g1) <= 1e-6);
-      for (size_t i = 0; i < store.size(); ++i) {
-        INFO(store.info(i).spec.name);
-        const auto gi = store.grad(i);
-        CHECK(rel_err(gi, std::span<const float>(g1).subspan(store.info(i).offset, gi.size())) <= 1e-6);
+  for (const Kind& kind : {kGelu, kMixtral}) {
+    for (int k : {1, 2}) {
+      INFO(kind.what << " k " << k);
+      const auto x = random_floats(static_cast<size_t>(N) * C);
+      const auto dy = random_floats(static_cast<size_t>(N) * C);
+      const uint64_t seed = rng()();
+      std::vector<float> y1, dx1, g1;
+      for (int chunks : {1, 2, 4, 8, 64}) {  // 64 > N: most chunks are empty
+        INFO("chunks " << chunks);
+        auto self = make_self_communicator("ep", 0);
+        ParamStore store;
+        MoeConfig cfg = with_kind(MoeConfig{}, kind);
+        cfg.experts = E;
+        cfg.top_k = k;
+        // Capacity ceil(0.5 * 37 k / 4) per expert holds at most 20 k of the 37 k assignments, so
+        // tokens are dropped whatever the random routing (at 1.0 a balanced draw dropped none).
+        cfg.capacity_factor = 0.5;
+        cfg.chunks = chunks;
+        MoeMlp moe(cfg, 0, C, F, *self, store);
+        store.finalize();
+        fill_params(store, seed);
+        std::vector<float> y(x.size()), dx(x.size());
+        moe.forward(0, N, x.data(), y.data(), true);
+        REQUIRE(moe.forward_stats().dropped > 0);
+        moe.backward(0, dy.data(), dx.data(), 0.5f);
+        const auto g = store.flat_grads();
+        if (chunks == 1) {
+          y1 = y;
+          dx1 = dx;
+          g1.assign(g.begin(), g.end());
+          continue;
+        }
+        // Row-wise math is identical; weight gradients sum the rows in chunk-sized pieces.
+        CHECK(rel_err(y, y1) <= 1e-6);
+        CHECK(rel_err(dx, dx1) <= 1e-6);
+        CHECK(rel_err(g, g1) <= 1e-6);
+        for (size_t i = 0; i < store.size(); ++i) {
+          INFO(store.info(i).spec.name);
+          const auto gi = store.grad(i);
+          CHECK(rel_err(gi, std::span<const float>(g1).subspan(store.info(i).offset, gi.size())) <= 1e-6);
+        }
       }
     }
   }
@@ -479,31 +712,34 @@ TEST_CASE("MoE layer rejects misuse", "[moe]") {
 }
 
 TEST_CASE("MoE grad-ready hook reports every parameter once, experts before the router", "[moe]") {
-  auto self = make_self_communicator("ep", 0);
-  ParamStore store;
-  MoeConfig cfg;
-  cfg.experts = 3;
-  cfg.top_k = 2;
-  cfg.chunks = 2;
-  MoeMlp moe(cfg, 1, 4, 8, *self, store);
-  store.finalize();
-  fill_params(store, 3);
-  std::vector<size_t> seen;
-  moe.set_grad_ready_hook([&](size_t i) { seen.push_back(i); });
-  const auto x = random_floats(20);
-  std::vector<float> y(20), dx(20);
-  moe.forward(0, 5, x.data(), y.data(), true);
-  CHECK(seen.empty());
-  moe.backward(0, x.data(), dx.data());
-  REQUIRE(seen.size() == store.size());
-  CHECK(seen.back() == moe.router_param());
-  std::vector<size_t> sorted = seen;
-  std::sort(sorted.begin(), sorted.end());
-  CHECK(std::adjacent_find(sorted.begin(), sorted.end()) == sorted.end());
-  // Slots: two micro-batches in flight, backward in any order; release drops one.
-  moe.forward(4, 5, x.data(), y.data(), true);
-  moe.forward(7, 5, x.data(), y.data(), true);
-  moe.release(4);
-  CHECK_THROWS_WITH(moe.backward(4, x.data(), dx.data()), Contains("no forward"));
-  CHECK_NOTHROW(moe.backward(7, x.data(), dx.data()));
+  for (const Kind& kind : {kGelu, kMixtral, kSwigluBias}) {
+    INFO(kind.what);
+    auto self = make_self_communicator("ep", 0);
+    ParamStore store;
+    MoeConfig cfg = with_kind(MoeConfig{}, kind);
+    cfg.experts = 3;
+    cfg.top_k = 2;
+    cfg.chunks = 2;
+    MoeMlp moe(cfg, 1, 4, 8, *self, store);
+    store.finalize();
+    fill_params(store, 3);
+    std::vector<size_t> seen;
+    moe.set_grad_ready_hook([&](size_t i) { seen.push_back(i); });
+    const auto x = random_floats(20);
+    std::vector<float> y(20), dx(20);
+    moe.forward(0, 5, x.data(), y.data(), true);
+    CHECK(seen.empty());
+    moe.backward(0, x.data(), dx.data());
+    REQUIRE(seen.size() == store.size());
+    CHECK(seen.back() == moe.router_param());
+    std::vector<size_t> sorted = seen;
+    std::sort(sorted.begin(), sorted.end());
+    CHECK(std::adjacent_find(sorted.begin(), sorted.end()) == sorted.end());
+    // Slots: two micro-batches in flight, backward in any order; release drops one.
+    moe.forward(4, 5, x.data(), y.data(), true);
+    moe.forward(7, 5, x.data(), y.data(), true);
+    moe.release(4);
+    CHECK_THROWS_WITH(moe.backward(4, x.data(), dx.data()), Contains("no forward"));
+    CHECK_NOTHROW(moe.backward(7, x.data(), dx.data()));
+  }
 }

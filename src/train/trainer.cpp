@@ -16,6 +16,7 @@
 #include "triax/core/log.h"
 #include "triax/core/memory_limit.h"
 #include "triax/train/memory_plan.h"
+#include "triax/model/hf_dir.h"
 #include "triax/model/weight_file.h"
 
 #if defined(TRIAX_HAVE_CUDA)
@@ -115,9 +116,11 @@ std::vector<int> stages_on_my_host(const ProcessGrid& g) {
 TrainConfig with_init_from_shape(const TrainConfig& cfg) {
   if (cfg.init_from.empty()) return cfg;
   TrainConfig c = cfg;
-  const GptConfig f = WeightFile(cfg.init_from, cfg.heads.value_or(0)).config();
+  // An HF model directory's config.json, or a GPT-2 weight file's tensors.
+  const GptConfig f = is_hf_dir(cfg.init_from) ? read_hf_config(cfg.init_from)
+                                               : WeightFile(cfg.init_from, cfg.heads.value_or(0)).config();
   // The file's shape fills what the flags leave open; a flag that disagrees is refused on load
-  // with both shapes named (WeightFile::load).
+  // with both shapes named (WeightFile::load, load_hf_dir).
   if (!c.layers) c.layers = f.n_layer;
   if (!c.heads) c.heads = f.n_head;
   if (!c.hidden) c.hidden = f.n_embd;
@@ -127,8 +130,40 @@ TrainConfig with_init_from_shape(const TrainConfig& cfg) {
   return c;
 }
 
+namespace {
+
+// resolve_train_config of cfg with --init-from's shape; an HF Llama directory also decides the
+// block (kv heads, RMSNorm, SwiGLU, RoPE and its scaling, biases, tied head), checked again
+// against the tensor-parallel size.
+ResolvedTrainConfig resolve_with_init_from(const TrainConfig& cfg, int world_size) {
+  const TrainConfig c = with_init_from_shape(cfg);
+  ResolvedTrainConfig r = resolve_train_config(c, world_size);
+  if (!c.init_from.empty() && is_hf_dir(c.init_from)) {
+    const GptConfig f = read_hf_config(c.init_from);
+    GptConfig& m = r.model;
+    m.n_kv_head = f.n_kv_head;
+    m.norm = f.norm;
+    m.norm_eps = f.norm_eps;
+    m.swiglu = f.swiglu;
+    m.positions = f.positions;
+    m.rope_theta = f.rope_theta;
+    m.rope_scaling = f.rope_scaling;
+    m.bias = f.bias;
+    m.tied_embeddings = f.tied_embeddings;
+    m.vocab_pad_to = f.vocab_pad_to;
+    try {
+      m.validate(c.tp);
+    } catch (const ConfigError& e) {
+      TRIAX_THROW(ConfigError, "--init-from {}: {}", c.init_from, e.what());
+    }
+  }
+  return r;
+}
+
+}  // namespace
+
 Trainer::Trainer(std::shared_ptr<Communicator> world, const TrainConfig& cfg, const TrainerOptions& opts)
-    : Trainer(world, resolve_train_config(with_init_from_shape(cfg), world->size()), opts) {}
+    : Trainer(world, resolve_with_init_from(cfg, world->size()), opts) {}
 
 // Everything below builds from `r` alone: the configuration is resolved once, above, and the
 // out-of-memory handlers describe the same resolution (the members are gone by then).
@@ -244,7 +279,11 @@ void Trainer::build_model(const ResolvedTrainConfig& r) {
   // forces one); init_params and the weight-file load refresh it.
   store_->finalize(cfg.zero1 ? static_cast<size_t>(r.dp) : 1, opts_.force_compute_copy);
   for (auto& ch : chunks_) ch->init_params(cfg.seed);
-  if (!cfg.init_from.empty()) WeightFile(cfg.init_from, model_.n_head).load(*store_, model_, grid_->tp());
+  if (cfg.init_from.empty()) return;
+  if (is_hf_dir(cfg.init_from))
+    load_hf_dir(cfg.init_from, *store_, model_, grid_->tp().rank(), grid_->tp().size());
+  else
+    WeightFile(cfg.init_from, model_.n_head).load(*store_, model_, grid_->tp());
 }
 
 void Trainer::build_optimizer(const ResolvedTrainConfig& r) {

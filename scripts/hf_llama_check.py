@@ -16,7 +16,8 @@ model.safetensors, and a bfloat16 variant sharded over two files with model.safe
      OUT gives the trained model's validation loss (1e-5), and the plain-torch reference on OUT too;
   3. with transformers importable: LlamaForCausalLM.from_pretrained on a directory without rope
      scaling (transformers 4.36 predates llama3 scaling) agrees with the reference and gpt_eval
-     (float32: the float64 attention mask overflows on torch 1.13).
+     (float32: the float64 attention mask overflows on torch 1.13), and from_pretrained of the
+     directory gpt_eval --save writes gives HF's loss again.
 
 Exit 0 when everything agrees, 1 otherwise, 77 (skipped) without torch.
 
@@ -389,7 +390,13 @@ def check_transformers(args, rep, sd, tokens, data, wd):
         hf = mean_loss(lambda x: model(input_ids=x).logits, tokens)
     print(f"transformers {transformers.__version__} LlamaForCausalLM (float32), directory without rope scaling:")
     rep.check("HF LlamaForCausalLM fp32 vs plain torch fp64", hf, ref, LOSS_TOL)
-    rep.check("gpt_eval np 2 vs HF LlamaForCausalLM", gpt_eval(args, 2, d, data), hf, LOSS_TOL)
+    out = os.path.join(wd, "llama_noscale_saved")
+    rep.check("gpt_eval np 2 (--save OUT) vs HF LlamaForCausalLM", gpt_eval(args, 2, d, data, ["--save", out]), hf,
+              LOSS_TOL)
+    with torch.no_grad():  # triax's directory through HF's loader
+        back = LlamaForCausalLM.from_pretrained(out, torch_dtype=torch.float32).eval()
+        rep.check("HF from_pretrained(triax --save OUT) vs HF on the original", mean_loss(
+            lambda x: back(input_ids=x).logits, tokens), hf, LOSS_TOL)
 
 
 def main():

@@ -7,8 +7,9 @@ parameter random, writes it as an HF model directory -- config.json + one float3
 model.safetensors, and a bfloat16 variant sharded over two files with model.safetensors.index.json
 -- and a random llm.c token shard, then:
 
-  1. gpt_eval --weights DIR at each np (tp = np): the mean loss over K batches against a plain-torch
-     float64 Llama written here (1e-5 relative), and via --grads-out every parameter's gradient of
+  1. gpt_eval --weights DIR at each np (tp = np; and tp2 x pp2 at np 4): the mean loss over K
+     batches against a plain-torch float64 Llama written here (1e-5 relative), and via
+     --grads-out every parameter's gradient of
      batch 0's mean loss against torch autograd in float64 (max |diff| / max |ref| <= 1e-4);
      the bf16 sharded directory against the reference on the bf16-rounded weights;
   2. train_gpt --init-from DIR for a few iterations at tp2 x pp2 x dp2 (np 8) and at np 1: equal
@@ -269,8 +270,8 @@ def run(cmd, what, timeout=600):
     return p
 
 
-def gpt_eval(args, np_, weights, data, extra=()):
-    cmd = [args.mpirun, "-np", str(np_), "--oversubscribe", args.gpt_eval, "--tp", str(np_), "--weights", weights,
+def gpt_eval(args, np_, weights, data, extra=(), tp=None):
+    cmd = [args.mpirun, "-np", str(np_), "--oversubscribe", args.gpt_eval, "--tp", str(tp or np_), "--weights", weights,
            "--data", data, "--batch", str(B), "--seq", str(T), "--batches", str(K)] + list(extra)
     p = run(cmd, "gpt_eval")
     last = p.stdout.strip().splitlines()[-1] if p.stdout.strip() else ""
@@ -357,6 +358,11 @@ def check_evals(args, rep, sd, tokens, data, wd):
         compare_grads(rep, f"gpt_eval --grads-out np {np_} vs autograd fp64", gpath, grads)
         loss = gpt_eval(args, np_, bf, data)
         rep.check(f"gpt_eval bf16 sharded dir, np {np_} loss", loss, ref_bf, LOSS_TOL)
+    if 4 in nps:  # the gradients across pipeline stages too
+        gpath = os.path.join(wd, "grads_tp2_pp2.safetensors")
+        loss = gpt_eval(args, 4, f32, data, ["--pp", "2", "--grads-out", gpath], tp=2)
+        rep.check("gpt_eval f32 dir, np 4 (tp 2 x pp 2) loss", loss, ref, LOSS_TOL)
+        compare_grads(rep, "gpt_eval --grads-out tp 2 x pp 2 vs autograd fp64", gpath, grads)
     return f32
 
 

@@ -129,8 +129,6 @@ std::vector<std::pair<std::string, std::vector<int64_t>>> grad_shapes(const tria
 // shape over TP and stages, written by world rank 0 as float32 safetensors.
 void write_grads(const Options& o, triax::ProcessGrid& grid, const triax::GptConfig& cfg, triax::GptChunk& chunk,
                  triax::ParamStore& store, const triax::Dataset& data) {
-  if (o.pp > 1 && cfg.tied_embeddings)
-    TRIAX_THROW(ConfigError, "--grads-out with a tied embedding needs --pp 1 (its gradient is split over two stages)");
   const int B = o.batch, T = o.seq;
   const bool first = grid.is_first_stage(), last = grid.is_last_stage();
   store.zero_grads();
@@ -294,6 +292,8 @@ int main(int argc, char** argv) {
     if (o.seq > cfg.max_seq)
       TRIAX_THROW(ConfigError, "--seq {} is longer than the model's {} positions ({})", o.seq, cfg.max_seq,
                   o.weights);
+    if (!o.grads_out.empty() && o.pp > 1 && cfg.tied_embeddings)
+      TRIAX_THROW(ConfigError, "--grads-out with a tied embedding needs --pp 1 (its gradient is split over two stages)");
     if (o.pp > cfg.n_layer)
       TRIAX_THROW(ConfigError, "--pp {} is more than the model's {} layers", o.pp, cfg.n_layer);
     cfg.validate(o.tp);

@@ -15,7 +15,9 @@ model.safetensors, and a bfloat16 variant sharded over two files with model.safe
   2. train_gpt --init-from DIR for a few iterations at tp2 x pp2 x dp2 (np 8) and at np 1: equal
      training losses (1e-5 relative) and validation losses; --export-hf OUT, then gpt_eval --weights
      OUT gives the trained model's validation loss (1e-5), and the plain-torch reference on OUT too;
-  3. with transformers importable: LlamaForCausalLM.from_pretrained on a directory without rope
+  3. the same model with its head tied to the embedding (tie_word_embeddings, no lm_head.weight):
+     gpt_eval's loss and gradients at np 2, and the training comparison of 2.;
+  4. with transformers importable: LlamaForCausalLM.from_pretrained on a directory without rope
      scaling (transformers 4.36 predates llama3 scaling) agrees with the reference and gpt_eval
      (float32: the float64 attention mask overflows on torch 1.13), and from_pretrained of the
      directory gpt_eval --save writes gives HF's loss again.
@@ -137,7 +139,8 @@ def llama_logits(sd, x, scaling):
         m = rms(h, sd[p + "post_attention_layernorm.weight"])
         gate, up = m @ sd[p + "mlp.gate_proj.weight"].T, m @ sd[p + "mlp.up_proj.weight"].T
         h = h + (F.silu(gate) * up) @ sd[p + "mlp.down_proj.weight"].T
-    return rms(h, sd["model.norm.weight"]) @ sd["lm_head.weight"].T
+    head = sd.get("lm_head.weight", sd["model.embed_tokens.weight"])  # no lm_head: tied
+    return rms(h, sd["model.norm.weight"]) @ head.T
 
 
 def batch(tokens, k):
@@ -218,18 +221,19 @@ def read_hf_dir(d):
     return out
 
 
-def config_json(scaling, dtype):
+def config_json(scaling, dtype, tied):
     return {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": C,
             "intermediate_size": FF, "num_hidden_layers": L, "num_attention_heads": NH,
             "num_key_value_heads": NKV, "vocab_size": V, "max_position_embeddings": NPOS, "rms_norm_eps": EPS,
-            "rope_theta": THETA, "rope_scaling": scaling, "tie_word_embeddings": False, "attention_bias": False,
+            "rope_theta": THETA, "rope_scaling": scaling, "tie_word_embeddings": tied, "attention_bias": False,
             "mlp_bias": False, "hidden_act": "silu", "torch_dtype": dtype, "bos_token_id": 1, "eos_token_id": 2}
 
 
 def write_hf_dir(d, sd, scaling, sharded_bf16=False):
     os.makedirs(d, exist_ok=True)
     with open(os.path.join(d, "config.json"), "w") as f:
-        json.dump(config_json(scaling, "bfloat16" if sharded_bf16 else "float32"), f, indent=2)
+        json.dump(config_json(scaling, "bfloat16" if sharded_bf16 else "float32", "lm_head.weight" not in sd), f,
+                  indent=2)
     if not sharded_bf16:
         write_safetensors(os.path.join(d, "model.safetensors"), sd, "F32")
         return
@@ -366,14 +370,30 @@ def check_evals(args, rep, sd, tokens, data, wd):
     return f32
 
 
-def check_training(args, rep, tokens, data, wd, init):
-    l1, v1, out1 = train(args, 1, [], init, data, wd, "np1")
+def check_tied(args, rep, sd, tokens, data, wd):
+    """The same model with the head tied to the embedding (tie_word_embeddings, no lm_head.weight)."""
+    sd = {k: v for k, v in sd.items() if k != "lm_head.weight"}
+    d = os.path.join(wd, "llama_tied")
+    write_hf_dir(d, sd, SCALING)
+    with torch.no_grad():
+        ref = mean_loss(lambda x: llama_logits(sd, x, SCALING), tokens)
+    grads = reference_grads(sd, tokens, SCALING)  # the embedding's: both uses summed
+    gpath = os.path.join(wd, "grads_tied.safetensors")
+    rep.check("tied head: gpt_eval np 2 (tp 2) loss", gpt_eval(args, 2, d, data, ["--grads-out", gpath]), ref,
+              LOSS_TOL)
+    compare_grads(rep, "tied head: gpt_eval --grads-out np 2 vs autograd fp64", gpath, grads)
+    return d
+
+
+def check_training(args, rep, tokens, data, wd, init, what=""):
+    pre = what.strip() + "_" if what else ""
+    l1, v1, out1 = train(args, 1, [], init, data, wd, f"{pre}np1")
     n = args.train_np
-    l8, v8, out8 = train(args, n, ["--tp", "2", "--pp", "2"], init, data, wd, f"np{n}") if n > 1 else (l1, v1, out1)
+    l8, v8, out8 = train(args, n, ["--tp", "2", "--pp", "2"], init, data, wd, f"{pre}np{n}") if n > 1 else (l1, v1, out1)
     for i, (a, b) in enumerate(zip(l8, l1)):
-        rep.check(f"train_gpt tp2 x pp2 x dp{n // 4} vs np 1: iteration {i + 1} loss", a, b, LOSS_TOL)
-    rep.check(f"train_gpt tp2 x pp2 x dp{n // 4} vs np 1: validation loss", v8, v1, LOSS_TOL)
-    for tag, out, valid in (("np 1", out1, v1), (f"np {n}", out8, v8)):
+        rep.check(f"{what}train_gpt tp2 x pp2 x dp{n // 4} vs np 1: iteration {i + 1} loss", a, b, LOSS_TOL)
+    rep.check(f"{what}train_gpt tp2 x pp2 x dp{n // 4} vs np 1: validation loss", v8, v1, LOSS_TOL)
+    for tag, out, valid in ((f"{what}np 1", out1, v1), (f"{what}np {n}", out8, v8)):
         rep.check(f"gpt_eval --weights export ({tag}) vs its validation loss", gpt_eval(args, 2, out, data), valid,
                   LOSS_TOL)
         with torch.no_grad():
@@ -430,6 +450,9 @@ def main():
     f32 = check_evals(args, rep, sd, tokens, data, wd)
     if not args.skip_train:
         check_training(args, rep, tokens, data, wd, f32)
+    tied = check_tied(args, rep, sd, tokens, data, wd)
+    if not args.skip_train:
+        check_training(args, rep, tokens, data, wd, tied, "tied ")
     check_transformers(args, rep, sd, tokens, data, wd)
     if rep.failed:
         print(f"FAILED: {len(rep.failed)} checks: {rep.failed}")

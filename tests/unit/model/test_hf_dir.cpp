@@ -305,7 +305,7 @@ TEST_CASE("config.json written for a model reads back as the same model") {
 
 TEST_CASE("a store saved as an HF directory loads back exactly, whole and per TP rank") {
   const bool tied = GENERATE(false, true);
-  const auto stored = GENERATE(io::FileDType::f32, io::FileDType::bf16);
+  const auto stored = GENERATE(io::FileDType::f32, io::FileDType::bf16, io::FileDType::f16);
   const GptConfig cfg = llama(2, tied);
   const FullWeights w = formula_weights(cfg, 1);
   test::TempDir d;

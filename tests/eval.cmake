@@ -27,6 +27,6 @@ if(TARGET gpt_eval AND TARGET train_gpt AND TRIAX_WITH_MPI AND EXISTS "${TRIAX_H
   add_test(NAME eval.hf_llama_check
     COMMAND ${TRIAX_HF_PYTHON} ${PROJECT_SOURCE_DIR}/scripts/hf_llama_check.py $<TARGET_FILE:gpt_eval>
             $<TARGET_FILE:train_gpt> --mpirun ${MPIEXEC_EXECUTABLE} --np 1,2,4 --train-np 8)
-  set_tests_properties(eval.hf_llama_check PROPERTIES LABELS "eval;dist" TIMEOUT 900 PROCESSORS 2
+  set_tests_properties(eval.hf_llama_check PROPERTIES LABELS "eval;dist" TIMEOUT 300 PROCESSORS 2
     SKIP_RETURN_CODE 77 ENVIRONMENT "${TRIAX_MPIRUN_ENV}")
 endif()

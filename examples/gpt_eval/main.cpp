@@ -175,6 +175,9 @@ int sample_main(const Options& o, SampleRequest sr, const std::string& prompt_to
   try {
     if (triax::env_int("OMPI_COMM_WORLD_SIZE", 1, 1 << 20, 1) != 1 || o.tp != 1 || o.pp != 1)
       TRIAX_THROW(ConfigError, "--sample runs in one process with --tp 1 --pp 1");
+    if (triax::is_hf_dir(o.weights))
+      TRIAX_THROW(ConfigError, "--sample reads GPT-2 weight files (.safetensors, .bin); {} is an HF Llama directory, "
+                  "which only the loss evaluation reads", o.weights);
     sr.weights = o.weights;
     sr.heads = o.heads;
     sr.json = o.json;

@@ -2,7 +2,7 @@
 #   train.cli.*        tests/train/train_cli_test.sh: the README's main job, a TOML config, and the
 #                      clear errors for bad flags, layouts and data files; hostile sizes, huge shapes,
 #                      memory refusal, the metrics textfile and late errors (issue 24).
-#   train.checkpoint.* tests/train/checkpoint_test.sh: checkpoints (docs/CHECKPOINTS.md).
+#   train.checkpoint.* tests/train/checkpoint_test.sh: checkpoints (docs/CHECKPOINTS.md), GPT-2 and Llama.
 # triax_add_train_script_tests(GROUP SCRIPT SESSION_PREFIX CASES case... [ARGS extra...]): runs
 # `bash SCRIPT train_gpt mpiexec CASE extra...`.
 function(triax_add_train_script_tests group script session_prefix)
@@ -22,7 +22,7 @@ if(TRIAX_WITH_MPI AND TRIAX_BUILD_EXAMPLES)
     CASES main_job config errors moe config_file roundtrip ranges one_message writes inputs hostile huge_shapes memory
           textfile late precision)
   triax_add_train_script_tests(checkpoint checkpoint_test.sh checkpoint
-    CASES exact reshard moe kill9 sigterm sigusr1 bad prune wide batch startup init init_checked export_hf ARGS $<TARGET_FILE:gpt_eval> ${TRIAX_HF_PYTHON})
+    CASES exact reshard moe llama kill9 sigterm sigusr1 bad prune wide batch startup init init_checked export_hf ARGS $<TARGET_FILE:gpt_eval> ${TRIAX_HF_PYTHON})
 endif()
 
 # train.cuda.no_gpu: `train_gpt --backend cuda` where CUDA sees no device exits 2 within seconds,

@@ -60,7 +60,16 @@ int64_t numel_of(const std::vector<int64_t>& s) {
   return n;
 }
 
-bool is_wte(const std::string& name) { return name == "transformer.wte.weight"; }
+// The tensors whose rows are the padded vocabulary (their row count depends on tp): the token
+// embedding and the LM head (one tensor when tied).
+bool is_vocab_rows(const GptConfig& m, const std::string& name) {
+  return name == m.embedding_param() || name == m.lm_head_param();
+}
+
+// The tied embedding: held by the first and the last stage, the same tensor; the first writes it.
+bool is_tied_embedding(const GptConfig& m, const std::string& name) {
+  return m.tied_embeddings && name == m.embedding_param();
+}
 
 // How long rank 0 waits for the other ranks' shards before giving the save up: the collectives'
 // timeout (TRIAX_COMM_TIMEOUT_S has one reader, default_comm_timeout).
@@ -316,7 +325,7 @@ CheckpointManifest Checkpointer::stage_shard(const std::string& file) {
   for (size_t i = 0; i < store.size(); ++i) {
     const ParamInfo& info = store.info(i);
     if (info.spec.split == TpSplit::none && coord.tp != 0) continue;
-    if (is_wte(info.spec.name) && coord.pp != 0) continue;
+    if (is_tied_embedding(t_.model_config(), info.spec.name) && coord.pp != 0) continue;
     std::vector<std::array<size_t, 3>> runs;
     if (!opt.zero1()) {
       if ((info.spec.expert ? edp_rank : coord.dp) == 0) runs.push_back({0, info.numel, info.offset});
@@ -489,7 +498,7 @@ class CheckpointReader {
     // The padded vocabulary depends on tp: keep the real rows, the padding rows are zero.
     const bool rows_only = old.size() == want.size() && old.size() >= 1 &&
                            std::equal(old.begin() + 1, old.end(), want.begin() + 1);
-    if (!is_wte(name) || !rows_only || std::min(old[0], want[0]) < man_.model.vocab)
+    if (!is_vocab_rows(man_.model, name) || !rows_only || std::min(old[0], want[0]) < man_.model.vocab)
       TRIAX_THROW(IoError, "{}: tensor '{}' has shape {} in the checkpoint but {} in this model", dir_, name,
                   io::shape_string(old), io::shape_string(want));
     const size_t row = static_cast<size_t>(numel_of(old) / old[0]);

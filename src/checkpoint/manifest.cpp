@@ -3,10 +3,12 @@
 #include "triax/checkpoint/manifest.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <charconv>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -66,6 +68,20 @@ struct Reader {
     if (!v.is_string()) fail(fmt::format("{}.{} is not a string", where, key));
     return v.get<std::string>();
   }
+  double real(const json& obj, const char* key, const std::string& where) const {
+    const json& v = field(obj, key, where);
+    if (!v.is_number()) fail(fmt::format("{}.{} is not a number", where, key));
+    const double x = v.get<double>();
+    if (!std::isfinite(x)) fail(fmt::format("{}.{} is not finite", where, key));
+    return x;
+  }
+  template <class E>
+  E enumeration(const json& obj, const char* key, const std::string& where) const {
+    const std::string v = string(obj, key, where);
+    const std::optional<E> e = find_enum<E>(v);
+    if (!e) fail(fmt::format("{}.{} '{}' is not one of {}", where, key, v, enum_choices<E>()));
+    return *e;
+  }
   bool boolean(const json& obj, const char* key, const std::string& where) const {
     const json& v = field(obj, key, where);
     if (!v.is_boolean()) fail(fmt::format("{}.{} is not true or false", where, key));
@@ -86,6 +102,38 @@ int64_t numel_of(const std::vector<int64_t>& s) {
 
 // ---- parsing, part by part
 
+// Version 3's fields of the block (GptConfig's choices beyond GPT-2's); versions 1 and 2 have none
+// (and may not: a version edited down is refused) and hold GPT-2's block.
+constexpr const char* kBlockFields[] = {"n_kv_head", "norm", "norm_eps", "swiglu", "positions", "rope_theta",
+                                        "rope_scaling", "bias"};
+
+void parse_block(const Reader& r, const json& mo, CheckpointManifest& m) {
+  GptConfig& c = m.model;
+  if (m.format_version < 3) {
+    for (const char* k : kBlockFields)
+      if (mo.contains(k))
+        r.fail(fmt::format("a version {} manifest has no field 'model.{}' (edited format_version?)", m.format_version, k));
+    return;
+  }
+  c.n_kv_head = static_cast<int>(r.integer(mo, "n_kv_head", "model", 1, 1 << 20));
+  c.norm = r.enumeration<Norm>(mo, "norm", "model");
+  c.norm_eps = r.real(mo, "norm_eps", "model");
+  c.swiglu = r.boolean(mo, "swiglu", "model");
+  c.positions = r.enumeration<PositionEmbedding>(mo, "positions", "model");
+  c.rope_theta = r.real(mo, "rope_theta", "model");
+  const json& rs = r.field(mo, "rope_scaling", "model");
+  if (!rs.is_null()) {
+    RopeScaling& s = c.rope_scaling;
+    s.llama3 = true;
+    s.factor = r.real(rs, "factor", "model.rope_scaling");
+    s.low_freq_factor = r.real(rs, "low_freq_factor", "model.rope_scaling");
+    s.high_freq_factor = r.real(rs, "high_freq_factor", "model.rope_scaling");
+    s.original_max_positions =
+        static_cast<int>(r.integer(rs, "original_max_positions", "model.rope_scaling", 1, 1 << 30));
+  }
+  c.bias = r.boolean(mo, "bias", "model");
+}
+
 void parse_scalars(const Reader& r, const json& j, CheckpointManifest& m) {
   m.iteration = r.integer(j, "iteration", "manifest", 0, kI64);
   m.consumed_samples = r.integer(j, "consumed_samples", "manifest", 0, kI64);
@@ -103,6 +151,7 @@ void parse_scalars(const Reader& r, const json& j, CheckpointManifest& m) {
   m.model.max_seq = static_cast<int>(r.integer(mo, "max_seq", "model", 1, 1 << 24));
   m.model.vocab_pad_to = static_cast<int>(r.integer(mo, "vocab_pad_to", "model", 1, 1 << 20));
   m.model.tied_embeddings = r.boolean(mo, "tied_embeddings", "model");
+  parse_block(r, mo, m);
   try {
     m.model.validate(1);
   } catch (const ConfigError& e) {
@@ -367,6 +416,17 @@ std::string checkpoint_manifest_json(const CheckpointManifest& m) {
   j["model"] = {{"n_layer", m.model.n_layer}, {"n_head", m.model.n_head}, {"n_embd", m.model.n_embd},
                 {"ffn", m.model.ffn_size()},  {"vocab", m.model.vocab},   {"max_seq", m.model.max_seq},
                 {"vocab_pad_to", m.model.vocab_pad_to}, {"tied_embeddings", m.model.tied_embeddings}};
+  if (m.format_version >= 3) {  // the block (an older version's manifest, which tests write, has GPT-2's)
+    const GptConfig& c = m.model;
+    const RopeScaling& s = c.rope_scaling;
+    json scaling = nullptr;
+    if (s.llama3)
+      scaling = {{"factor", s.factor}, {"low_freq_factor", s.low_freq_factor}, {"high_freq_factor", s.high_freq_factor},
+                 {"original_max_positions", s.original_max_positions}};
+    j["model"].update({{"n_kv_head", c.kv_heads()}, {"norm", enum_name(c.norm)}, {"norm_eps", c.norm_eps},
+                       {"swiglu", c.swiglu}, {"positions", enum_name(c.positions)}, {"rope_theta", c.rope_theta},
+                       {"rope_scaling", std::move(scaling)}, {"bias", c.bias}});
+  }
   j["layout"] = {{"tp", m.tp}, {"pp", m.pp}, {"dp", m.dp}, {"vpp", m.vpp}, {"zero1", m.zero1},
                  {"schedule", m.schedule}};
   if (m.batch) {
@@ -469,13 +529,46 @@ CheckpointManifest read_checkpoint_manifest(const std::string& dir, int64_t dir_
   return m;
 }
 
+namespace {
+
+// The fields of two models that differ, each with the flag that sets it: "norm (--normalization):
+// RMSNorm in the checkpoint, LayerNorm in this run".
+std::vector<std::string> model_differences(const GptConfig& h, const GptConfig& b) {
+  std::vector<std::string> out;
+  auto cmp = [&](const char* field, const char* flag, const auto& x, const auto& y) {
+    if (x != y) out.push_back(fmt::format("{} ({}): {} in the checkpoint, {} in this run", field, flag, x, y));
+  };
+  auto scaling = [](const RopeScaling& s) {
+    return s.llama3 ? fmt::format("llama3 factor {} low {} high {} original {}", s.factor, s.low_freq_factor,
+                                  s.high_freq_factor, s.original_max_positions)
+                    : std::string("none");
+  };
+  cmp("n_layer", "--num-layers", h.n_layer, b.n_layer);
+  cmp("n_head", "--num-attention-heads", h.n_head, b.n_head);
+  cmp("n_embd", "--hidden-size", h.n_embd, b.n_embd);
+  cmp("ffn", "--ffn-hidden-size", h.ffn_size(), b.ffn_size());
+  cmp("vocab", "--vocab-size", h.vocab, b.vocab);
+  cmp("max_seq", "--max-position-embeddings", h.max_seq, b.max_seq);
+  cmp("tied_embeddings", "--untie-embeddings-and-output-weights", h.tied_embeddings, b.tied_embeddings);
+  cmp("n_kv_head", "--num-query-groups", h.kv_heads(), b.kv_heads());
+  cmp("norm", "--normalization", enum_name(h.norm), enum_name(b.norm));
+  cmp("norm_eps", "--norm-epsilon", h.norm_eps, b.norm_eps);
+  cmp("swiglu", "--swiglu", h.swiglu, b.swiglu);
+  cmp("positions", "--position-embedding-type", enum_name(h.positions), enum_name(b.positions));
+  cmp("rope_theta", "--rotary-base", h.rope_theta, b.rope_theta);
+  cmp("rope_scaling", "--use-rope-scaling, --rope-scaling-factor", scaling(h.rope_scaling), scaling(b.rope_scaling));
+  cmp("bias", "--disable-bias-linear", h.bias, b.bias);
+  return out;
+}
+
+}  // namespace
+
 void check_checkpoint_matches_run(const CheckpointManifest& a, const GptConfig& b, uint64_t seed, int seq,
                                   const std::string& where) {
   const GptConfig& h = a.model;
-  if (h.n_layer != b.n_layer || h.n_head != b.n_head || h.n_embd != b.n_embd || h.ffn_size() != b.ffn_size() ||
-      h.vocab != b.vocab || h.max_seq != b.max_seq || h.tied_embeddings != b.tied_embeddings)
-    TRIAX_THROW(IoError, "{}: a checkpoint of another model: it holds {}, this run trains {}", where, h.describe(),
-                b.describe());
+  if (const auto diff = model_differences(h, b); !diff.empty())
+    TRIAX_THROW(IoError, "{}: a checkpoint of another model: {}; it holds {}, this run trains {}", where,
+                fmt::join(diff, "; "), h.describe(), b.describe());
   if (a.seed != seed || a.seq != seq)
     TRIAX_THROW(IoError, "{}: written with --seed {} and --seq-length {}, this run has --seed {} and --seq-length {} "
                          "(the data order and position depend on both)", where, a.seed, a.seq, seed, seq);

@@ -227,9 +227,23 @@ ConfigOption int_opt(std::string key, std::string help, Get get, long long lo,
   return o;
 }
 
+// The value of a field that may be optional: a pointer to it, or nullptr when an optional is unset.
+template <class F>
+auto* value_of(F& f) {
+  if constexpr (is_optional<F>::value) return f ? &*f : nullptr;
+  else return &f;
+}
+
+// The type a field holds (T of std::optional<T>, or the field's own type).
+template <class Get>
+using field_value_t = typename std::conditional_t<
+    is_optional<std::remove_reference_t<decltype(std::declval<Get>()(std::declval<TrainConfig&>()))>>::value,
+    is_optional<std::remove_reference_t<decltype(std::declval<Get>()(std::declval<TrainConfig&>()))>>,
+    std::type_identity<std::remove_reference_t<decltype(std::declval<Get>()(std::declval<TrainConfig&>()))>>>::type;
+
 template <class Get>
 ConfigOption real_opt(std::string key, std::string help, Get get, RealRange r) {
-  using F = std::remove_reference_t<decltype(get(std::declval<TrainConfig&>()))>;
+  using F = field_value_t<Get>;
   ConfigOption o;
   o.key = std::move(key);
   o.help = std::move(help);
@@ -238,12 +252,14 @@ ConfigOption real_opt(std::string key, std::string help, Get get, RealRange r) {
     get(c) = static_cast<F>(read_real(in, in.words.empty() ? "" : in.words[0], node_of(in), r));
   };
   o.check = [=, k = o.key](const TrainConfig& c) -> std::string {
-    const double v = get(const_cast<TrainConfig&>(c));
-    if (!r.ok(v)) return fmt::format("{} = {}: out of range; expected {}", k, v, r.text());
+    const auto* v = value_of(get(const_cast<TrainConfig&>(c)));
+    if (v && !r.ok(*v)) return fmt::format("{} = {}: out of range; expected {}", k, *v, r.text());
     return {};
   };
   o.toml = [=](const TrainConfig& c) -> std::optional<std::string> {
-    return fmt::format("{}", get(const_cast<TrainConfig&>(c)));  // shortest text that reads back as this F
+    const auto* v = value_of(get(const_cast<TrainConfig&>(c)));
+    if (!v) return std::nullopt;
+    return fmt::format("{}", *v);  // shortest text that reads back as this F
   };
   return o;
 }
@@ -258,7 +274,9 @@ ConfigOption bool_opt(std::string key, std::string help, Get get, bool invert = 
   o.set = [=](TrainConfig& c, const OptionInput& in) { get(c) = read_bool(in) != invert; };
   o.check = [](const TrainConfig&) { return std::string(); };
   o.toml = [=](const TrainConfig& c) -> std::optional<std::string> {
-    return (get(const_cast<TrainConfig&>(c)) != invert) ? "true" : "false";
+    const auto* v = value_of(get(const_cast<TrainConfig&>(c)));
+    if (!v) return std::nullopt;
+    return (*v != invert) ? "true" : "false";
   };
   return o;
 }
@@ -288,7 +306,7 @@ ConfigOption string_opt(std::string key, std::string help, Get get, std::vector<
 // An enum option: its names are the enum's one table (EnumNames<E>, next to the enum).
 template <class Get>
 ConfigOption enum_opt(std::string key, std::string help, Get get) {
-  using E = std::remove_reference_t<decltype(get(std::declval<TrainConfig&>()))>;
+  using E = field_value_t<Get>;
   ConfigOption o;
   o.key = std::move(key);
   o.help = std::move(help);
@@ -301,7 +319,9 @@ ConfigOption enum_opt(std::string key, std::string help, Get get) {
   };
   o.check = [](const TrainConfig&) { return std::string(); };
   o.toml = [=](const TrainConfig& c) -> std::optional<std::string> {
-    return toml_quote(enum_name(get(const_cast<TrainConfig&>(c))));
+    const auto* v = value_of(get(const_cast<TrainConfig&>(c)));
+    if (!v) return std::nullopt;
+    return toml_quote(enum_name(*v));
   };
   return o;
 }
@@ -363,6 +383,32 @@ ConfigOption rampup_opt() {
 // file; the flag names are fixed whatever the section).
 using Options = std::vector<ConfigOption>;
 
+// The block's choices (Megatron's flags): each overrides the preset's when given.
+void block_options(Options& t) {
+  t.push_back(enum_opt("normalization", "override the preset's norm: LayerNorm (GPT-2) or RMSNorm (Llama)",
+                       TRIAX_FIELD(normalization)));
+  t.push_back(real_opt("norm-epsilon", "override the norm's epsilon (presets: 1e-5)", TRIAX_FIELD(norm_epsilon),
+                       {0, 1, true, false}));
+  t.push_back(bool_opt("swiglu", "SwiGLU MLP down(silu(gate(x)) * up(x)) instead of GELU (Llama presets: on)",
+                       TRIAX_FIELD(swiglu)));
+  t.push_back(enum_opt("position-embedding-type", "override the preset's positions: learned_absolute (GPT-2) or "
+                       "rope (rotary, Llama)", TRIAX_FIELD(position_embedding)));
+  t.push_back(real_opt("rotary-base", "RoPE's base theta (Llama 3 presets: 500000; needs rope positions)",
+                       TRIAX_FIELD(rotary_base), {1, std::numeric_limits<double>::infinity(), true, false}));
+  t.push_back(bool_opt("use-rope-scaling", "Llama 3.1 RoPE frequency scaling (low 1, high 4, original context 8192)",
+                       TRIAX_FIELD(use_rope_scaling)));
+  t.push_back(real_opt("rope-scaling-factor", "factor of --use-rope-scaling (default 8)",
+                       TRIAX_FIELD(rope_scaling_factor), {1, 1e6}));
+  t.push_back(bool_opt("group-query-attention", "grouped-query attention over --num-query-groups key/value heads",
+                       TRIAX_FIELD(group_query_attention)));
+  t.push_back(int_opt("num-query-groups", "key/value heads with --group-query-attention (divides the heads; tp "
+                      "divides it)", TRIAX_FIELD(num_query_groups), 1, kMaxInt));
+  t.push_back(bool_opt("untie-embeddings-and-output-weights", "an LM head of its own (lm_head.weight) instead of "
+                       "the embedding's transpose", TRIAX_FIELD(untie_embeddings)));
+  t.push_back(bool_opt("disable-bias-linear", "no biases on the linear layers (Llama presets: none)",
+                       TRIAX_FIELD(disable_bias_linear)));
+}
+
 void model_options(Options& t) {
   t.push_back(string_opt("model", "model preset", TRIAX_FIELD(model), GptConfig::preset_names()));
   t.push_back(int_opt("num-layers", "override the preset's layer count", TRIAX_FIELD(layers), 1, kMaxInt));
@@ -371,6 +417,7 @@ void model_options(Options& t) {
   t.push_back(int_opt("ffn-hidden-size", "override the MLP size (default 4 x hidden)", TRIAX_FIELD(ffn), 1, kMaxInt));
   t.push_back(int_opt("vocab-size", "override the vocabulary", TRIAX_FIELD(vocab), 2, kMaxInt));
   t.push_back(int_opt("max-position-embeddings", "override the position table size", TRIAX_FIELD(max_seq), 1, kMaxInt));
+  block_options(t);
   t.push_back(int_opt("moe-every", "every K-th layer is a mixture-of-experts layer (0: none)", TRIAX_FIELD(moe_every), 0,
                       kMaxInt));
   t.push_back(int_opt("experts", "experts per MoE layer", TRIAX_FIELD(experts), 1, kMaxInt));
@@ -762,6 +809,74 @@ void check_model_sizes(const GptConfig& m, int tp) {
           m.vocab, m.vocab_pad_to, tp, pad, padded, kMaxInt);
 }
 
+// The block's flags over the preset's block (Megatron's semantics: --num-query-groups only with
+// --group-query-attention, --rope-scaling-factor only with the scaling on, the rotary flags only
+// with rotary positions); ConfigError naming the flags.
+void apply_block_flags(const TrainConfig& cfg, GptConfig& m) {
+  if (cfg.normalization) m.norm = *cfg.normalization;
+  if (cfg.norm_epsilon) m.norm_eps = *cfg.norm_epsilon;
+  if (cfg.swiglu) m.swiglu = *cfg.swiglu;
+  if (cfg.position_embedding) m.positions = *cfg.position_embedding;
+  if (cfg.untie_embeddings) m.tied_embeddings = !*cfg.untie_embeddings;
+  if (cfg.disable_bias_linear) m.bias = !*cfg.disable_bias_linear;
+  if (cfg.num_query_groups && cfg.group_query_attention != true)
+    TRIAX_THROW(ConfigError, "--num-query-groups {} needs --group-query-attention (as in Megatron, the query groups "
+                "apply only with it)", *cfg.num_query_groups);
+  if (cfg.group_query_attention == false) m.n_kv_head = 0;
+  if (cfg.group_query_attention == true) {
+    const bool preset_groups = m.n_kv_head > 0 && m.n_kv_head != m.n_head;
+    require(cfg.num_query_groups || preset_groups, "--group-query-attention needs --num-query-groups N: the preset "
+            "'{}' has no query groups of its own (Megatron's default of one group is not assumed)", cfg.model);
+    if (cfg.num_query_groups) m.n_kv_head = *cfg.num_query_groups;
+  }
+  const bool rope = m.positions == PositionEmbedding::rope;
+  require(rope || (!cfg.rotary_base && !cfg.use_rope_scaling.value_or(false)),
+          "--{} applies to rotary position embeddings, but the positions are {} (give --position-embedding-type rope)",
+          cfg.rotary_base ? "rotary-base" : "use-rope-scaling", enum_name(m.positions));
+  if (cfg.rotary_base) m.rope_theta = *cfg.rotary_base;
+  if (cfg.use_rope_scaling == false) m.rope_scaling.llama3 = false;
+  if (cfg.use_rope_scaling == true && !m.rope_scaling.llama3) m.rope_scaling = RopeScaling{true, 8.0, 1.0, 4.0, 8192};
+  require(!cfg.rope_scaling_factor || m.rope_scaling.llama3, "--rope-scaling-factor {} needs --use-rope-scaling (without "
+          "it --model {} has no rotary frequency scaling)", cfg.rope_scaling_factor.value_or(0), cfg.model);
+  if (cfg.rope_scaling_factor) m.rope_scaling.factor = *cfg.rope_scaling_factor;
+  if (!rope) {  // unused without rotary positions: the defaults, so that one model compares equal to itself
+    m.rope_theta = GptConfig{}.rope_theta;
+    m.rope_scaling = RopeScaling{};
+  }
+}
+
+// The block as flags (every one given, so a resolved configuration reproduces the block whatever
+// the preset); the rotary flags only with rotary positions.
+void fill_block_flags(TrainConfig& e, const GptConfig& m) {
+  e.normalization = m.norm;
+  e.norm_epsilon = m.norm_eps;
+  e.swiglu = m.swiglu;
+  e.position_embedding = m.positions;
+  const bool rope = m.positions == PositionEmbedding::rope;
+  e.rotary_base = rope ? std::optional<double>(m.rope_theta) : std::nullopt;
+  e.use_rope_scaling = rope ? std::optional<bool>(m.rope_scaling.llama3) : std::nullopt;
+  e.rope_scaling_factor = rope && m.rope_scaling.llama3 ? std::optional<double>(m.rope_scaling.factor) : std::nullopt;
+  const bool groups = m.kv_heads() != m.n_head;
+  e.group_query_attention = groups;
+  e.num_query_groups = groups ? std::optional<int>(m.kv_heads()) : std::nullopt;
+  e.untie_embeddings = !m.tied_embeddings;
+  e.disable_bias_linear = !m.bias;
+}
+
+// "--model llama-tiny --num-query-groups 3 --tp 2": the flags that shaped the model, for the
+// messages of GptConfig::validate (which knows the numbers, not the flags).
+std::string model_flags(const TrainConfig& cfg) {
+  std::string s = fmt::format("--model {}", cfg.model);
+  for (const auto& o : train_options()) {
+    if (o.section != ConfigSection::model || o.key == "model") continue;
+    const auto v = o.toml(cfg);
+    if (!v || o.toml(TrainConfig{}) == v) continue;  // not given (or the default of a plain field)
+    if (o.arity == 0) s += *v == "true" ? fmt::format(" --{}", o.key) : fmt::format(" --{}={}", o.key, *v);
+    else s += fmt::format(" --{} {}", o.key, v->front() == '"' ? v->substr(1, v->size() - 2) : *v);
+  }
+  return s + fmt::format(" --tp {}", cfg.tp);
+}
+
 // The batch plan for dp ranks (the default: micro-batch 4, 2 x pp micro-batches), checked for
 // what the step holds in ints and for the pipeline schedule (which bounds pp x vpp x micro-batches).
 BatchPlan resolve_train_batch(const TrainConfig& cfg, int dp, int seq) {
@@ -828,10 +943,16 @@ ResolvedTrainConfig resolve_train_config(const TrainConfig& cfg, int world_size)
   if (cfg.ffn) m.ffn = *cfg.ffn;
   if (cfg.vocab) m.vocab = *cfg.vocab;
   if (cfg.max_seq) m.max_seq = *cfg.max_seq;
+  apply_block_flags(cfg, m);
   check_model_sizes(m, cfg.tp);
-  m.validate(cfg.tp);
+  try {
+    m.validate(cfg.tp);
+  } catch (const ConfigError& err) {
+    TRIAX_THROW(ConfigError, "{}: {}", model_flags(cfg), err.what());
+  }
   e.layers = m.n_layer, e.heads = m.n_head, e.hidden = m.n_embd, e.ffn = m.ffn_size(), e.vocab = m.vocab,
   e.max_seq = m.max_seq;
+  fill_block_flags(e, m);
   r.seq = cfg.seq.value_or(m.max_seq);
   require(r.seq <= m.max_seq, "--seq-length {} exceeds the model's position table: expected 1 <= seq-length <= {} "
           "(max-position-embeddings)", r.seq, m.max_seq);

@@ -91,6 +91,45 @@ reshard)
     ok "resharded resume at np $layout"
   done
   ;;
+llama)
+  # Issue 26: a model of the Llama block (RMSNorm, SwiGLU, RoPE, 8 query heads over 4 key/value
+  # heads, no biases), untied head and tied: 8 iterations straight vs 4 + save + resume + 4 at
+  # tp2 x pp2 x dp2 with ZeRO-1, bit for bit (losses and saved state); then the half-way checkpoint
+  # resumed resharded onto other layouts (tp 4 splits the 4 key/value heads one per rank; the
+  # padded vocabulary rows of the embedding and of the untied head are cut and zero-extended).
+  lbase=(--model llama-nano --num-layers 4 --micro-batch-size 4 --global-batch-size 32 --train-iters 8 --lr-decay-iters 8)
+  for head in untied tied; do
+    lb=("${lbase[@]}"); [ $head = tied ] && lb+=(--untie-embeddings-and-output-weights=false)
+    run -np 8 "$exe" "${lb[@]}" --tp 2 --pp 2 --zero1 --save "straight_$head" --metrics-jsonl a.jsonl >a.log 2>&1 ||
+      { tail -5 a.log; fail "straight Llama run ($head)"; }
+    grep -q 'normalization = "RMSNorm"' a.log || { head -20 a.log; fail "not the Llama block ($head)"; }
+    run -np 8 "$exe" "${lb[@]}" --tp 2 --pp 2 --zero1 --train-iters 4 --save "half_$head" --metrics-jsonl b.jsonl \
+      >b.log 2>&1 || { tail -5 b.log; fail "first half ($head)"; }
+    run -np 8 "$exe" "${lb[@]}" --tp 2 --pp 2 --zero1 --load "half_$head" --save "resumed_$head" --metrics-jsonl c.jsonl \
+      >c.log 2>&1 || { tail -5 c.log; fail "resumed run ($head)"; }
+    grep -q "resumed from half_$head/iter_0000004: iteration 4" c.log || { tail -5 c.log; fail "no resume ($head)"; }
+    cat b.jsonl c.jsonl >bc.jsonl
+    same_losses a.jsonl bc.jsonl 0
+    same_state "straight_$head/iter_0000008" "resumed_$head/iter_0000008"
+    ok "exact Llama resume ($head head)"
+    tail -n 4 a.jsonl >a_tail.jsonl
+    layouts=("8 --tp 4 --pp 1" "2 --tp 1 --pp 1" "4 --tp 1 --pp 2 --vpp 2 --schedule interleaved")
+    [ $head = untied ] && layouts+=("8 --tp 1 --pp 4" "4 --tp 2 --pp 2 --pipeline-layers 1,3 --zero1")
+    for layout in "${layouts[@]}"; do
+      set -- $layout; np=$1; shift
+      rm -f r.jsonl
+      run -np "$np" "$exe" "${lb[@]}" "$@" --load "half_$head" --metrics-jsonl r.jsonl >r.log 2>&1 ||
+        { tail -5 r.log; fail "Llama resume at $layout ($head)"; }
+      grep -q "resumed from half_$head/iter_0000004" r.log || fail "no resume at $layout ($head)"
+      same_losses a_tail.jsonl r.jsonl 1e-5
+      ok "resharded Llama resume at np $layout ($head head)"
+    done
+  done
+  # Resuming with another block is refused naming the field (every checkpoint: none can be loaded).
+  out=$(run -np 2 "$exe" "${lbase[@]}" --swiglu=false --load half_untied 2>&1) && fail "a GELU run resumed a SwiGLU checkpoint"
+  grep -q "swiglu (--swiglu): true in the checkpoint, false in this run" <<<"$out" || { echo "$out" | tail -5; fail "no swiglu mismatch"; }
+  ok "another block refused, naming the field"
+  ;;
 kill9)
   # kill -9 of one rank while a save is in flight (the write is held back 1.5 s by the test hook):
   # that checkpoint stays an incomplete .tmp directory and --load uses the previous one.
@@ -213,8 +252,9 @@ bad)
   corrupt flipped "rank_00000.bin: SHA-256 mismatch" python3 -c "
 f=open('rank_00000.bin','r+b'); f.seek(100); b=f.read(1); f.seek(100); f.write(bytes([b[0]^1]))"
   corrupt missing "rank_00001.bin: missing shard file" rm rank_00001.bin
-  corrupt newer "format version 3 is newer than this build of triax reads" edit "m['format_version']=3"
+  corrupt newer "format version 4 is newer than this build of triax reads" edit "m['format_version']=4"
   corrupt model "a checkpoint of another model" edit "m['model']['n_layer']=3"
+  corrupt block "norm (--normalization): RMSNorm in the checkpoint, LayerNorm in this run" edit "m['model']['norm']='RMSNorm'"
   corrupt layout "cannot be split over tp 3" edit "m['slices'][0]['tp_size']=3"
   corrupt no_slice "slices must tile the file" \
     edit "m['slices']=[s for s in m['slices'] if not (s['name']=='transformer.ln_f.bias' and s['kind']=='exp_avg')]"
@@ -222,7 +262,7 @@ f=open('rank_00000.bin','r+b'); f.seek(100); b=f.read(1); f.seek(100); f.write(b
   # removed, a manifest of another iteration, and (digest forged) each structure check.
   corrupt digest "manifest.sha256: SHA-256 mismatch: manifest.json hashes to" \
     python3 -c "import re; t=open('manifest.json').read(); open('manifest.json','w').write(re.sub(r'\"offset\": 8\\b', '\"offset\": 9', t, count=1))"
-  corrupt no_digest "manifest.sha256: missing: a version 2 checkpoint" rm manifest.sha256
+  corrupt no_digest "manifest.sha256: missing: a version 3 checkpoint" rm manifest.sha256
   corrupt other_iteration "iteration 2, but the directory is named for iteration 4" cp ../iter_0000002/manifest.json ../iter_0000002/manifest.sha256 .
   corrupt unaligned "offset .* is not a multiple of 4" edit "m['slices'][1]['offset']+=2"
   corrupt overlap "two slices overlap" edit "m['slices'][1]['offset']-=4"
@@ -231,7 +271,9 @@ f=open('rank_00000.bin','r+b'); f.seek(100); b=f.read(1); f.seek(100); f.write(b
   corrupt batch "global_batch 32 != micro_batch 4 x dp 2 x num_micro_batches 2" edit "m['batch']['global_batch']=32"
   # A version 1 checkpoint (before digests and batch settings): loaded, with a warning.
   rm -rf v1; cp -r ck v1; (cd v1/iter_0000004 && rm manifest.sha256 && python3 -c "
-import json; m=json.load(open('manifest.json')); m['format_version']=1; del m['batch']; json.dump(m, open('manifest.json','w'))")
+import json; m=json.load(open('manifest.json')); m['format_version']=1; del m['batch']
+for k in ['n_kv_head', 'norm', 'norm_eps', 'swiglu', 'positions', 'rope_theta', 'rope_scaling', 'bias']: del m['model'][k]
+json.dump(m, open('manifest.json','w'))")
   out=$(run -np 2 "$exe" "${small[@]}" --train-iters 5 --load v1 2>&1) || { echo "$out" | tail -5; fail "version 1 load"; }
   grep -q "resumed from v1/iter_0000004: iteration 4" <<<"$out" || fail "the version 1 checkpoint was not loaded"
   grep -q "no manifest.sha256 (written by a triax before manifest digests" <<<"$out" || fail "no version 1 warning"

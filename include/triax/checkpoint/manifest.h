@@ -18,10 +18,11 @@
 
 namespace triax {
 
-// Version 2: f32 slices of TP-local tensors, one file per rank, the batch settings, and the
-// manifest's digest in manifest.sha256 (docs/CHECKPOINTS.md). Version 1 (no batch, no digest) is
-// still read, with a warning. A reader refuses a manifest of a higher version.
-inline constexpr int kCheckpointFormatVersion = 2;
+// Version 3: f32 slices of TP-local tensors, one file per rank, the batch settings, the manifest's
+// digest in manifest.sha256, and the model's block (norm, MLP, positions, key/value heads, biases;
+// docs/CHECKPOINTS.md). Version 2 (no block: GPT-2's) and version 1 (no batch, no digest, with a
+// warning) are still read. A reader refuses a manifest of a higher version.
+inline constexpr int kCheckpointFormatVersion = 3;
 // Every shard file starts with these 8 bytes.
 inline constexpr std::string_view kCheckpointShardMagic = "TRIAXCK1";
 inline constexpr std::string_view kManifestName = "manifest.json";

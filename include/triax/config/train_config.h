@@ -13,6 +13,7 @@
 
 #include "triax/core/enum_names.h"
 #include "triax/core/error.h"
+#include "triax/model/config.h"
 #include "triax/model/gpt.h"
 #include "triax/model/moe.h"
 #include "triax/ops/adamw.h"
@@ -42,6 +43,21 @@ struct TrainConfig {
   std::string model = "tiny";
   std::optional<int> layers, heads, hidden, ffn, vocab, max_seq;
   std::optional<int> seq;  // sequence length of a sample; unset = the model's max_seq
+  // The block's choices in Megatron's flags (unset = the preset's; docs/LLAMA.md): the norm, its
+  // epsilon, the SwiGLU MLP, the position embedding, RoPE's base and Llama 3.1 scaling (factor;
+  // low 1, high 4, original context 8192 as Megatron), grouped-query attention (num_query_groups
+  // only together with group_query_attention), an untied LM head, and no linear biases.
+  std::optional<Norm> normalization;
+  std::optional<double> norm_epsilon;
+  std::optional<bool> swiglu;
+  std::optional<PositionEmbedding> position_embedding;
+  std::optional<double> rotary_base;
+  std::optional<bool> use_rope_scaling;
+  std::optional<double> rope_scaling_factor;
+  std::optional<bool> group_query_attention;
+  std::optional<int> num_query_groups;
+  std::optional<bool> untie_embeddings;
+  std::optional<bool> disable_bias_linear;
   // Layout.
   int tp = 1, pp = 1;
   std::optional<int> dp;  // unset: world / (tp * pp)

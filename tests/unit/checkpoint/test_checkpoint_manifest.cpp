@@ -14,6 +14,8 @@
 #include <fstream>
 #include <random>
 
+#include <nlohmann/json.hpp>
+
 #include "manifest_sample.h"
 #include "triax/config/batch.h"
 
@@ -52,7 +54,7 @@ TEST_CASE("checkpoint manifest: round trip and slice values", "[checkpoint]") {
   const ManifestSample s = manifest_sample();
   const std::string text = checkpoint_manifest_json(s.m);
   const CheckpointManifest p = parse_checkpoint_manifest(text, "m.json");
-  CHECK(p.format_version == 2);
+  CHECK(p.format_version == 3);
   CHECK(p.iteration == 7);
   CHECK(p.consumed_samples == 56);
   CHECK(p.applied_steps == 6);
@@ -82,7 +84,7 @@ TEST_CASE("checkpoint manifest: bad manifests and files are refused with the rea
   auto refused = [&](const std::function<void(CheckpointManifest&)>& f, const std::string& why) {
     CHECK_THROWS_WITH(parse_checkpoint_manifest(edit(s, f), "m.json"), Contains("m.json: ") && Contains(why));
   };
-  refused([](auto& m) { m.format_version = 3; }, "format version 3 is newer than this build of triax reads (up to 2)");
+  refused([](auto& m) { m.format_version = 4; }, "format version 4 is newer than this build of triax reads (up to 3)");
   refused([](auto& m) { m.format_version = 1; }, "a version 1 manifest has no field 'batch'");
   refused([](auto& m) { m.slices[0].end = 7; }, "slices[0].end = 7 is out of range [1, 6]");
   refused([](auto& m) { m.slices[0].tp_size = 3; }, "cannot be split over tp 3");
@@ -164,10 +166,10 @@ TEST_CASE("checkpoint manifest: the digest in manifest.sha256", "[checkpoint]") 
   CHECK_THROWS_WITH(read_checkpoint_manifest(dir.string(), 7), Contains("manifest.sha256: SHA-256 mismatch: manifest.json hashes to"));
   write(dir / "manifest.sha256", "not a digest\n");
   CHECK_THROWS_WITH(read_checkpoint_manifest(dir.string(), 7), Contains("not a manifest digest"));
-  // Version 2 without its digest: refused. Version 1 (written before digests): accepted, unchecked.
+  // Version 3 without its digest: refused. Version 1 (written before digests): accepted, unchecked.
   write(dir / "manifest.json", text);
   fs::remove(dir / "manifest.sha256");
-  CHECK_THROWS_WITH(read_checkpoint_manifest(dir.string(), 7), Contains("manifest.sha256: missing: a version 2 checkpoint"));
+  CHECK_THROWS_WITH(read_checkpoint_manifest(dir.string(), 7), Contains("manifest.sha256: missing: a version 3 checkpoint"));
   write(dir / "manifest.json", edit(s, [](auto& m) { m.format_version = 1, m.batch.reset(); }));
   checked = true;
   CHECK(read_checkpoint_manifest(dir.string(), 7, &checked).format_version == 1);
@@ -241,5 +243,159 @@ TEST_CASE("checkpoint manifest: seeded mutation fuzz of the manifest and shard r
     }
     else b[rng() % b.size()] ^= std::byte{static_cast<unsigned char>(1 + rng() % 255)};
     CHECK_THROWS_AS(check_checkpoint_file(b, s.m.files[0], "f.bin"), IoError);
+  }
+}
+
+// ---- the model's block (format version 3, issue 26) ----
+
+namespace {
+
+// The Llama block on the sample's shape: 2 query heads over 1 key/value head, RMSNorm, SwiGLU,
+// RoPE with llama3 scaling, no biases, an untied head; every value unlike GPT-2's.
+GptConfig llama_block(GptConfig c) {
+  c.n_kv_head = 1;
+  c.norm = Norm::rmsnorm;
+  c.norm_eps = 1e-6;
+  c.swiglu = true;
+  c.positions = PositionEmbedding::rope;
+  c.rope_theta = 500000.0;
+  c.rope_scaling = RopeScaling{true, 32.0, 0.5, 3.0, 4096};
+  c.bias = false;
+  c.tied_embeddings = false;
+  return c;
+}
+
+}  // namespace
+
+TEST_CASE("checkpoint manifest: the model's block round-trips (version 3)", "[checkpoint][llama]") {
+  ManifestSample s = manifest_sample();
+  s.m.model = llama_block(s.m.model);
+  const std::string text = checkpoint_manifest_json(s.m);
+  const CheckpointManifest p = parse_checkpoint_manifest(text, "m.json");
+  const GptConfig& c = p.model;
+  CHECK(c.kv_heads() == 1);
+  CHECK(c.norm == Norm::rmsnorm);
+  CHECK(c.norm_eps == 1e-6);
+  CHECK(c.swiglu);
+  CHECK(c.positions == PositionEmbedding::rope);
+  CHECK(c.rope_theta == 500000.0);
+  CHECK(c.rope_scaling.llama3);
+  CHECK(c.rope_scaling.factor == 32.0);
+  CHECK(c.rope_scaling.low_freq_factor == 0.5);
+  CHECK(c.rope_scaling.high_freq_factor == 3.0);
+  CHECK(c.rope_scaling.original_max_positions == 4096);
+  CHECK(!c.bias);
+  CHECK(!c.tied_embeddings);
+  CHECK(checkpoint_manifest_json(p) == text);
+  CHECK_NOTHROW(check_checkpoint_matches_run(p, s.m.model, 99, 8, "ck"));
+  CHECK(load_sample(text, s));
+  // GPT-2's block is written out too (rope_scaling null), and reads back as GPT-2's.
+  const ManifestSample g = manifest_sample();
+  const auto j = nlohmann::json::parse(checkpoint_manifest_json(g.m));
+  CHECK(j["model"]["norm"] == "LayerNorm");
+  CHECK(j["model"]["positions"] == "learned_absolute");
+  CHECK(j["model"]["n_kv_head"] == 2);
+  CHECK(j["model"]["rope_scaling"].is_null());
+  CHECK(parse_checkpoint_manifest(checkpoint_manifest_json(g.m), "m.json").model.is_gpt2());
+}
+
+TEST_CASE("checkpoint manifest: resuming with another block is refused naming the field", "[checkpoint][llama]") {
+  ManifestSample s = manifest_sample();
+  s.m.model = llama_block(s.m.model);
+  const CheckpointManifest m = parse_checkpoint_manifest(checkpoint_manifest_json(s.m), "m.json");
+  const std::pair<const char*, std::function<void(GptConfig&)>> changes[] = {
+      {"n_kv_head (--num-query-groups): 1 in the checkpoint, 2 in this run", [](GptConfig& c) { c.n_kv_head = 2; }},
+      {"norm (--normalization): RMSNorm in the checkpoint, LayerNorm in this run",
+       [](GptConfig& c) { c.norm = Norm::layernorm; }},
+      {"norm_eps (--norm-epsilon): 1e-06 in the checkpoint, 1e-05 in this run", [](GptConfig& c) { c.norm_eps = 1e-5; }},
+      {"swiglu (--swiglu): true in the checkpoint, false in this run", [](GptConfig& c) { c.swiglu = false; }},
+      {"positions (--position-embedding-type): rope in the checkpoint, learned_absolute in this run",
+       [](GptConfig& c) { c.positions = PositionEmbedding::learned_absolute; }},
+      {"rope_theta (--rotary-base): 500000 in the checkpoint, 10000 in this run",
+       [](GptConfig& c) { c.rope_theta = 10000.0; }},
+      {"rope_scaling (--use-rope-scaling, --rope-scaling-factor): llama3 factor 32 low 0.5 high 3 original 4096 in "
+       "the checkpoint, none in this run", [](GptConfig& c) { c.rope_scaling.llama3 = false; }},
+      {"rope_scaling (--use-rope-scaling, --rope-scaling-factor): llama3 factor 32 low 0.5 high 3 original 4096 in "
+       "the checkpoint, llama3 factor 8 low 0.5 high 3 original 4096 in this run",
+       [](GptConfig& c) { c.rope_scaling.factor = 8.0; }},
+      {"bias (--disable-bias-linear): false in the checkpoint, true in this run", [](GptConfig& c) { c.bias = true; }},
+      {"tied_embeddings (--untie-embeddings-and-output-weights): false in the checkpoint, true in this run",
+       [](GptConfig& c) { c.tied_embeddings = true; }},
+  };
+  for (const auto& [why, change] : changes) {
+    INFO(why);
+    GptConfig run = s.m.model;
+    change(run);
+    CHECK_THROWS_WITH(check_checkpoint_matches_run(m, run, 99, 8, "ck"),
+                      Contains("ck: a checkpoint of another model: ") && Contains(why));
+  }
+  // Every field of the manifest's block is one the comparison reads: a forged manifest with
+  // another value (digest rewritten) is refused by the resume.
+  for (const char* field : {"n_kv_head", "norm_eps", "rope_theta", "swiglu", "bias"}) {
+    INFO(field);
+    auto j = nlohmann::json::parse(checkpoint_manifest_json(s.m));
+    auto& v = j["model"][field];
+    if (v.is_boolean()) v = !v.get<bool>();
+    else if (v.is_number_integer()) v = 2;
+    else v = v.get<double>() * 2;
+    CHECK(!load_sample(j.dump(1), s));
+  }
+}
+
+TEST_CASE("checkpoint manifest: an older manifest holds GPT-2's block; a version edited down is refused",
+          "[checkpoint][llama]") {
+  const ManifestSample s = manifest_sample();
+  for (const int version : {1, 2}) {
+    INFO(version);
+    const std::string text = edit(s, [&](auto& m) {
+      m.format_version = version;
+      if (version == 1) m.batch.reset();
+    });
+    const auto j = nlohmann::json::parse(text);
+    CHECK(!j["model"].contains("norm"));  // what a triax before version 3 wrote
+    const CheckpointManifest p = parse_checkpoint_manifest(text, "m.json");
+    CHECK(p.model.is_gpt2());
+    CHECK(p.model.tied_embeddings);
+    CHECK(p.model.norm_eps == 1e-5);
+    CHECK(p.model.positions == PositionEmbedding::learned_absolute);
+    CHECK_NOTHROW(check_checkpoint_matches_run(p, s.m.model, 99, 8, "ck"));
+    // A Llama run refuses it, naming what differs.
+    CHECK_THROWS_WITH(check_checkpoint_matches_run(p, llama_block(s.m.model), 99, 8, "ck"),
+                      Contains("norm (--normalization): LayerNorm in the checkpoint, RMSNorm in this run") &&
+                          Contains("swiglu (--swiglu): false in the checkpoint, true in this run"));
+    // A block field in a version 1 or 2 manifest: a format_version edited down.
+    for (const char* field : {"n_kv_head", "norm", "rope_scaling", "bias"}) {
+      INFO(field);
+      auto k = j;
+      k["model"][field] = nullptr;
+      CHECK_THROWS_WITH(parse_checkpoint_manifest(k.dump(1), "m.json"),
+                        Contains(fmt::format("m.json: a version {} manifest has no field 'model.{}' (edited "
+                                             "format_version?)", version, field)));
+    }
+  }
+  // Version 3: every field of the block present, of its type and range.
+  ManifestSample l = manifest_sample();
+  l.m.model = llama_block(l.m.model);
+  const auto j = nlohmann::json::parse(checkpoint_manifest_json(l.m));
+  const std::pair<std::function<void(nlohmann::json&)>, const char*> bad[] = {
+      {[](auto& m) { m.erase("norm_eps"); }, "model has no field 'norm_eps'"},
+      {[](auto& m) { m.erase("rope_scaling"); }, "model has no field 'rope_scaling'"},
+      {[](auto& m) { m["norm"] = "rmsnorm"; }, "model.norm 'rmsnorm' is not one of LayerNorm, RMSNorm"},
+      {[](auto& m) { m["positions"] = "alibi"; }, "model.positions 'alibi' is not one of learned_absolute, rope"},
+      {[](auto& m) { m["norm_eps"] = "1e-5"; }, "model.norm_eps is not a number"},
+      {[](auto& m) { m["swiglu"] = 1; }, "model.swiglu is not true or false"},
+      {[](auto& m) { m["n_kv_head"] = 0; }, "model.n_kv_head = 0 is out of range"},
+      {[](auto& m) { m["n_kv_head"] = 3; }, "the model is not valid"},
+      {[](auto& m) { m["norm_eps"] = -1.0; }, "the model is not valid: norm epsilon must be positive"},
+      {[](auto& m) { m["rope_theta"] = 0.5; }, "the model is not valid: rotary base must be greater than 1"},
+      {[](auto& m) { m["rope_scaling"]["high_freq_factor"] = 0.25; }, "the model is not valid: llama3 rope scaling"},
+      {[](auto& m) { m["rope_scaling"].erase("factor"); }, "model.rope_scaling has no field 'factor'"},
+      {[](auto& m) { m["rope_scaling"]["original_max_positions"] = 0; }, "original_max_positions = 0 is out of range"},
+  };
+  for (const auto& [change, why] : bad) {
+    INFO(why);
+    auto k = j;
+    change(k["model"]);
+    CHECK_THROWS_WITH(parse_checkpoint_manifest(k.dump(1), "m.json"), Contains("m.json: ") && Contains(why));
   }
 }

@@ -8,6 +8,7 @@
 
 #include <map>
 #include <sstream>
+#include <tuple>
 
 using namespace triax;
 using Catch::Contains;
@@ -19,6 +20,11 @@ TrainConfig unusual() {
   TrainConfig c;
   c.model = "nano";
   c.layers = 6, c.heads = 2, c.hidden = 32, c.ffn = 96, c.vocab = 300, c.max_seq = 48, c.seq = 40;
+  c.normalization = Norm::rmsnorm, c.norm_epsilon = 1e-6, c.swiglu = true;
+  c.position_embedding = PositionEmbedding::rope, c.rotary_base = 500000.0;
+  c.use_rope_scaling = true, c.rope_scaling_factor = 16.0;
+  c.group_query_attention = true, c.num_query_groups = 1;
+  c.untie_embeddings = true, c.disable_bias_linear = true;
   c.tp = 2, c.pp = 3, c.dp = 5, c.vpp = 2;
   c.order = "dp-tp-pp";
   c.allow_tp_across_hosts = true;
@@ -300,4 +306,211 @@ TEST_CASE("train config: --bf16 / --fp16 set the compute type, exclusive, refuse
     c.bf16 = true, c.fp16 = true;
     CHECK_THROWS_WITH(resolve_train_config(c, 1), Contains("--bf16 and --fp16 are mutually exclusive"));
   }
+}
+
+// ---- the Llama block's flags (issue 26) ----
+
+namespace {
+
+ResolvedTrainConfig resolve_flags(const std::vector<std::string>& args, int world = 1) {
+  return resolve_train_config(parse(args).cfg, world);
+}
+
+}  // namespace
+
+TEST_CASE("train config: each Llama flag is parsed and overrides the preset's block", "[config][llama]") {
+  const auto cl = parse({"--model", "tiny", "--normalization", "RMSNorm", "--norm-epsilon", "1e-6", "--swiglu",
+                         "--position-embedding-type", "rope", "--rotary-base", "250000", "--use-rope-scaling",
+                         "--rope-scaling-factor", "16", "--group-query-attention", "--num-query-groups", "2",
+                         "--untie-embeddings-and-output-weights", "--disable-bias-linear"});
+  const TrainConfig& c = cl.cfg;
+  CHECK(c.normalization == Norm::rmsnorm);
+  CHECK(c.norm_epsilon == 1e-6);
+  CHECK(c.swiglu == true);
+  CHECK(c.position_embedding == PositionEmbedding::rope);
+  CHECK(c.rotary_base == 250000.0);
+  CHECK(c.use_rope_scaling == true);
+  CHECK(c.rope_scaling_factor == 16.0);
+  CHECK(c.group_query_attention == true);
+  CHECK(c.num_query_groups == 2);
+  CHECK(c.untie_embeddings == true);
+  CHECK(c.disable_bias_linear == true);
+  // On GPT-2's tiny: the Llama block at tiny's shape (4 heads over 2 key/value heads).
+  const ResolvedTrainConfig r = resolve_train_config(c, 2);
+  const GptConfig& m = r.model;
+  CHECK(m.n_layer == 8);
+  CHECK(m.n_head == 4);
+  CHECK(m.kv_heads() == 2);
+  CHECK(m.norm == Norm::rmsnorm);
+  CHECK(m.norm_eps == 1e-6);
+  CHECK(m.swiglu);
+  CHECK(m.positions == PositionEmbedding::rope);
+  CHECK(m.rope_theta == 250000.0);
+  CHECK(m.rope_scaling.llama3);
+  CHECK(m.rope_scaling.factor == 16.0);
+  CHECK(m.rope_scaling.low_freq_factor == 1.0);  // Megatron's fixed values
+  CHECK(m.rope_scaling.high_freq_factor == 4.0);
+  CHECK(m.rope_scaling.original_max_positions == 8192);
+  CHECK(!m.tied_embeddings);
+  CHECK(!m.bias);
+  CHECK(!m.is_gpt2());
+  CHECK(m.embedding_param() == "model.embed_tokens.weight");
+  CHECK(m.lm_head_param() == "lm_head.weight");
+  // Without the flags tiny keeps GPT-2's block.
+  const GptConfig g = resolve_flags({"--model", "tiny"}).model;
+  CHECK(g.is_gpt2());
+  CHECK(g.tied_embeddings);
+  // The resolved configuration names the whole block, and resolving it again changes nothing.
+  const std::string text = to_toml(r.explicit_cfg);
+  CHECK(Contains("normalization = \"RMSNorm\"\nnorm-epsilon = 1e-06\nswiglu = true\nposition-embedding-type = \"rope\"\n"
+                 "rotary-base = 250000\nuse-rope-scaling = true\nrope-scaling-factor = 16\ngroup-query-attention = true\n"
+                 "num-query-groups = 2\nuntie-embeddings-and-output-weights = true\ndisable-bias-linear = true\n")
+            .match(text));
+  CHECK(to_toml(resolve_train_config(r.explicit_cfg, 2).explicit_cfg) == text);
+}
+
+TEST_CASE("train config: the printed configuration of a Llama preset reads back to the same model", "[config][llama]") {
+  for (const char* preset : {"llama-tiny", "llama3.2-1b", "llama3-8b", "tiny"}) {
+    INFO(preset);
+    TrainConfig c;
+    c.model = preset;
+    c.tp = 2;
+    const ResolvedTrainConfig r = resolve_train_config(c, 2);
+    const std::string text = to_toml(r.explicit_cfg);
+    // Read back as a --config file, over another preset: the printed block alone decides it.
+    TrainConfig b;
+    apply_config_text(b, text, "printed.toml");
+    CHECK(to_toml(b) == text);
+    const GptConfig& want = r.model;
+    for (const char* over : {preset, "gpt2-124m", "llama3-70b"}) {
+      INFO(over);
+      TrainConfig o = b;
+      o.model = over;
+      const GptConfig got = resolve_train_config(o, 2).model;
+      CHECK(got.describe() == want.describe());
+      CHECK(got.kv_heads() == want.kv_heads());
+      CHECK(got.norm == want.norm);
+      CHECK(got.norm_eps == want.norm_eps);
+      CHECK(got.swiglu == want.swiglu);
+      CHECK(got.positions == want.positions);
+      CHECK(got.rope_inv_freq() == want.rope_inv_freq());
+      CHECK(got.rope_scaling.llama3 == want.rope_scaling.llama3);
+      CHECK(got.tied_embeddings == want.tied_embeddings);
+      CHECK(got.bias == want.bias);
+    }
+  }
+  // A [model] section spelled by hand, as Megatron's flags.
+  TrainConfig f;
+  apply_config_text(f, "[model]\nmodel = \"tiny\"\nnormalization = \"RMSNorm\"\nswiglu = true\n"
+                       "position-embedding-type = \"rope\"\nrotary-base = 10000.0\ngroup-query-attention = true\n"
+                       "num-query-groups = 2\nuntie-embeddings-and-output-weights = true\ndisable-bias-linear = true\n"
+                       "ffn-hidden-size = 176\n", "llama.toml");
+  TrainConfig p;
+  p.model = "llama-tiny";
+  CHECK(resolve_train_config(f, 1).model.describe() == resolve_train_config(p, 1).model.describe());
+  // A bool set false in a file turns off what a preset turns on.
+  TrainConfig off;
+  apply_config_text(off, "[model]\nmodel = \"llama-tiny\"\nswiglu = false\nuntie-embeddings-and-output-weights = false\n"
+                         "group-query-attention = false\n", "off.toml");
+  const GptConfig m = resolve_train_config(off, 1).model;
+  CHECK(!m.swiglu);
+  CHECK(m.tied_embeddings);
+  CHECK(m.kv_heads() == m.n_head);
+  CHECK(m.norm == Norm::rmsnorm);  // the rest stays the preset's
+}
+
+TEST_CASE("train config: errors of the Llama flags name the flags", "[config][llama]") {
+  CHECK_THROWS_WITH(resolve_flags({"--model", "tiny", "--num-query-groups", "2"}),
+                    Contains("--num-query-groups 2 needs --group-query-attention"));
+  CHECK_THROWS_WITH(resolve_flags({"--model", "tiny", "--group-query-attention"}),
+                    Contains("--group-query-attention needs --num-query-groups N") && Contains("'tiny'"));
+  // llama-tiny has 2 query groups of its own: --group-query-attention alone keeps them.
+  CHECK(resolve_flags({"--model", "llama-tiny", "--group-query-attention"}).model.kv_heads() == 2);
+  // tp must divide the query groups: GptConfig::validate's numbers with the flags that set them.
+  CHECK_THROWS_WITH(resolve_flags({"--model", "llama-tiny", "--tp", "4"}, 4),
+                    Contains("--model llama-tiny") && Contains("--tp 4") &&
+                        Contains("2 key/value heads (query groups) cannot be split over tp=4") &&
+                        Contains("tp must divide --num-query-groups"));
+  CHECK_THROWS_WITH(resolve_flags({"--model", "llama-tiny", "--group-query-attention", "--num-query-groups", "3"}),
+                    Contains("--model llama-tiny --group-query-attention --num-query-groups 3 --tp 1") &&
+                        Contains("4 query heads cannot be grouped over 3 key/value heads"));
+  CHECK_THROWS_WITH(resolve_flags({"--model", "llama-tiny", "--hidden-size", "60"}),
+                    Contains("--hidden-size 60") && Contains("rotary position embeddings need an even head size, got 15"));
+  CHECK_THROWS_WITH(resolve_flags({"--model", "tiny", "--rotary-base", "500000"}),
+                    Contains("--rotary-base applies to rotary position embeddings") && Contains("learned_absolute"));
+  CHECK_THROWS_WITH(resolve_flags({"--model", "tiny", "--use-rope-scaling"}),
+                    Contains("--use-rope-scaling applies to rotary position embeddings"));
+  CHECK_THROWS_WITH(resolve_flags({"--model", "llama-tiny", "--rope-scaling-factor", "16"}),
+                    Contains("--rope-scaling-factor 16 needs --use-rope-scaling"));
+  CHECK_THROWS_WITH(resolve_flags({"--model", "llama3.2-1b", "--use-rope-scaling=false", "--rope-scaling-factor", "4"}),
+                    Contains("--rope-scaling-factor 4 needs --use-rope-scaling"));
+  // Values out of range or unknown, as every flag: the flag, the value and what is valid.
+  CHECK_THROWS_WITH(parse({"--normalization", "rmsnorm"}),
+                    Contains("--normalization \"rmsnorm\": not a known value; expected one of LayerNorm, RMSNorm"));
+  CHECK_THROWS_WITH(parse({"--position-embedding-type", "alibi"}),
+                    Contains("expected one of learned_absolute, rope"));
+  CHECK_THROWS_WITH(parse({"--norm-epsilon", "0"}), Contains("--norm-epsilon 0: out of range"));
+  CHECK_THROWS_WITH(parse({"--rotary-base", "1"}), Contains("--rotary-base 1: out of range; expected a finite number > 1"));
+  CHECK_THROWS_WITH(parse({"--rope-scaling-factor", "0.5"}), Contains("--rope-scaling-factor 0.5: out of range"));
+  CHECK_THROWS_WITH(parse({"--num-query-groups", "0"}), Contains("--num-query-groups 0: out of range"));
+  TrainConfig t;
+  CHECK_THROWS_WITH(apply_config_text(t, "[model]\nswiglu = 1\n", "s.toml"),
+                    Contains("s.toml:2: swiglu = 1: an integer is the wrong type; expected true or false"));
+  CHECK_THROWS_WITH(apply_config_text(t, "[parallel]\nswiglu = true\n", "s.toml"),
+                    Contains("'swiglu' belongs in [model], not [parallel]"));
+  // --help lists them under [model], and --model lists the Llama presets.
+  const char* help[] = {"t", "--help"};
+  const std::string h = parse_train_command_line(2, help, "t", "test").help_text;
+  for (const char* flag : {"--normalization V", "--norm-epsilon V", "--swiglu ", "--position-embedding-type V",
+                           "--rotary-base V", "--use-rope-scaling ", "--rope-scaling-factor V",
+                           "--group-query-attention ", "--num-query-groups V", "--untie-embeddings-and-output-weights",
+                           "--disable-bias-linear "}) {
+    INFO(flag);
+    CHECK(h.find(flag) > h.find("\n[model]\n"));
+    CHECK(h.find(flag) < h.find("\n[parallel]\n"));
+  }
+  CHECK(Contains("llama-tiny, llama3.2-1b, llama3-8b, llama3-70b").match(h));
+}
+
+TEST_CASE("train config: the Llama presets resolve to their documented shapes", "[config][llama]") {
+  TrainConfig c;
+  c.model = "llama-tiny";
+  const ResolvedTrainConfig t = resolve_train_config(c, 1);
+  const GptConfig& m = t.model;
+  CHECK(std::tuple(m.n_layer, m.n_head, m.kv_heads(), m.n_embd, m.ffn_size(), m.vocab, m.max_seq) ==
+        std::tuple(8, 4, 2, 64, 176, 256, 64));
+  CHECK(m.norm == Norm::rmsnorm);
+  CHECK(m.swiglu);
+  CHECK(m.positions == PositionEmbedding::rope);
+  CHECK(!m.bias);
+  CHECK(!m.tied_embeddings);
+  CHECK(t.seq == 64);
+  CHECK(t.explicit_cfg.num_query_groups == 2);
+  // llama3-8b at tp 8 (its 8 query groups, one per rank): Meta-Llama-3-8B's config.json and its
+  // 8,030,261,248 parameters (HF's count; the vocabulary 128256 is a multiple of 128: no padding).
+  c.model = "llama3-8b";
+  c.tp = 8;
+  c.seq = 128;
+  const GptConfig e = resolve_train_config(c, 8).model;
+  CHECK(std::tuple(e.n_layer, e.n_head, e.kv_heads(), e.n_embd, e.ffn_size(), e.vocab, e.max_seq) ==
+        std::tuple(32, 32, 8, 4096, 14336, 128256, 8192));
+  CHECK(e.rope_theta == 500000.0);
+  CHECK(!e.rope_scaling.llama3);
+  CHECK(!e.tied_embeddings);
+  CHECK(e.num_params() == 8030261248LL);
+  // Llama-3.2-1B: tied head, llama3 scaling with factor 32; 1,235,814,400 parameters.
+  c.model = "llama3.2-1b";
+  const GptConfig s = resolve_train_config(c, 8).model;
+  CHECK(s.tied_embeddings);
+  CHECK(s.rope_scaling.llama3);
+  CHECK(s.rope_scaling.factor == 32.0);
+  CHECK(s.num_params() == 1235814400LL);
+  // --rope-scaling-factor overrides the preset's factor, the other scaling values stay.
+  c.rope_scaling_factor = 8.0;
+  CHECK(resolve_train_config(c, 8).model.rope_scaling.factor == 8.0);
+  // tp 16 does not divide llama3-8b's 8 query groups.
+  c = TrainConfig{};
+  c.model = "llama3-8b", c.tp = 16, c.seq = 128;
+  CHECK_THROWS_WITH(resolve_train_config(c, 16), Contains("--model llama3-8b") && Contains("--tp 16") &&
+                                                     Contains("8 key/value heads (query groups) cannot be split over tp=16"));
 }

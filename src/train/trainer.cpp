@@ -113,12 +113,35 @@ std::vector<int> stages_on_my_host(const ProcessGrid& g) {
 
 }  // namespace
 
+namespace {
+
+// An HF Llama directory's block as the block flags, where they are not given (a flag that
+// disagrees is refused on load when it changes a tensor's name or shape: load_hf_dir).
+void fill_block_from(TrainConfig& c, const GptConfig& f) {
+  if (!c.normalization) c.normalization = f.norm;
+  if (!c.norm_epsilon) c.norm_epsilon = f.norm_eps;
+  if (!c.swiglu) c.swiglu = f.swiglu;
+  if (!c.position_embedding) c.position_embedding = f.positions;
+  if (!c.rotary_base) c.rotary_base = f.rope_theta;
+  if (!c.use_rope_scaling) c.use_rope_scaling = f.rope_scaling.llama3;
+  if (!c.rope_scaling_factor && f.rope_scaling.llama3 && c.use_rope_scaling == true)
+    c.rope_scaling_factor = f.rope_scaling.factor;
+  if (!c.group_query_attention && !c.num_query_groups) {
+    c.group_query_attention = f.kv_heads() != f.n_head;
+    if (*c.group_query_attention) c.num_query_groups = f.kv_heads();
+  }
+  if (!c.untie_embeddings) c.untie_embeddings = !f.tied_embeddings;
+  if (!c.disable_bias_linear) c.disable_bias_linear = !f.bias;
+}
+
+}  // namespace
+
 TrainConfig with_init_from_shape(const TrainConfig& cfg) {
   if (cfg.init_from.empty()) return cfg;
   TrainConfig c = cfg;
   // An HF model directory's config.json, or a GPT-2 weight file's tensors.
-  const GptConfig f = is_hf_dir(cfg.init_from) ? read_hf_config(cfg.init_from)
-                                               : WeightFile(cfg.init_from, cfg.heads.value_or(0)).config();
+  const bool hf = is_hf_dir(cfg.init_from);
+  const GptConfig f = hf ? read_hf_config(cfg.init_from) : WeightFile(cfg.init_from, cfg.heads.value_or(0)).config();
   // The file's shape fills what the flags leave open; a flag that disagrees is refused on load
   // with both shapes named (WeightFile::load, load_hf_dir).
   if (!c.layers) c.layers = f.n_layer;
@@ -127,29 +150,26 @@ TrainConfig with_init_from_shape(const TrainConfig& cfg) {
   if (!c.ffn) c.ffn = f.ffn_size();
   if (!c.vocab) c.vocab = f.vocab;
   if (!c.max_seq) c.max_seq = f.max_seq;
+  if (hf) fill_block_from(c, f);
   return c;
 }
 
 namespace {
 
-// resolve_train_config of cfg with --init-from's shape; an HF Llama directory also decides the
-// block (kv heads, RMSNorm, SwiGLU, RoPE and its scaling, biases, tied head), checked again
-// against the tensor-parallel size.
+// resolve_train_config of cfg with --init-from's shape and block; from an HF Llama directory also
+// what no flag spells: the llama3 scaling's low/high frequency factors and original context
+// (the flags fix them at Megatron's 1, 4, 8192) and the vocabulary padding (128).
 ResolvedTrainConfig resolve_with_init_from(const TrainConfig& cfg, int world_size) {
   const TrainConfig c = with_init_from_shape(cfg);
   ResolvedTrainConfig r = resolve_train_config(c, world_size);
   if (!c.init_from.empty() && is_hf_dir(c.init_from)) {
     const GptConfig f = read_hf_config(c.init_from);
     GptConfig& m = r.model;
-    m.n_kv_head = f.n_kv_head;
-    m.norm = f.norm;
-    m.norm_eps = f.norm_eps;
-    m.swiglu = f.swiglu;
-    m.positions = f.positions;
-    m.rope_theta = f.rope_theta;
-    m.rope_scaling = f.rope_scaling;
-    m.bias = f.bias;
-    m.tied_embeddings = f.tied_embeddings;
+    if (m.rope_scaling.llama3 && f.rope_scaling.llama3) {
+      m.rope_scaling.low_freq_factor = f.rope_scaling.low_freq_factor;
+      m.rope_scaling.high_freq_factor = f.rope_scaling.high_freq_factor;
+      m.rope_scaling.original_max_positions = f.rope_scaling.original_max_positions;
+    }
     m.vocab_pad_to = f.vocab_pad_to;
     try {
       m.validate(c.tp);

@@ -17,3 +17,16 @@ if(TARGET gpt_eval AND TRIAX_WITH_MPI AND EXISTS "${TRIAX_HF_PYTHON}")
   set_tests_properties(eval.hf_check PROPERTIES LABELS "eval;dist" TIMEOUT 300 PROCESSORS 2
     SKIP_RETURN_CODE 77 ENVIRONMENT "${TRIAX_MPIRUN_ENV}")
 endif()
+
+# The Llama family against an fp64 reference: scripts/hf_llama_check.py writes a random Llama
+# (GQA, SwiGLU, RoPE with llama3 scaling, untied head) as HF directories (f32 single file, bf16
+# sharded index), compares gpt_eval's loss and every --grads-out gradient at np 1, 2, 4 with torch
+# autograd in float64, trains it with --init-from at tp2 x pp2 x dp2 and at np 1 (equal losses),
+# and reloads the --export-hf directory; with transformers, LlamaForCausalLM agrees as well.
+if(TARGET gpt_eval AND TARGET train_gpt AND TRIAX_WITH_MPI AND EXISTS "${TRIAX_HF_PYTHON}")
+  add_test(NAME eval.hf_llama_check
+    COMMAND ${TRIAX_HF_PYTHON} ${PROJECT_SOURCE_DIR}/scripts/hf_llama_check.py $<TARGET_FILE:gpt_eval>
+            $<TARGET_FILE:train_gpt> --mpirun ${MPIEXEC_EXECUTABLE} --np 1,2,4 --train-np 8)
+  set_tests_properties(eval.hf_llama_check PROPERTIES LABELS "eval;dist" TIMEOUT 300 PROCESSORS 2
+    SKIP_RETURN_CODE 77 ENVIRONMENT "${TRIAX_MPIRUN_ENV}")
+endif()

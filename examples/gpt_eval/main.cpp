@@ -7,7 +7,11 @@
 // --sample N continues a prompt instead (--prompt TEXT for byte-level models or --prompt-tokens,
 // --temperature, --top-k, --sample-seed), in one process: see sample.h.
 // --save FILE also writes the loaded weights (gathered over the layout) as HF safetensors or, for
-// a .bin name, an llm.c checkpoint: a converter between the two formats.
+// a .bin name, an llm.c checkpoint: a converter between the two formats (a Llama-family model: an
+// HF model directory).
+// --weights DIR reads an HF LlamaForCausalLM directory (config.json + safetensors, hf_dir.h).
+// --grads-out FILE also writes the gradient of the first batch's mean loss for every parameter, by
+// name, full shape (gathered over TP and stages), as float32 safetensors: a reference check.
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
@@ -30,7 +34,9 @@
 #include <triax/distributed/failure/job_failure.h>
 #include <triax/data/data.h>
 #include <triax/data/token_corpus.h>
+#include <triax/model/hf_dir.h>
 #include <triax/model/weight_file.h>
+#include <triax/io/safetensors.h>
 #include <triax/model/gpt.h>
 
 #include "sample.h"
@@ -44,6 +50,7 @@ struct Options {
   int tp = 1, pp = 1, heads = 0;
   bool json = false;
   std::string save;  // write the loaded weights here (.bin: llm.c, else safetensors)
+  std::string grads_out;  // write the first batch's parameter gradients here (f32 safetensors)
 };
 
 // Before MPI starts, the launcher's environment says whether this process is rank 0: only it
@@ -108,11 +115,69 @@ Result evaluate(const Options& o, triax::ProcessGrid& grid, const triax::GptConf
   return r;
 }
 
+// The full shapes of the gradients --grads-out writes, by name: the vocabulary rows cut to the real
+// vocabulary.
+std::vector<std::pair<std::string, std::vector<int64_t>>> grad_shapes(const triax::GptConfig& cfg) {
+  auto shapes = cfg.is_gpt2() ? triax::gpt_param_shapes(cfg) : triax::hf_param_shapes(cfg);
+  for (auto& [name, shape] : shapes)
+    if (name == cfg.embedding_param() || name == "lm_head.weight") shape[0] = cfg.vocab;
+  return shapes;
+}
+
+// --grads-out: forward and backward of batch 0 (dloss 1: the gradient of its mean loss) on
+// data-parallel replica 0, stage to stage; then every parameter's gradient, gathered to full
+// shape over TP and stages, written by world rank 0 as float32 safetensors.
+void write_grads(const Options& o, triax::ProcessGrid& grid, const triax::GptConfig& cfg, triax::GptChunk& chunk,
+                 triax::ParamStore& store, const triax::Dataset& data) {
+  const int B = o.batch, T = o.seq;
+  const bool first = grid.is_first_stage(), last = grid.is_last_stage();
+  store.zero_grads();
+  if (grid.coord().dp == 0) {
+    std::vector<int32_t> inputs, targets;
+    data.batch(0, B, T, inputs, targets);
+    triax::Backend& be = chunk.backend();
+    const triax::Shape io{static_cast<int64_t>(chunk.io_rows(B, T)) * cfg.n_embd};
+    triax::Tensor x_in, x_out, dx_in, dx_out;
+    if (!first) x_in = be.empty(io, triax::DType::f32), dx_in = be.empty(io, triax::DType::f32);
+    if (!last) x_out = be.empty(io, triax::DType::f32), dx_out = be.empty(io, triax::DType::f32);
+    if (!first) triax::recv(grid.pp(), be, x_in, grid.prev_stage()).wait();
+    (void)chunk.forward(0, B, T, first ? std::span<const int32_t>(inputs) : std::span<const int32_t>(),
+                        last ? std::span<const int32_t>(targets) : std::span<const int32_t>(), x_in, x_out, true, 1.0f);
+    if (!last) {
+      triax::send(grid.pp(), be, x_out, grid.next_stage()).wait();
+      triax::recv(grid.pp(), be, dx_out, grid.next_stage()).wait();
+    }
+    chunk.backward(0, dx_out, dx_in, false);
+    if (!first) triax::send(grid.pp(), be, dx_in, grid.prev_stage()).wait();
+    chunk.release(0);
+  }
+  const triax::FullWeights g = triax::gather_full_tensors(
+      store, grid.tp(), grid.world(), [&](size_t i) { return triax::to_host_f32(store.backend(), store.grad_t(i)); });
+  triax::write_on_rank0(grid.world(), [&] {
+    triax::io::SafetensorsWriter wr;
+    wr.add_metadata("format", "pt");
+    wr.add_metadata("what", "gradient of the mean loss of batch 0");
+    for (const auto& [name, shape] : grad_shapes(cfg)) {
+      const auto it = g.find(name);
+      if (it == g.end()) TRIAX_THROW(ConfigError, "no gradient gathered for parameter '{}'", name);
+      size_t n = 1;
+      for (auto d : shape) n *= static_cast<size_t>(d);
+      if (it->second.size() < n)
+        TRIAX_THROW(ConfigError, "parameter '{}': {} gradient values, expected {}", name, it->second.size(), n);
+      wr.add(name, shape, std::span<const float>(it->second.data(), n));
+    }
+    wr.write(o.grads_out);
+  });
+}
+
 // --sample: one process; the launcher's world must be one rank.
 int sample_main(const Options& o, SampleRequest sr, const std::string& prompt_tokens) {
   try {
     if (triax::env_int("OMPI_COMM_WORLD_SIZE", 1, 1 << 20, 1) != 1 || o.tp != 1 || o.pp != 1)
       TRIAX_THROW(ConfigError, "--sample runs in one process with --tp 1 --pp 1");
+    if (triax::is_hf_dir(o.weights))
+      TRIAX_THROW(ConfigError, "--sample reads GPT-2 weight files (.safetensors, .bin); {} is an HF Llama directory, "
+                  "which only the loss evaluation reads", o.weights);
     sr.weights = o.weights;
     sr.heads = o.heads;
     sr.json = o.json;
@@ -145,7 +210,8 @@ int sample_main(const Options& o, SampleRequest sr, const std::string& prompt_to
 int main(int argc, char** argv) {
   CLI::App app{"gpt_eval: mean cross-entropy of a GPT-2 checkpoint on a token corpus (forward only)"};
   Options o;
-  app.add_option("--weights", o.weights, "weights: HF GPT-2 .safetensors or llm.c .bin (format read from the file)")
+  app.add_option("--weights", o.weights, "weights: HF GPT-2 .safetensors, llm.c .bin (format read from the file), or "
+                 "an HF LlamaForCausalLM directory (config.json + safetensors)")
       ->required();
   app.add_option("--data", o.data, "llm.c token shards (a.bin,b.bin or a glob) or a Megatron indexed dataset "
                  "(PREFIX); required unless --sample");
@@ -172,6 +238,9 @@ int main(int argc, char** argv) {
   app.add_option("--save", o.save,
                  "also write the loaded weights to this file before evaluating (a format converter): .bin -> "
                  "llm.c checkpoint, anything else -> HF safetensors");
+  app.add_option("--grads-out", o.grads_out,
+                 "also write the gradient of the first batch's mean loss for every parameter (full shapes, by name) "
+                 "to this float32 safetensors file");
   app.add_flag("--json", o.json, "also print one JSON object line (before the final 'loss' line)");
   try {
     app.parse(argc, argv);
@@ -215,11 +284,19 @@ int main(int argc, char** argv) {
     if (W % (o.tp * o.pp) != 0)
       TRIAX_THROW(ConfigError, "--tp {} x --pp {} = {} does not divide the {} processes", o.tp, o.pp,
                   o.tp * o.pp, W);
-    wf.emplace(o.weights, o.heads);
-    cfg = wf->config();
+    if (triax::is_hf_dir(o.weights)) {
+      cfg = triax::read_hf_config(o.weights);
+      if (o.heads != 0 && o.heads != cfg.n_head)
+        TRIAX_THROW(ConfigError, "--heads {} but {}/config.json says {} heads", o.heads, o.weights, cfg.n_head);
+    } else {
+      wf.emplace(o.weights, o.heads);
+      cfg = wf->config();
+    }
     if (o.seq > cfg.max_seq)
       TRIAX_THROW(ConfigError, "--seq {} is longer than the model's {} positions ({})", o.seq, cfg.max_seq,
                   o.weights);
+    if (!o.grads_out.empty() && o.pp > 1 && cfg.tied_embeddings)
+      TRIAX_THROW(ConfigError, "--grads-out with a tied embedding needs --pp 1 (its gradient is split over two stages)");
     if (o.pp > cfg.n_layer)
       TRIAX_THROW(ConfigError, "--pp {} is more than the model's {} layers", o.pp, cfg.n_layer);
     cfg.validate(o.tp);
@@ -242,8 +319,14 @@ int main(int argc, char** argv) {
     const triax::ChunkSpec spec{first_layer, per + (s < extra ? 1 : 0), s == 0, s == o.pp - 1};
     chunk = std::make_unique<triax::GptChunk>(cfg, spec, grid->tp(), store, triax::Recompute::none);
     store.finalize();
-    wf->load(store, cfg, grid->tp());
-    if (!o.save.empty()) {
+    if (wf)
+      wf->load(store, cfg, grid->tp());
+    else
+      triax::load_hf_dir(o.weights, store, cfg, grid->tp().rank(), grid->tp().size());
+    if (!o.save.empty() && !cfg.is_gpt2()) {
+      triax::save_hf_dir(o.save, cfg, store, *grid);
+      if (world->rank() == 0) std::fprintf(stderr, "gpt_eval: wrote %s (HF model directory)\n", o.save.c_str());
+    } else if (!o.save.empty()) {
       const auto fmt_out = triax::weight_format_for_path(o.save);
       triax::save_weights(o.save, fmt_out, cfg, store, *grid);
       if (world->rank() == 0)
@@ -273,10 +356,15 @@ int main(int argc, char** argv) {
                            "will not be finite\n", o.weights.c_str(), static_cast<long long>(bad[0]));
   }
 
+  const std::string format = wf ? std::string(triax::weight_format_name(wf->format())) : "HF directory";
   try {
+    if (!o.grads_out.empty()) {
+      write_grads(o, *grid, cfg, *chunk, store, *data);
+      if (world->rank() == 0) std::fprintf(stderr, "gpt_eval: wrote the gradients to %s\n", o.grads_out.c_str());
+    }
     if (world->rank() == 0)
       std::fprintf(stderr, "gpt_eval: %s (%s): %s; tp %d pp %d dp %d; %lld batches of %d x %d\n", o.weights.c_str(),
-                   std::string(triax::weight_format_name(wf->format())).c_str(), cfg.describe().c_str(), o.tp, o.pp,
+                   format.c_str(), cfg.describe().c_str(), o.tp, o.pp,
                    W / (o.tp * o.pp), static_cast<long long>(K), o.batch, o.seq);
     const Result r = evaluate(o, *grid, cfg, *chunk, *data, K);
     double sum = 0;
@@ -294,7 +382,7 @@ int main(int argc, char** argv) {
         j["seconds"] = r.seconds;
         j["tokens_per_second"] = r.seconds > 0 ? static_cast<double>(K * o.batch * o.seq) / r.seconds : 0.0;
         j["weights"] = o.weights;
-        j["format"] = std::string(triax::weight_format_name(wf->format()));
+        j["format"] = format;
         j["data"] = o.data;
         j["layout"] = {{"tp", o.tp}, {"pp", o.pp}, {"dp", W / (o.tp * o.pp)}, {"world", W}};
         j["model"] = {{"n_layer", cfg.n_layer}, {"n_head", cfg.n_head},   {"n_embd", cfg.n_embd},

@@ -22,6 +22,7 @@
 #include <triax/distributed/failure/flight_recorder.h>
 #include <triax/distributed/failure/job_failure.h>
 #include <triax/faults/watchdog.h>
+#include <triax/model/hf_dir.h>
 #include <triax/model/weight_file.h>
 #include <triax/checkpoint/checkpoint.h>
 #include <triax/config/train_config.h>
@@ -197,9 +198,14 @@ int main(int argc, char** argv) {
       // Under ZeRO-1 with a compute copy the step gathers only the copy; the export reads every
       // master of the stage (a DP collective, so every rank calls it; nothing to do otherwise).
       trainer.optimizer().gather_master_weights();
-      triax::save_weights(c.export_hf, triax::WeightFormat::safetensors, trainer.model_config(), trainer.store(),
-                          trainer.grid());
-      if (rank == 0) triax::log::info("exported the model to {} (HF GPT2LMHeadModel safetensors)", c.export_hf);
+      const triax::GptConfig& m = trainer.model_config();
+      if (m.is_gpt2()) {
+        triax::save_weights(c.export_hf, triax::WeightFormat::safetensors, m, trainer.store(), trainer.grid());
+        if (rank == 0) triax::log::info("exported the model to {} (HF GPT2LMHeadModel safetensors)", c.export_hf);
+      } else {
+        triax::save_hf_dir(c.export_hf, m, trainer.store(), trainer.grid());
+        if (rank == 0) triax::log::info("exported the model to {} (HF LlamaForCausalLM directory)", c.export_hf);
+      }
     }
     if (jsonl && std::fclose(jsonl) != 0) {
       jsonl = nullptr;

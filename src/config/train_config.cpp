@@ -501,10 +501,10 @@ void checkpoint_options(Options& t) {
                       TRIAX_FIELD(save_interval), 0, kMaxI64));
   t.push_back(int_opt("keep-last", "checkpoints kept under --save (0: all)", TRIAX_FIELD(keep_last), 0, kMaxInt));
   t.push_back(string_opt("load", "resume from the newest complete checkpoint in this directory", TRIAX_FIELD(load)));
-  t.push_back(string_opt("init-from", "start from pretrained weights: HF GPT-2 safetensors or an llm.c .bin",
-                         TRIAX_FIELD(init_from)));
-  t.push_back(string_opt("export-hf", "at the end, write the model as HF GPT2LMHeadModel safetensors",
-                         TRIAX_FIELD(export_hf)));
+  t.push_back(string_opt("init-from", "start from pretrained weights: HF GPT-2 safetensors, an llm.c .bin, or an HF "
+                         "Llama model directory (config.json + safetensors)", TRIAX_FIELD(init_from)));
+  t.push_back(string_opt("export-hf", "at the end, write the model as HF GPT2LMHeadModel safetensors (a Llama-family "
+                         "model: an HF LlamaForCausalLM directory)", TRIAX_FIELD(export_hf)));
 }
 
 void metrics_options(Options& t) {

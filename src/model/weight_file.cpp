@@ -487,11 +487,20 @@ void write_llmc_checkpoint(const std::string& path, const GptConfig& cfg, const 
 }
 
 FullWeights gather_full_weights(const ParamStore& store, Communicator& tp, Communicator& world) {
+  // Any backend, host-accessible or not.
+  return gather_full_tensors(store, tp, world, [&](size_t i) { return store.param_to_host(i); });
+}
+
+FullWeights gather_full_tensors(const ParamStore& store, Communicator& tp, Communicator& world,
+                                const std::function<std::vector<float>(size_t)>& local_of) {
   // 1. Full tensors of this stage, kept on TP rank 0 (every TP rank takes part in the gathers).
   std::vector<std::pair<std::string, std::vector<float>>> mine;
   for (size_t i = 0; i < store.size(); ++i) {
     const ParamInfo& info = store.info(i);
-    const std::vector<float> local = store.param_to_host(i);  // any backend, host-accessible or not
+    const std::vector<float> local = local_of(i);
+    if (local.size() != info.numel)
+      TRIAX_THROW(ConfigError, "parameter '{}': {} local values, the store holds {}", info.spec.name, local.size(),
+                  info.numel);
     std::vector<float> full;
     if (info.spec.split == TpSplit::none || tp.size() == 1) {
       full.assign(local.begin(), local.end());
@@ -554,18 +563,13 @@ FullWeights gather_full_weights(const ParamStore& store, Communicator& tp, Commu
   return out;
 }
 
-void save_weights(const std::string& path, WeightFormat format, const GptConfig& cfg, const ParamStore& store,
-                  Communicator& tp, Communicator& world, io::FileDType stored) {
-  FullWeights w = gather_full_weights(store, tp, world);
+void write_on_rank0(Communicator& world, const std::function<void()>& write) {
   // Rank 0 writes; every rank then throws what rank 0 threw, so a job never half-fails.
   int status[2] = {0, 0};  // kind (0 ok, 1 IoError, 2 ConfigError, 3 other), message length
   std::string msg;
   if (world.rank() == 0) {
     try {
-      if (format == WeightFormat::llmc)
-        write_llmc_checkpoint(path, cfg, w, stored);
-      else
-        write_hf_safetensors(path, cfg, w, stored);
+      write();
     } catch (const IoError& e) {
       status[0] = 1;
       msg = e.what();
@@ -586,6 +590,17 @@ void save_weights(const std::string& path, WeightFormat format, const GptConfig&
   if (status[0] == 1) throw IoError(msg);
   if (status[0] == 2) throw ConfigError(msg);
   throw Error(msg);
+}
+
+void save_weights(const std::string& path, WeightFormat format, const GptConfig& cfg, const ParamStore& store,
+                  Communicator& tp, Communicator& world, io::FileDType stored) {
+  const FullWeights w = gather_full_weights(store, tp, world);
+  write_on_rank0(world, [&] {
+    if (format == WeightFormat::llmc)
+      write_llmc_checkpoint(path, cfg, w, stored);
+    else
+      write_hf_safetensors(path, cfg, w, stored);
+  });
 }
 
 void save_weights(const std::string& path, WeightFormat format, const GptConfig& cfg, const ParamStore& store,

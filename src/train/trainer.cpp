@@ -16,6 +16,7 @@
 #include "triax/core/log.h"
 #include "triax/core/memory_limit.h"
 #include "triax/train/memory_plan.h"
+#include "triax/model/hf_dir.h"
 #include "triax/model/weight_file.h"
 
 #if defined(TRIAX_HAVE_CUDA)
@@ -112,23 +113,77 @@ std::vector<int> stages_on_my_host(const ProcessGrid& g) {
 
 }  // namespace
 
+namespace {
+
+// An HF Llama directory's block as the block flags, where they are not given (a flag that
+// disagrees is refused on load when it changes a tensor's name or shape: load_hf_dir).
+void fill_block_from(TrainConfig& c, const GptConfig& f) {
+  if (!c.normalization) c.normalization = f.norm;
+  if (!c.norm_epsilon) c.norm_epsilon = f.norm_eps;
+  if (!c.swiglu) c.swiglu = f.swiglu;
+  if (!c.position_embedding) c.position_embedding = f.positions;
+  if (!c.rotary_base) c.rotary_base = f.rope_theta;
+  if (!c.use_rope_scaling) c.use_rope_scaling = f.rope_scaling.llama3;
+  if (!c.rope_scaling_factor && f.rope_scaling.llama3 && c.use_rope_scaling == true)
+    c.rope_scaling_factor = f.rope_scaling.factor;
+  if (!c.group_query_attention && !c.num_query_groups) {
+    c.group_query_attention = f.kv_heads() != f.n_head;
+    if (*c.group_query_attention) c.num_query_groups = f.kv_heads();
+  }
+  if (!c.untie_embeddings) c.untie_embeddings = !f.tied_embeddings;
+  if (!c.disable_bias_linear) c.disable_bias_linear = !f.bias;
+}
+
+}  // namespace
+
 TrainConfig with_init_from_shape(const TrainConfig& cfg) {
   if (cfg.init_from.empty()) return cfg;
   TrainConfig c = cfg;
-  const GptConfig f = WeightFile(cfg.init_from, cfg.heads.value_or(0)).config();
+  // An HF model directory's config.json, or a GPT-2 weight file's tensors.
+  const bool hf = is_hf_dir(cfg.init_from);
+  const GptConfig f = hf ? read_hf_config(cfg.init_from) : WeightFile(cfg.init_from, cfg.heads.value_or(0)).config();
   // The file's shape fills what the flags leave open; a flag that disagrees is refused on load
-  // with both shapes named (WeightFile::load).
+  // with both shapes named (WeightFile::load, load_hf_dir).
   if (!c.layers) c.layers = f.n_layer;
   if (!c.heads) c.heads = f.n_head;
   if (!c.hidden) c.hidden = f.n_embd;
   if (!c.ffn) c.ffn = f.ffn_size();
   if (!c.vocab) c.vocab = f.vocab;
   if (!c.max_seq) c.max_seq = f.max_seq;
+  if (hf) fill_block_from(c, f);
   return c;
 }
 
+namespace {
+
+// resolve_train_config of cfg with --init-from's shape and block; from an HF Llama directory also
+// what no flag spells: the llama3 scaling's low/high frequency factors and original context
+// (the flags fix them at Megatron's 1, 4, 8192) and the vocabulary padding (128).
+ResolvedTrainConfig resolve_with_init_from(const TrainConfig& cfg, int world_size) {
+  const TrainConfig c = with_init_from_shape(cfg);
+  ResolvedTrainConfig r = resolve_train_config(c, world_size);
+  if (!c.init_from.empty() && is_hf_dir(c.init_from)) {
+    const GptConfig f = read_hf_config(c.init_from);
+    GptConfig& m = r.model;
+    if (m.rope_scaling.llama3 && f.rope_scaling.llama3) {
+      m.rope_scaling.low_freq_factor = f.rope_scaling.low_freq_factor;
+      m.rope_scaling.high_freq_factor = f.rope_scaling.high_freq_factor;
+      m.rope_scaling.original_max_positions = f.rope_scaling.original_max_positions;
+    }
+    m.vocab_pad_to = f.vocab_pad_to;
+    try {
+      m.validate(c.tp);
+    } catch (const ConfigError& e) {
+      TRIAX_THROW(ConfigError, "--init-from {}: {}", c.init_from, e.what());
+    }
+  }
+  return r;
+}
+
+}  // namespace
+
 Trainer::Trainer(std::shared_ptr<Communicator> world, const TrainConfig& cfg, const TrainerOptions& opts)
-    : Trainer(world, resolve_train_config(with_init_from_shape(cfg), world->size()), opts) {}
+    : Trainer(world, resolve_with_init_from(cfg, world->size()), opts) {}
 
 // Everything below builds from `r` alone: the configuration is resolved once, above, and the
 // out-of-memory handlers describe the same resolution (the members are gone by then).
@@ -244,7 +299,11 @@ void Trainer::build_model(const ResolvedTrainConfig& r) {
   // forces one); init_params and the weight-file load refresh it.
   store_->finalize(cfg.zero1 ? static_cast<size_t>(r.dp) : 1, opts_.force_compute_copy);
   for (auto& ch : chunks_) ch->init_params(cfg.seed);
-  if (!cfg.init_from.empty()) WeightFile(cfg.init_from, model_.n_head).load(*store_, model_, grid_->tp());
+  if (cfg.init_from.empty()) return;
+  if (is_hf_dir(cfg.init_from))
+    load_hf_dir(cfg.init_from, *store_, model_, grid_->tp().rank(), grid_->tp().size());
+  else
+    WeightFile(cfg.init_from, model_.n_head).load(*store_, model_, grid_->tp());
 }
 
 void Trainer::build_optimizer(const ResolvedTrainConfig& r) {

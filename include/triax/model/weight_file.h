@@ -3,6 +3,7 @@
 // vocabulary). Loading fills a ParamStore's TP shard by reading only that shard from the file;
 // saving gathers the shards over TP and pipeline stages and one rank writes the file atomically.
 #pragma once
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -90,6 +91,14 @@ void write_llmc_checkpoint(const std::string& path, const GptConfig& cfg, const 
 // each name from the lowest world rank that holds it (DP replicas and the last stage's tied
 // embedding copy are not sent). Returns the model on world rank 0, an empty map elsewhere.
 FullWeights gather_full_weights(const ParamStore& store, Communicator& tp, Communicator& world);
+// The same for any per-parameter tensor of the store's local shapes: local(i) gives this rank's
+// shard of parameter i (gather_full_weights passes the masters; gpt_eval --grads-out the gradients).
+FullWeights gather_full_tensors(const ParamStore& store, Communicator& tp, Communicator& world,
+                                const std::function<std::vector<float>(size_t)>& local);
+
+// World rank 0 runs write(); then every rank returns normally or throws what it threw (IoError,
+// ConfigError, else Error, with rank 0's message), so a job never half-fails on a write.
+void write_on_rank0(Communicator& world, const std::function<void()>& write);
 
 // gather_full_weights, then world rank 0 writes `path` in `format` and tells every rank how it
 // went: every rank returns normally or throws the same IoError / ConfigError.

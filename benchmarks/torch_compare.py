@@ -238,6 +238,9 @@ def llama_forward(P, L, H, KV, C, V, T, block):
                          f"triax has {block}")
     if block.get("rope_llama3_scaling"):
         raise SystemExit("torch_compare: llama3 rope scaling is not written out here")
+    if "model.embed_tokens.weight" not in P:
+        raise SystemExit(f"torch_compare: triax exported no Llama parameter names (got {', '.join(list(P)[:4])}, ...): "
+                         f"its GptChunk did not build the Llama block")
     D, eps, group = C // H, block["norm_eps"], H // KV
     inv_freq = 1.0 / (block["rope_theta"] ** (torch.arange(0, D, 2, dtype=torch.float64) / D))
     angles = torch.arange(T, dtype=torch.float64)[:, None] * inv_freq[None, :]  # (T, D/2)

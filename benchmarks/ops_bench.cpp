@@ -1,6 +1,8 @@
 // ops_bench: time each CPU op (forward and backward) at one Transformer block's shapes, beside the
 // block's own GEMMs measured in the same run, and print each op's time as a share of the GEMM time.
-// Checks before timing: attention rows against a naive double reference. Prints wall time and
+// The Llama block's ops (RMSNorm, SwiGLU, RoPE, grouped-query attention) follow at the same B, T, C,
+// beside the Llama block's own GEMMs. Checks before timing: attention rows against a naive double
+// reference. Prints wall time and
 // process CPU time (best of reps): on a shared machine, run with OMP_NUM_THREADS=1
 // OPENBLAS_NUM_THREADS=1 and read the CPU column, which other processes do not inflate.
 //   ops_bench [--batch 4] [--seq 1024] [--channels 768] [--heads 12] [--vocab 50304] [--reps 5] [--json]
@@ -25,7 +27,10 @@
 #include "triax/ops/layernorm.h"
 #include "triax/ops/linear.h"
 #include "triax/ops/residual.h"
+#include "triax/ops/rmsnorm.h"
+#include "triax/ops/rope.h"
 #include "triax/ops/softmax_xent.h"
+#include "triax/ops/swiglu.h"
 #include "triax/ops/adamw.h"
 
 using namespace triax::ops;
@@ -83,6 +88,60 @@ std::vector<double> attention_row(const std::vector<float>& qkv, int b, int h, i
   return out;
 }
 
+struct Row {
+  std::string name;
+  Timing t;
+  double flops, bytes;
+  bool llama = false;  // shares against the Llama block's GEMMs
+};
+using AddRow = std::function<void(std::string, double, double, const std::function<void()>&)>;
+
+// The Llama block at the same B, T, C: F = 8C/3 rounded up to 64 (Llama's MLP rule), NH/4 key/value
+// heads (NH when 4 does not divide it). Its GEMMs first (fwd + bwd: qkv, o, gate|up, down), then
+// its ops: two RMSNorms, SwiGLU, RoPE on q and k, grouped-query attention.
+void add_llama_rows(const AddRow& add, int B, int T, int C, int NH, std::mt19937& g) {
+  const int N = B * T, HD = C / NH, NKV = NH % 4 == 0 ? NH / 4 : NH, F = (8 * C / 3 + 63) / 64 * 64;
+  const int W = C + 2 * NKV * HD;  // qkv row width
+  const double nc = double(N) * C;
+  const int widest = std::max({W, 2 * F, C});
+  auto in = random_floats(size_t(N) * std::max(C, F), g), dout = random_floats(size_t(N) * widest, g);
+  auto w = random_floats(size_t(widest) * std::max(C, F), g, -0.05f, 0.05f);
+  std::vector<float> out(size_t(N) * widest), dinp(size_t(N) * std::max(C, F)), dw(w.size(), 0.0f);
+  add("llama GEMMs fwd+bwd (qkv,o,gate|up,down)", 2.0 * N * C * (double(W) + C + 2 * F + F) * 3, 0, [&] {
+    for (auto [ic, oc] : {std::pair{C, W}, std::pair{C, C}, std::pair{C, 2 * F}, std::pair{F, C}}) {
+      linear_forward<float>(out.data(), in.data(), w.data(), nullptr, N, ic, oc);
+      linear_backward<float>(dinp.data(), dw.data(), nullptr, dout.data(), in.data(), w.data(), N, ic, oc);
+    }
+  });
+  auto x = random_floats(size_t(N) * C, g), nw = random_floats(C, g, 0.5f, 1.5f);
+  std::vector<float> rstd(N), dnw(C, 0.0f);
+  add("rmsnorm fwd x2", 0, 2 * 2 * nc * 4, [&] {
+    for (int r = 0; r < 2; ++r) rmsnorm_forward<float>(out.data(), rstd.data(), x.data(), nw.data(), N, C, 1e-5);
+  });
+  add("rmsnorm bwd x2", 0, 2 * 4 * nc * 4, [&] {
+    for (int r = 0; r < 2; ++r)
+      rmsnorm_backward<float>(dinp.data(), dnw.data(), dout.data(), x.data(), nw.data(), rstd.data(), N, C,
+                              GradMode::accumulate);
+  });
+  auto h = random_floats(size_t(N) * 2 * F, g, -3, 3);
+  add("swiglu fwd", 0, 3.0 * N * F * 4, [&] { swiglu_forward<float>(out.data(), h.data(), N, F); });
+  add("swiglu bwd", 0, 5.0 * N * F * 4, [&] { swiglu_backward<float>(out.data(), dout.data(), h.data(), N, F); });
+  auto qkv = random_floats(size_t(N) * W, g), cs = random_floats(size_t(T) * HD / 2, g, 0, 6.28f), sn = cs;
+  for (size_t i = 0; i < cs.size(); ++i) {  // a rotation table: repeated use keeps the norms
+    sn[i] = std::sin(cs[i]);
+    cs[i] = std::cos(cs[i]);
+  }
+  const double rope_bytes = 2.0 * N * (NH + NKV) * HD * 4;
+  add("rope fwd (q, k)", 0, rope_bytes, [&] { rope_forward<float>(qkv.data(), cs.data(), sn.data(), B, T, NH, NKV, HD); });
+  add("rope bwd (q, k)", 0, rope_bytes, [&] { rope_backward<float>(qkv.data(), cs.data(), sn.data(), B, T, NH, NKV, HD); });
+  std::vector<float> lse(size_t(B) * NH * T), dqkv(size_t(N) * W);
+  attention_forward<float>(out.data(), lse.data(), qkv.data(), B, T, C, NH, NKV);
+  add(fmt::format("gqa attention fwd ({} kv heads)", NKV), 4.0 * B * NH * double(T) * T / 2 * HD, 0,
+      [&] { attention_forward<float>(out.data(), lse.data(), qkv.data(), B, T, C, NH, NKV); });
+  add(fmt::format("gqa attention bwd ({} kv heads)", NKV), 10.0 * B * NH * double(T) * T / 2 * HD, 0,
+      [&] { attention_backward<float>(dqkv.data(), dout.data(), qkv.data(), lse.data(), B, T, C, NH, NKV); });
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -122,11 +181,6 @@ int main(int argc, char** argv) {
     return 1;
   }
 
-  struct Row {
-    std::string name;
-    Timing t;
-    double flops, bytes;
-  };
   std::vector<Row> rows;
   auto add = [&](std::string name, double flops, double bytes, const std::function<void()>& f) {
     rows.push_back({std::move(name), time_best(reps, f), flops, bytes});
@@ -166,6 +220,14 @@ int main(int argc, char** argv) {
   double block_other = 0, gemm_s = secs(rows[0]);
   for (size_t i = 1; i < rows.size(); ++i) block_other += secs(rows[i]);
 
+  // The Llama block: its GEMMs and its ops, shares against its own GEMMs.
+  const size_t llama0 = rows.size();
+  add_llama_rows(add, B, T, C, NH, g);
+  for (size_t i = llama0; i < rows.size(); ++i) rows[i].llama = true;
+  double llama_other = 0;
+  const double llama_gemm_s = secs(rows[llama0]);
+  for (size_t i = llama0 + 1; i < rows.size(); ++i) llama_other += secs(rows[i]);
+
   // Model-level ops (once per step, not per block), for the record.
   {
     std::vector<float> logits = random_floats(size_t(std::min(N, 1024)) * V, g, -4, 4), loss(N), xl(N);
@@ -193,12 +255,16 @@ int main(int argc, char** argv) {
     const double s = secs(r);
     fmt::print("{:<42} {:>9.2f} {:>9.2f} {:>9} {:>8} {:>8.1f}%\n", r.name, r.t.wall * 1e3, r.t.cpu * 1e3,
                r.flops ? fmt::format("{:.1f}", r.flops / s / 1e9) : "", r.bytes ? fmt::format("{:.1f}", r.bytes / s / 1e9) : "",
-               100 * s / gemm_s);
+               100 * s / (r.llama ? llama_gemm_s : gemm_s));
     j["ops"].push_back({{"op", r.name}, {"wall_ms", r.t.wall * 1e3}, {"cpu_ms", r.t.cpu * 1e3}});
   }
   fmt::print("block: GEMMs {:.1f} ms, other ops {:.1f} ms -> {:.1f}% of block time in the linear GEMMs\n", gemm_s * 1e3,
              block_other * 1e3, 100 * gemm_s / (gemm_s + block_other));
   j["gemm_share"] = gemm_s / (gemm_s + block_other);
+  fmt::print("llama block: GEMMs {:.1f} ms, other ops {:.1f} ms -> {:.1f}% in the linear GEMMs (the rmsnorm, swiglu, "
+             "rope and gqa rows: shares vs the llama GEMMs)\n",
+             llama_gemm_s * 1e3, llama_other * 1e3, 100 * llama_gemm_s / (llama_gemm_s + llama_other));
+  j["llama_gemm_share"] = llama_gemm_s / (llama_gemm_s + llama_other);
   if (json) fmt::print("{}\n", j.dump());
   return 0;
 }

@@ -12,7 +12,8 @@
 #              train_gpt, triax-plan (those that exist)
 #   kernels    1. every CUDA test (ctest label cuda: the kernel/op table against the CPU ops, one
 #              "... ok|FAIL" line per op and type) and the loss-scaler test
-#   step_check 2. one fp32 training step of a small GPT, --backend cuda vs cpu (cuda_step_check)
+#   step_check 2. one fp32 training step of a small GPT, --backend cuda vs cpu (cuda_step_check),
+#              then the same for llama-tiny (step_check_llama)
 #   memcheck   4. compute-sanitizer memcheck of the small step (cuda_step_check, else the kernels)
 #   gpt2       3. bf16 GPT-2 124M, 50 steps, triax vs PyTorch eager and torch.compile, MFU, memory
 #              vs the planner (gpt2_h200.py), with the time that is left
@@ -301,6 +302,17 @@ else
   rc=$?
   tail -15 "$out/step_check.log" | tee -a "$summary"
   record step_check "$(status_of $rc)" "$s" --rc $rc --log step_check.log --detail "$(grep -v '^$' "$out/step_check.log" | tail -1 | head -c 300)"
+  # The Llama block (RMSNorm, SwiGLU, RoPE, untied head; 4 heads of 64 over llama-tiny's 2 KV
+  # heads: the GQA kernels), the same check.
+  s=$(date +%s)
+  if left 30 > /dev/null; then
+    timeout "$(cap 120)" "$step_exe" --model llama-tiny --hidden-size 256 --num-attention-heads 4 > "$out/step_check_llama.log" 2>&1
+    rc=$?
+    tail -15 "$out/step_check_llama.log" | tee -a "$summary"
+    record step_check_llama "$(status_of $rc)" "$s" --rc $rc --log step_check_llama.log --detail "$(grep -v '^$' "$out/step_check_llama.log" | tail -1 | head -c 300)"
+  else
+    record step_check_llama no_time "$s"
+  fi
 fi
 
 # ---- 4. compute-sanitizer memcheck of the small step (before step 3: it is short, and step 3

@@ -20,7 +20,10 @@
 #include "triax/ops/layernorm.h"
 #include "triax/ops/linear.h"
 #include "triax/ops/residual.h"
+#include "triax/ops/rmsnorm.h"
+#include "triax/ops/rope.h"
 #include "triax/ops/softmax_xent.h"
+#include "triax/ops/swiglu.h"
 #include "triax/ops/adamw.h"
 #include "triax/tensor/allocator.h"
 
@@ -58,6 +61,13 @@ R* ptr(const Tensor& t, const char* op, const char* what) {
 // The backend sees a vocabulary shard [v0, v1), not the full vocabulary: tokens are checked
 // against the vocabulary by the model on the host; here any token >= 0 outside the shard gives zeros.
 constexpr int kAnyVocab = std::numeric_limits<int>::max();
+
+// Elements per token of the fused qkv activation: NH query heads and NKV (0: NH) key and value
+// heads of C / NH channels. NH < 1 or a non-dividing NH are left for the op to name.
+int64_t qkv_row(int C, int NH, int NKV) {
+  if (NH < 1) return int64_t{3} * C;
+  return C + int64_t{2} * (NKV > 0 ? NKV : NH) * (C / NH);
+}
 
 }  // namespace
 
@@ -418,36 +428,120 @@ void CpuBackend::gelu_backward(const Tensor& dinp, const Tensor& inp, const Tens
   });
 }
 
+void CpuBackend::rmsnorm_forward(const Tensor& out, const Tensor& rstd, const Tensor& inp, const Tensor& w, int N, int C,
+                                 double eps) {
+  const char* op = "rmsnorm_forward";
+  need(out, op, "out", int64_t{N} * C);
+  need(rstd, op, "rstd", N);
+  need(inp, op, "inp", int64_t{N} * C);
+  need(w, op, "weight", C);
+  auto a = open({&out, &rstd, &inp, &w});
+  by_real(out.dtype(), op, [&](auto r) {
+    using R = decltype(r);
+    ops::rmsnorm_forward(ptr<R>(out, op, "out"), ptr<R>(rstd, op, "rstd"), static_cast<const R*>(ptr<R>(inp, op, "inp")),
+                         static_cast<const R*>(ptr<R>(w, op, "weight")), N, C, eps);
+  });
+}
+
+void CpuBackend::rmsnorm_backward(const Tensor& dinp, const Tensor& dw, const Tensor& dout, const Tensor& inp,
+                                  const Tensor& w, const Tensor& rstd, int N, int C, ops::GradMode mode) {
+  const char* op = "rmsnorm_backward";
+  need(dinp, op, "dinp", int64_t{N} * C);
+  need(dout, op, "dout", int64_t{N} * C);
+  need(inp, op, "inp", int64_t{N} * C);
+  need(w, op, "weight", C);
+  need(rstd, op, "rstd", N);
+  if (dw.defined()) need(dw, op, "dweight", C);
+  auto a = open({&dinp, &dw, &dout, &inp, &w, &rstd});
+  by_real(dout.dtype(), op, [&](auto r) {
+    using R = decltype(r);
+    ops::rmsnorm_backward(ptr<R>(dinp, op, "dinp"), ptr<R>(dw, op, "dweight"),
+                          static_cast<const R*>(ptr<R>(dout, op, "dout")), static_cast<const R*>(ptr<R>(inp, op, "inp")),
+                          static_cast<const R*>(ptr<R>(w, op, "weight")), static_cast<const R*>(ptr<R>(rstd, op, "rstd")),
+                          N, C, mode);
+  });
+}
+
+void CpuBackend::swiglu_forward(const Tensor& out, const Tensor& h, int N, int F) {
+  const char* op = "swiglu_forward";
+  need(out, op, "out", int64_t{N} * F);
+  need(h, op, "h", int64_t{N} * 2 * F);
+  auto a = open({&out, &h});
+  by_real(out.dtype(), op, [&](auto r) {
+    using R = decltype(r);
+    ops::swiglu_forward(ptr<R>(out, op, "out"), static_cast<const R*>(ptr<R>(h, op, "h")), N, F);
+  });
+}
+
+void CpuBackend::swiglu_backward(const Tensor& dh, const Tensor& dout, const Tensor& h, int N, int F) {
+  const char* op = "swiglu_backward";
+  need(dh, op, "dh", int64_t{N} * 2 * F);
+  need(dout, op, "dout", int64_t{N} * F);
+  need(h, op, "h", int64_t{N} * 2 * F);
+  auto a = open({&dh, &dout, &h});
+  by_real(dh.dtype(), op, [&](auto r) {
+    using R = decltype(r);
+    ops::swiglu_backward(ptr<R>(dh, op, "dh"), static_cast<const R*>(ptr<R>(dout, op, "dout")),
+                         static_cast<const R*>(ptr<R>(h, op, "h")), N, F);
+  });
+}
+
+void CpuBackend::rope_forward(const Tensor& qkv, const Tensor& cos, const Tensor& sin, int B, int T, int NH, int NKV,
+                              int HD) {
+  const char* op = "rope_forward";
+  need(qkv, op, "qkv", int64_t{B} * T * (NH + 2 * int64_t{NKV > 0 ? NKV : NH}) * HD);
+  need(cos, op, "cos", int64_t{T} * (HD / 2));
+  need(sin, op, "sin", int64_t{T} * (HD / 2));
+  auto a = open({&qkv, &cos, &sin});
+  by_real(qkv.dtype(), op, [&](auto r) {
+    using R = decltype(r);
+    ops::rope_forward(ptr<R>(qkv, op, "qkv"), static_cast<const R*>(ptr<R>(cos, op, "cos")),
+                      static_cast<const R*>(ptr<R>(sin, op, "sin")), B, T, NH, NKV, HD);
+  });
+}
+
+void CpuBackend::rope_backward(const Tensor& dqkv, const Tensor& cos, const Tensor& sin, int B, int T, int NH, int NKV,
+                               int HD) {
+  const char* op = "rope_backward";
+  need(dqkv, op, "dqkv", int64_t{B} * T * (NH + 2 * int64_t{NKV > 0 ? NKV : NH}) * HD);
+  need(cos, op, "cos", int64_t{T} * (HD / 2));
+  need(sin, op, "sin", int64_t{T} * (HD / 2));
+  auto a = open({&dqkv, &cos, &sin});
+  by_real(dqkv.dtype(), op, [&](auto r) {
+    using R = decltype(r);
+    ops::rope_backward(ptr<R>(dqkv, op, "dqkv"), static_cast<const R*>(ptr<R>(cos, op, "cos")),
+                       static_cast<const R*>(ptr<R>(sin, op, "sin")), B, T, NH, NKV, HD);
+  });
+}
+
 void CpuBackend::attention_forward(const Tensor& out, const Tensor& lse, const Tensor& qkv, int B, int T, int C,
                                    int NH, int NKV) {
-  if (NKV != 0 && NKV != NH) TRIAX_THROW(ConfigError, "PENDING(llama): grouped-query attention");
   const char* op = "attention_forward";
   need(out, op, "out", int64_t{B} * T * C);
   need(lse, op, "lse", int64_t{B} * NH * T);
-  need(qkv, op, "qkv", int64_t{B} * T * 3 * C);
+  need(qkv, op, "qkv", int64_t{B} * T * qkv_row(C, NH, NKV));
   auto a = open({&out, &lse, &qkv});
   by_real(out.dtype(), op, [&](auto r) {
     using R = decltype(r);
     ops::attention_forward(ptr<R>(out, op, "out"), ptr<R>(lse, op, "lse"), static_cast<const R*>(ptr<R>(qkv, op, "qkv")),
-                           B, T, C, NH);
+                           B, T, C, NH, NKV);
   });
 }
 
 void CpuBackend::attention_backward(const Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& out,
                                     const Tensor& lse, int B, int T, int C, int NH, int NKV) {
-  if (NKV != 0 && NKV != NH) TRIAX_THROW(ConfigError, "PENDING(llama): grouped-query attention");
   const char* op = "attention_backward";
-  need(dqkv, op, "dqkv", int64_t{B} * T * 3 * C);
+  need(dqkv, op, "dqkv", int64_t{B} * T * qkv_row(C, NH, NKV));
   need(dout, op, "dout", int64_t{B} * T * C);
   need(out, op, "out", int64_t{B} * T * C);
-  need(qkv, op, "qkv", int64_t{B} * T * 3 * C);
+  need(qkv, op, "qkv", int64_t{B} * T * qkv_row(C, NH, NKV));
   need(lse, op, "lse", int64_t{B} * NH * T);
   auto a = open({&dqkv, &dout, &qkv, &lse});
   by_real(dqkv.dtype(), op, [&](auto r) {
     using R = decltype(r);
     ops::attention_backward(ptr<R>(dqkv, op, "dqkv"), static_cast<const R*>(ptr<R>(dout, op, "dout")),
                             static_cast<const R*>(ptr<R>(qkv, op, "qkv")), static_cast<const R*>(ptr<R>(lse, op, "lse")),
-                            B, T, C, NH);
+                            B, T, C, NH, NKV);
   });
 }
 
@@ -736,24 +830,5 @@ void from_host_f32(Backend& be, const Tensor& t, std::span<const float> src) {
 }
 
 std::unique_ptr<Backend> make_cpu_backend(DType compute) { return std::make_unique<CpuBackend>(compute); }
-
-// PENDING(llama): placeholders of the Llama ops until their implementations land.
-void CpuBackend::rmsnorm_forward(const Tensor&, const Tensor&, const Tensor&, const Tensor&, int, int, double) {
-  TRIAX_THROW(ConfigError, "PENDING(llama): rmsnorm_forward");
-}
-void CpuBackend::rmsnorm_backward(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
-                               int, int, ops::GradMode) {
-  TRIAX_THROW(ConfigError, "PENDING(llama): rmsnorm_backward");
-}
-void CpuBackend::swiglu_forward(const Tensor&, const Tensor&, int, int) { TRIAX_THROW(ConfigError, "PENDING(llama): swiglu"); }
-void CpuBackend::swiglu_backward(const Tensor&, const Tensor&, const Tensor&, int, int) {
-  TRIAX_THROW(ConfigError, "PENDING(llama): swiglu");
-}
-void CpuBackend::rope_forward(const Tensor&, const Tensor&, const Tensor&, int, int, int, int, int) {
-  TRIAX_THROW(ConfigError, "PENDING(llama): rope");
-}
-void CpuBackend::rope_backward(const Tensor&, const Tensor&, const Tensor&, int, int, int, int, int) {
-  TRIAX_THROW(ConfigError, "PENDING(llama): rope");
-}
 
 }  // namespace triax

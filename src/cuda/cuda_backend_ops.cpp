@@ -17,7 +17,10 @@
 #include "triax/cuda/gelu.h"
 #include "triax/cuda/layernorm.h"
 #include "triax/cuda/linear.h"
+#include "triax/cuda/rmsnorm.h"
+#include "triax/cuda/rope.h"
 #include "triax/cuda/softmax_xent.h"
+#include "triax/cuda/swiglu.h"
 #include "triax/ops/layernorm.h"
 
 namespace triax::cuda {
@@ -27,6 +30,17 @@ using namespace backend_detail;
 namespace {
 // The backend sees a vocabulary shard [v0, v1), not the full vocabulary (as the CPU backend).
 constexpr int kAnyVocab = std::numeric_limits<int>::max();
+
+// Elements per token of qkv for attention with NKV key/value heads (0: NH): C + 2 NKV (C / NH).
+// ConfigError for head counts that do not fit (checked before any size is computed from them).
+int64_t qkv_width(const char* op, int C, int NH, int NKV) {
+  if (NH <= 0 || C <= 0 || C % NH != 0)
+    TRIAX_THROW(ConfigError, "backend {}: NH={} heads must be positive and divide C={}", op, NH, C);
+  const int nkv = NKV == 0 ? NH : NKV;
+  if (nkv < 0 || NH % nkv != 0)
+    TRIAX_THROW(ConfigError, "backend {}: NKV={} key/value heads must be positive and divide NH={}", op, NKV, NH);
+  return C + int64_t{2} * nkv * (C / NH);
+}
 }  // namespace
 
 // ---- rows and biases
@@ -182,50 +196,50 @@ void CudaBackend::gelu_backward(const Tensor& dinp, const Tensor& inp, const Ten
 
 void CudaBackend::attention_forward(const Tensor& out, const Tensor& lse, const Tensor& qkv, int B, int T, int C,
                                     int NH, int NKV) {
-  if (NKV != 0 && NKV != NH) TRIAX_THROW(ConfigError, "PENDING(llama): grouped-query attention");
   const char* op = "attention_forward";
+  const int64_t W = qkv_width(op, C, NH, NKV);
   need(out, op, "out", int64_t{B} * T * C);
   need(lse, op, "lse", int64_t{B} * NH * T);
-  need(qkv, op, "qkv", int64_t{B} * T * 3 * C);
+  need(qkv, op, "qkv", int64_t{B} * T * W);
   use_device();
   // bf16/fp16: cuDNN's fused attention where the build has it and cuDNN takes the shape
   // (TRIAX_ATTENTION, docs/CUDA.md); the kernels of cuda/attention.h otherwise and for fp32.
-  if (out.dtype() != DType::f32 && cuda::use_cudnn_attention(out.dtype(), B, T, C, NH)) {
+  if (out.dtype() != DType::f32 && cuda::use_cudnn_attention(out.dtype(), B, T, C, NH, NKV)) {
     if (qkv.dtype() != out.dtype()) TRIAX_THROW(ConfigError, "backend {}: qkv is {}, out is {}", op, dtype_name(qkv.dtype()), dtype_name(out.dtype()));
     cuda::cudnn_attention_forward(out.dtype(), out.raw_data(), stat_ptr(lse, op, "lse"), qkv.raw_data(), B, T, C, NH,
-                                  stream_);
+                                  NKV, stream_);
     return;
   }
   by_act(out.dtype(), op, [&](auto r) {
     using R = decltype(r);
     cuda::attention_forward(ptr<R>(out, op, "out"), stat_ptr(lse, op, "lse"),
-                            static_cast<const R*>(ptr<R>(qkv, op, "qkv")), B, T, C, NH, stream_);
+                            static_cast<const R*>(ptr<R>(qkv, op, "qkv")), B, T, C, NH, NKV, stream_);
   });
 }
 
 void CudaBackend::attention_backward(const Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& out,
                                      const Tensor& lse, int B, int T, int C, int NH, int NKV) {
-  if (NKV != 0 && NKV != NH) TRIAX_THROW(ConfigError, "PENDING(llama): grouped-query attention");
   const char* op = "attention_backward";
-  need(dqkv, op, "dqkv", int64_t{B} * T * 3 * C);
+  const int64_t W = qkv_width(op, C, NH, NKV);
+  need(dqkv, op, "dqkv", int64_t{B} * T * W);
   need(dout, op, "dout", int64_t{B} * T * C);
   need(out, op, "out", int64_t{B} * T * C);
-  need(qkv, op, "qkv", int64_t{B} * T * 3 * C);
+  need(qkv, op, "qkv", int64_t{B} * T * W);
   need(lse, op, "lse", int64_t{B} * NH * T);
   use_device();
-  if (dqkv.dtype() != DType::f32 && cuda::use_cudnn_attention(dqkv.dtype(), B, T, C, NH)) {
+  if (dqkv.dtype() != DType::f32 && cuda::use_cudnn_attention(dqkv.dtype(), B, T, C, NH, NKV)) {
     for (const Tensor* t : {&dout, &qkv, &out})
       if (t->dtype() != dqkv.dtype())
         TRIAX_THROW(ConfigError, "backend {}: {} and dqkv differ in type", op, t->str());
     cuda::cudnn_attention_backward(dqkv.dtype(), dqkv.raw_data(), dout.raw_data(), qkv.raw_data(), out.raw_data(),
-                                   stat_ptr(lse, op, "lse"), B, T, C, NH, stream_);
+                                   stat_ptr(lse, op, "lse"), B, T, C, NH, NKV, stream_);
     return;
   }
   by_act(dqkv.dtype(), op, [&](auto r) {
     using R = decltype(r);
     cuda::attention_backward(ptr<R>(dqkv, op, "dqkv"), static_cast<const R*>(ptr<R>(dout, op, "dout")),
                              static_cast<const R*>(ptr<R>(qkv, op, "qkv")), static_cast<const R*>(ptr<R>(out, op, "out")),
-                             stat_ptr(lse, op, "lse"), B, T, C, NH, stream_);
+                             stat_ptr(lse, op, "lse"), B, T, C, NH, NKV, stream_);
   });
 }
 
@@ -436,23 +450,105 @@ void CudaBackend::scale_rows(const Tensor& out, const Tensor& in, const Tensor& 
   });
 }
 
-// PENDING(llama): placeholders of the Llama ops until their implementations land.
-void CudaBackend::rmsnorm_forward(const Tensor&, const Tensor&, const Tensor&, const Tensor&, int, int, double) {
-  TRIAX_THROW(ConfigError, "PENDING(llama): rmsnorm_forward");
+// ---- the Llama block: RMSNorm, SwiGLU, rotary positions
+
+void CudaBackend::rmsnorm_forward(const Tensor& out, const Tensor& rstd, const Tensor& inp, const Tensor& w, int N,
+                                  int C, double eps) {
+  const char* op = "rmsnorm_forward";
+  need(out, op, "out", int64_t{N} * C);
+  need(rstd, op, "rstd", N);
+  need(inp, op, "inp", int64_t{N} * C);
+  need(w, op, "weight", C);
+  use_device();
+  by_act(out.dtype(), op, [&](auto r) {
+    using R = decltype(r);
+    cuda::rmsnorm_forward(ptr<R>(out, op, "out"), stat_ptr(rstd, op, "rstd"),
+                          static_cast<const R*>(ptr<R>(inp, op, "inp")), static_cast<const R*>(ptr<R>(w, op, "weight")),
+                          N, C, static_cast<float>(eps), stream_);
+  });
 }
-void CudaBackend::rmsnorm_backward(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
-                               int, int, ops::GradMode) {
-  TRIAX_THROW(ConfigError, "PENDING(llama): rmsnorm_backward");
+
+void CudaBackend::rmsnorm_backward(const Tensor& dinp, const Tensor& dw, const Tensor& dout, const Tensor& inp,
+                                   const Tensor& w, const Tensor& rstd, int N, int C, ops::GradMode mode) {
+  const char* op = "rmsnorm_backward";
+  need(dinp, op, "dinp", int64_t{N} * C);
+  need(dout, op, "dout", int64_t{N} * C);
+  need(inp, op, "inp", int64_t{N} * C);
+  need(w, op, "weight", C);
+  need(rstd, op, "rstd", N);
+  if (dw.defined()) need(dw, op, "dweight", C);
+  use_device();
+  by_act(dout.dtype(), op, [&](auto r) {
+    using R = decltype(r);
+    cuda::rmsnorm_backward(ptr<R>(dinp, op, "dinp"), grad_ptr(dw, op, "dweight"),
+                           static_cast<const R*>(ptr<R>(dout, op, "dout")), static_cast<const R*>(ptr<R>(inp, op, "inp")),
+                           static_cast<const R*>(ptr<R>(w, op, "weight")), stat_ptr(rstd, op, "rstd"), N, C, mode,
+                           stream_);
+  });
 }
-void CudaBackend::swiglu_forward(const Tensor&, const Tensor&, int, int) { TRIAX_THROW(ConfigError, "PENDING(llama): swiglu"); }
-void CudaBackend::swiglu_backward(const Tensor&, const Tensor&, const Tensor&, int, int) {
-  TRIAX_THROW(ConfigError, "PENDING(llama): swiglu");
+
+void CudaBackend::swiglu_forward(const Tensor& out, const Tensor& h, int N, int F) {
+  const char* op = "swiglu_forward";
+  need(out, op, "out", int64_t{N} * F);
+  need(h, op, "h", int64_t{N} * 2 * F);
+  use_device();
+  by_act(out.dtype(), op, [&](auto r) {
+    using R = decltype(r);
+    cuda::swiglu_forward(ptr<R>(out, op, "out"), static_cast<const R*>(ptr<R>(h, op, "h")), N, F, stream_);
+  });
 }
-void CudaBackend::rope_forward(const Tensor&, const Tensor&, const Tensor&, int, int, int, int, int) {
-  TRIAX_THROW(ConfigError, "PENDING(llama): rope");
+
+void CudaBackend::swiglu_backward(const Tensor& dh, const Tensor& dout, const Tensor& h, int N, int F) {
+  const char* op = "swiglu_backward";
+  need(dh, op, "dh", int64_t{N} * 2 * F);
+  need(dout, op, "dout", int64_t{N} * F);
+  need(h, op, "h", int64_t{N} * 2 * F);
+  if (dh.raw_data() == h.raw_data()) TRIAX_THROW(ConfigError, "backend {}: dh may not alias h", op);
+  use_device();
+  by_act(dh.dtype(), op, [&](auto r) {
+    using R = decltype(r);
+    cuda::swiglu_backward(ptr<R>(dh, op, "dh"), static_cast<const R*>(ptr<R>(dout, op, "dout")),
+                          static_cast<const R*>(ptr<R>(h, op, "h")), N, F, stream_);
+  });
 }
-void CudaBackend::rope_backward(const Tensor&, const Tensor&, const Tensor&, int, int, int, int, int) {
-  TRIAX_THROW(ConfigError, "PENDING(llama): rope");
+
+namespace {
+// The checks of rope_forward/backward's sizes before any size is computed from them.
+void rope_sizes(const char* op, int B, int T, int NH, int NKV, int HD) {
+  if (B <= 0 || T <= 0 || NH <= 0 || NKV <= 0 || HD <= 0 || HD % 2 != 0)
+    TRIAX_THROW(ConfigError, "backend {}: B={} T={} NH={} NKV={} must be positive and HD={} positive and even", op, B,
+                T, NH, NKV, HD);
+}
+}  // namespace
+
+void CudaBackend::rope_forward(const Tensor& qkv, const Tensor& cos, const Tensor& sin, int B, int T, int NH, int NKV,
+                               int HD) {
+  const char* op = "rope_forward";
+  rope_sizes(op, B, T, NH, NKV, HD);
+  need(qkv, op, "qkv", int64_t{B} * T * (NH + int64_t{2} * NKV) * HD);
+  need(cos, op, "cos", int64_t{T} * (HD / 2));
+  need(sin, op, "sin", int64_t{T} * (HD / 2));
+  use_device();
+  by_act(qkv.dtype(), op, [&](auto r) {
+    using R = decltype(r);
+    cuda::rope_forward(ptr<R>(qkv, op, "qkv"), stat_ptr(cos, op, "cos"), stat_ptr(sin, op, "sin"), B, T, NH, NKV, HD,
+                       stream_);
+  });
+}
+
+void CudaBackend::rope_backward(const Tensor& dqkv, const Tensor& cos, const Tensor& sin, int B, int T, int NH, int NKV,
+                                int HD) {
+  const char* op = "rope_backward";
+  rope_sizes(op, B, T, NH, NKV, HD);
+  need(dqkv, op, "dqkv", int64_t{B} * T * (NH + int64_t{2} * NKV) * HD);
+  need(cos, op, "cos", int64_t{T} * (HD / 2));
+  need(sin, op, "sin", int64_t{T} * (HD / 2));
+  use_device();
+  by_act(dqkv.dtype(), op, [&](auto r) {
+    using R = decltype(r);
+    cuda::rope_backward(ptr<R>(dqkv, op, "dqkv"), stat_ptr(cos, op, "cos"), stat_ptr(sin, op, "sin"), B, T, NH, NKV,
+                        HD, stream_);
+  });
 }
 
 }  // namespace triax::cuda

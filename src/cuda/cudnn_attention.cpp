@@ -69,7 +69,7 @@ std::vector<int64_t> dims_of(const AttentionView& v) { return {v.dim[0], v.dim[1
 std::vector<int64_t> strides_of(const AttentionView& v) { return {v.stride[0], v.stride[1], v.stride[2], v.stride[3]}; }
 
 AttentionView view(AttentionTensor t, const CudnnAttentionKey& k) {
-  return cudnn_attention_view(t, k.B, k.T, k.NH, k.HS);
+  return cudnn_attention_view(t, k.B, k.T, k.NH, k.HS, k.NKV);
 }
 
 TensorPtr input(fe::graph::Graph& g, const char* name, Uid uid, const AttentionView& v,
@@ -248,13 +248,18 @@ Entry& entry(DeviceCache& d, const CudnnAttentionKey& k) {
 
 // ---------------------------------------------------------------- calls
 
-void check_call(const char* op, DType dtype, int B, int T, int C, int NH) {
+// The key of a call, after the checks.
+CudnnAttentionKey check_call(const char* op, DType dtype, int B, int T, int C, int NH, int NKV, bool backward) {
   if (dtype != DType::bf16 && dtype != DType::f16)
     TRIAX_THROW(ConfigError, "{}: dtype {} is not supported (cuDNN's fused attention takes bfloat16 or float16; "
                 "float32 runs on cuda::attention_forward/backward)", op, dtype_name(dtype));
-  if (B <= 0 || T <= 0 || C <= 0 || NH <= 0)
-    TRIAX_THROW(ConfigError, "{}: sizes B={} T={} C={} NH={} must be positive", op, B, T, C, NH);
+  if (B <= 0 || T <= 0 || C <= 0 || NH <= 0 || NKV < 0)
+    TRIAX_THROW(ConfigError, "{}: sizes B={} T={} C={} NH={} must be positive (NKV={} not negative)", op, B, T, C, NH,
+                NKV);
   if (C % NH != 0) TRIAX_THROW(ConfigError, "{}: NH={} does not divide C={}", op, NH, C);
+  if (NKV > 0 && NH % NKV != 0)
+    TRIAX_THROW(ConfigError, "{}: NKV={} key/value heads do not divide NH={} query heads", op, NKV, NH);
+  return {dtype, B, T, NH, C / NH, backward, cudnn_attention_key_kv(NH, NKV)};
 }
 
 // Half-type tensors 16-byte aligned (cuDNN's Hopper kernels load them with TMA; our allocations are
@@ -293,17 +298,27 @@ std::string cudnn_attention_version() {
                      CUDNN_FRONTEND_MINOR_VERSION, CUDNN_FRONTEND_PATCH_VERSION);
 }
 
-std::optional<std::string> cudnn_attention_unsupported_reason(DType dtype, int B, int T, int NH, int HS) {
+namespace {
+// Why the shape itself is out (before any graph), or nullopt.
+std::optional<std::string> bad_shape(DType dtype, int B, int T, int NH, int HS, int NKV) {
   if (dtype != DType::bf16 && dtype != DType::f16)
     return fmt::format("dtype {}: cuDNN's fused attention takes bfloat16 or float16", dtype_name(dtype));
-  if (B <= 0 || T <= 0 || NH <= 0 || HS <= 0)
-    return fmt::format("sizes B={} T={} NH={} HS={} must be positive", B, T, NH, HS);
+  if (B <= 0 || T <= 0 || NH <= 0 || HS <= 0 || NKV < 0)
+    return fmt::format("sizes B={} T={} NH={} HS={} must be positive (NKV={} not negative)", B, T, NH, HS, NKV);
+  if (NKV > 0 && NH % NKV != 0) return fmt::format("NKV={} key/value heads do not divide NH={}", NKV, NH);
+  return std::nullopt;
+}
+}  // namespace
+
+std::optional<std::string> cudnn_attention_unsupported_reason(DType dtype, int B, int T, int NH, int HS, int NKV) {
+  if (auto why = bad_shape(dtype, B, T, NH, HS, NKV)) return why;
+  const int kv = cudnn_attention_key_kv(NH, NKV);
   try {
     Cache& c = cache();
     std::lock_guard lock(c.mu);
     DeviceCache& d = device_cache(c);
     for (const bool backward : {false, true}) {
-      const Entry& e = entry(d, CudnnAttentionKey{dtype, B, T, NH, HS, backward});
+      const Entry& e = entry(d, CudnnAttentionKey{dtype, B, T, NH, HS, backward, kv});
       if (!e.graph) return fmt::format("{}: {}", backward ? "backward" : "forward", e.why);
     }
   } catch (const Error& e) {
@@ -312,13 +327,11 @@ std::optional<std::string> cudnn_attention_unsupported_reason(DType dtype, int B
   return std::nullopt;
 }
 
-std::optional<std::string> cudnn_attention_check_graphs(DType dtype, int B, int T, int NH, int HS, int sm_version) {
-  if (dtype != DType::bf16 && dtype != DType::f16)
-    return fmt::format("dtype {}: cuDNN's fused attention takes bfloat16 or float16", dtype_name(dtype));
-  if (B <= 0 || T <= 0 || NH <= 0 || HS <= 0)
-    return fmt::format("sizes B={} T={} NH={} HS={} must be positive", B, T, NH, HS);
+std::optional<std::string> cudnn_attention_check_graphs(DType dtype, int B, int T, int NH, int HS, int sm_version,
+                                                        int NKV) {
+  if (auto why = bad_shape(dtype, B, T, NH, HS, NKV)) return why;
   for (const bool backward : {false, true}) {
-    const CudnnAttentionKey k{dtype, B, T, NH, HS, backward};
+    const CudnnAttentionKey k{dtype, B, T, NH, HS, backward, cudnn_attention_key_kv(NH, NKV)};
     auto g = backward ? backward_graph(k, true, sm_version) : forward_graph(k, sm_version);
     if (auto why = fe_failure("Graph::validate", g->validate()))
       return fmt::format("{}: {}", backward ? "backward" : "forward", *why);
@@ -326,21 +339,21 @@ std::optional<std::string> cudnn_attention_check_graphs(DType dtype, int B, int 
   return std::nullopt;
 }
 
-bool cudnn_attention_backward_deterministic(DType dtype, int B, int T, int NH, int HS) {
-  if (cudnn_attention_unsupported_reason(dtype, B, T, NH, HS)) return false;
+bool cudnn_attention_backward_deterministic(DType dtype, int B, int T, int NH, int HS, int NKV) {
+  if (cudnn_attention_unsupported_reason(dtype, B, T, NH, HS, NKV)) return false;
   Cache& c = cache();
   std::lock_guard lock(c.mu);
-  return entry(device_cache(c), CudnnAttentionKey{dtype, B, T, NH, HS, true}).deterministic;
+  const CudnnAttentionKey k{dtype, B, T, NH, HS, true, cudnn_attention_key_kv(NH, NKV)};
+  return entry(device_cache(c), k).deterministic;
 }
 
 void cudnn_attention_forward(DType dtype, void* out, float* lse, const void* qkv, int B, int T, int C, int NH,
-                             cudaStream_t stream) {
+                             int NKV, cudaStream_t stream) {
   const char* op = "cuda::cudnn_attention_forward";
-  check_call(op, dtype, B, T, C, NH);
+  const CudnnAttentionKey k = check_call(op, dtype, B, T, C, NH, NKV, false);
   require_pointer(op, "out", out);
   require_pointer(op, "lse", lse, alignof(float));
   require_pointer(op, "qkv", qkv);
-  const CudnnAttentionKey k{dtype, B, T, NH, C / NH, false};
   std::unordered_map<int64_t, void*> pack{{kQ, at(qkv, view(AttentionTensor::q, k).offset)},
                                           {kK, at(qkv, view(AttentionTensor::k, k).offset)},
                                           {kV, at(qkv, view(AttentionTensor::v, k).offset)},
@@ -350,15 +363,14 @@ void cudnn_attention_forward(DType dtype, void* out, float* lse, const void* qkv
 }
 
 void cudnn_attention_backward(DType dtype, void* dqkv, const void* dout, const void* qkv, const void* out,
-                              const float* lse, int B, int T, int C, int NH, cudaStream_t stream) {
+                              const float* lse, int B, int T, int C, int NH, int NKV, cudaStream_t stream) {
   const char* op = "cuda::cudnn_attention_backward";
-  check_call(op, dtype, B, T, C, NH);
+  const CudnnAttentionKey k = check_call(op, dtype, B, T, C, NH, NKV, true);
   require_pointer(op, "dqkv", dqkv);
   require_pointer(op, "dout", dout);
   require_pointer(op, "qkv", qkv);
   require_pointer(op, "out", out);
   require_pointer(op, "lse", lse, alignof(float));
-  const CudnnAttentionKey k{dtype, B, T, NH, C / NH, true};
   const int64_t oq = view(AttentionTensor::q, k).offset, ok = view(AttentionTensor::k, k).offset,
                 ov = view(AttentionTensor::v, k).offset;
   std::unordered_map<int64_t, void*> pack{{kQ, at(qkv, oq)},   {kK, at(qkv, ok)},   {kV, at(qkv, ov)},

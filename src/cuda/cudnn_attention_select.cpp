@@ -5,12 +5,12 @@
 
 namespace triax::cuda {
 
-bool use_cudnn_attention(DType dtype, int B, int T, int C, int NH) {
+bool use_cudnn_attention(DType dtype, int B, int T, int C, int NH, int NKV) {
   const int hs = NH > 0 ? C / NH : 0;
-  const CudnnAttentionKey shape{dtype, B, T, NH, hs, false};
+  const CudnnAttentionKey shape{dtype, B, T, NH, hs, false, cudnn_attention_key_kv(NH, NKV)};
   return choose_cudnn_attention(attention_impl_from_env(), dtype, shape, [&]() -> std::optional<std::string> {
     if (NH <= 0 || C % NH != 0) return fmt::format("NH={} does not divide C={}", NH, C);
-    return cudnn_attention_unsupported_reason(dtype, B, T, NH, hs);
+    return cudnn_attention_unsupported_reason(dtype, B, T, NH, hs, NKV);
   });
 }
 
@@ -24,22 +24,22 @@ constexpr const char* kNotBuilt =
 bool cudnn_attention_built() { return false; }
 std::string cudnn_attention_version() { return "built without the cuDNN frontend"; }
 
-std::optional<std::string> cudnn_attention_unsupported_reason(DType, int, int, int, int) {
+std::optional<std::string> cudnn_attention_unsupported_reason(DType, int, int, int, int, int) {
   return std::string(kNotBuilt);
 }
 
-std::optional<std::string> cudnn_attention_check_graphs(DType, int, int, int, int, int) {
+std::optional<std::string> cudnn_attention_check_graphs(DType, int, int, int, int, int, int) {
   return std::string(kNotBuilt);
 }
 
-bool cudnn_attention_backward_deterministic(DType, int, int, int, int) { return false; }
+bool cudnn_attention_backward_deterministic(DType, int, int, int, int, int) { return false; }
 
-void cudnn_attention_forward(DType, void*, float*, const void*, int, int, int, int, cudaStream_t) {
+void cudnn_attention_forward(DType, void*, float*, const void*, int, int, int, int, int, cudaStream_t) {
   TRIAX_THROW(DeviceError, "cuda::cudnn_attention_forward: {}", kNotBuilt);
 }
 
 void cudnn_attention_backward(DType, void*, const void*, const void*, const void*, const float*, int, int, int, int,
-                              cudaStream_t) {
+                              int, cudaStream_t) {
   TRIAX_THROW(DeviceError, "cuda::cudnn_attention_backward: {}", kNotBuilt);
 }
 

@@ -1,10 +1,13 @@
-// GPT-2 chunk forward/backward with Megatron tensor parallelism, every buffer and op on the Backend.
-// Per layer (N = B*T tokens, C hidden, Cl = C/tp, Fl = ffn/tp, NHl = heads/tp):
-//   ln1 = LN(x); qkv = ln1 Wqkv^T + b            column-parallel (copy_to_tp: bwd all-reduce)
-//   att = causal_attention(qkv)                   heads split over tp
-//   y = att Wproj^T -> all-reduce -> + bproj      row-parallel (reduce_from_tp)
-//   x2 = x + y; ln2 = LN(x2); h = ln2 Wfc^T + b   column-parallel
-//   z = gelu(h) Wfp^T -> all-reduce -> + bfp; out = x2 + z
+// Transformer chunk forward/backward with Megatron tensor parallelism, every buffer and op on the
+// Backend. Per layer (N = B*T tokens, C hidden, Cl = C/tp, Fl = ffn/tp, NHl = heads/tp, KVl =
+// kv heads/tp, D head size):
+//   ln1 = norm(x); qkv = ln1 Wqkv^T (+ b)          column-parallel (copy_to_tp: bwd all-reduce);
+//                                                  (N, (NHl + 2 KVl) D), then RoPE on q and k
+//   att = causal_attention(qkv)                     heads (and kv groups) split over tp
+//   y = att Wproj^T -> all-reduce (-> + bproj)      row-parallel (reduce_from_tp)
+//   x2 = x + y; ln2 = norm(x2); h = ln2 Wfc^T (+ b) column-parallel; SwiGLU: h = [gate | up]
+//   z = act(h) Wfp^T -> all-reduce (-> + bfp); out = x2 + z   act: GELU, or silu(gate) * up
+// norm is LayerNorm or RMSNorm; GPT-2 and the Llama family differ only in these choices.
 #include "triax/model/gpt.h"
 
 #include <algorithm>
@@ -17,26 +20,27 @@ namespace triax {
 
 struct GptChunk::Layer {
   int index;
-  size_t ln1w, ln1b, qkvw, qkvb, projw, projb, ln2w, ln2b;
-  size_t fcw = SIZE_MAX, fcb = SIZE_MAX, fpw = SIZE_MAX, fpb = SIZE_MAX;  // dense MLP
-  std::unique_ptr<MoeMlp> moe;                                            // or a MoE MLP
+  size_t ln1w, ln1b = SIZE_MAX, ln2w, ln2b = SIZE_MAX;  // norm biases: LayerNorm only
+  ParamRef qkvw, qkvb, projw, projb;                    // biases undefined without them
+  ParamRef fcw, fcb, fpw, fpb;                          // dense MLP (fcw: c_fc, or gate|up fused)
+  std::unique_ptr<MoeMlp> moe;                          // or a MoE MLP
 };
 
 // One layer's activations for one micro-batch (backend buffers). Which are kept depends on the
 // recompute mode; a dropped one is an undefined Tensor (its memory returned to the backend).
 struct GptChunk::Acts {
   Tensor x;            // (Nl, C) layer input (always kept)
-  Tensor ln1, m1, r1;  // (N, C), (Nl), (Nl)
-  Tensor qkv;          // (N, 3Cl)
+  Tensor ln1, m1, r1;  // (N, C), (Nl), (Nl); m1/m2 stay undefined under RMSNorm
+  Tensor qkv;          // (N, Ql), q and k rotated when RoPE
   Tensor att, lse;     // (N, Cl), (B, NHl, T)
   Tensor x2;           // (Nl, C) residual after attention
   Tensor ln2, m2, r2;  // (N, C), (Nl), (Nl)
-  Tensor h, g;         // (N, Fl) pre- and post-GELU
+  Tensor h, g;         // (N, Hl) and (N, Fl): before and after the activation
 };
 
 // A weight-gradient GEMM held back by ZB-H1's B pass: dW += dout^T inp.
 struct GptChunk::Deferred {
-  size_t w;
+  ParamRef w;
   Tensor dout, inp;
   int N, IC, OC;
 };
@@ -45,7 +49,7 @@ struct GptChunk::Deferred {
 // allocating and page-faulting them each time costs a few percent of a GPT-2-sized CPU step
 // (the logits alone are (B*T, V/tp)).
 struct GptChunk::Backs {
-  Tensor dx2, dfull, dg, dln, dln_local, datt, dqkv;
+  Tensor dx2, dfull, dg, dh, dln, dln_local, datt, dqkv;
   Tensor logits;
   Tensor cur, next, d, dnext, recomputed, ln_local, emb, spg, dwpe;
   Tensor lnf, mf, rf, rowmax, stats, losses, lse, dlnf, dlnf_local, targets;
@@ -94,6 +98,32 @@ const Tensor& GptChunk::view(size_t i, bool grad) {
 const Tensor& GptChunk::P(size_t i) { return view(i, false); }
 const Tensor& GptChunk::G(size_t i) { return view(i, true); }
 
+// The views of a fused weight span its parts in the flat buffers (adjacent by construction,
+// checked in add_fused).
+Tensor GptChunk::P(ParamRef r) {
+  if (r.count == 1) return P(r.first);
+  if (fpview_.size() != store_.size()) fpview_.assign(store_.size(), Tensor());
+  Tensor& v = fpview_[r.first];
+  if (!v.defined()) {
+    const auto& a = store_.info(r.first);
+    const auto& z = store_.info(r.first + r.count - 1);
+    v = store_.weights_t().slice(static_cast<int64_t>(a.offset), static_cast<int64_t>(z.offset + z.numel));
+  }
+  return v;
+}
+
+Tensor GptChunk::G(ParamRef r) {
+  if (r.count == 1) return G(r.first);
+  if (fgview_.size() != store_.size()) fgview_.assign(store_.size(), Tensor());
+  Tensor& v = fgview_[r.first];
+  if (!v.defined()) {
+    const auto& a = store_.info(r.first);
+    const auto& z = store_.info(r.first + r.count - 1);
+    v = store_.grads_range(a.offset, z.offset + z.numel);
+  }
+  return v;
+}
+
 GptChunk::GptChunk(const GptConfig& cfg, const ChunkSpec& spec, Communicator& tp, ParamStore& store, Recompute rc,
                    bool wte_norm_owner, bool sequence_parallel, const ChunkMoe& moe)
     : cfg_(cfg), spec_(spec), tp_(tp), store_(store), be_(store.backend()), dt_(be_.compute_dtype()),
@@ -117,70 +147,148 @@ GptChunk::GptChunk(const GptConfig& cfg, const ChunkSpec& spec, Communicator& tp
   Cl_ = C_ / tps;
   Fl_ = F_ / tps;
   NHl_ = NH_ / tps;
+  KVl_ = cfg.kv_heads() / tps;
+  D_ = cfg.head_dim();
+  Ql_ = (NHl_ + 2 * KVl_) * D_;
+  Hl_ = cfg.swiglu ? 2 * Fl_ : Fl_;
   vp_ = cfg.padded_vocab(tps);
   v0_ = tp.rank() * (vp_ / tps);
   v1_ = v0_ + vp_ / tps;
-  const bool tp0 = tp.rank() == 0;
-
-  auto add = [&](const std::string& name, std::vector<int64_t> full, TpSplit split, bool decay) {
-    ParamSpec ps{name, full, split, decay, split != TpSplit::none || tp0};
-    const size_t i = store_.add(ps, shard_shape(full, split, tps, name));
-    owned_.push_back(i);
-    return i;
-  };
-  const int64_t C = C_, F = F_;
   if (spec.embedding) {
-    wte_ = add("transformer.wte.weight", {vp_, C}, TpSplit::rows, true);
+    wte_ = add_param(cfg.embedding_param(), {vp_, C_}, TpSplit::rows, true, Init::vocab_normal);
     owns_wte_ = true;
-    wpe_ = add("transformer.wpe.weight", {cfg.max_seq, C}, TpSplit::none, true);
+    if (cfg.positions == PositionEmbedding::learned_absolute)
+      wpe_ = add_param(cfg.is_gpt2() ? "transformer.wpe.weight" : "model.embed_positions.weight", {cfg.max_seq, C_},
+                       TpSplit::none, true, Init::normal);
   }
-  for (int l = spec.first_layer; l < spec.first_layer + spec.num_layers; ++l) {
+  for (int l = spec.first_layer; l < spec.first_layer + spec.num_layers; ++l) register_layer(l, moe);
+  if (spec.head) register_head(wte_norm_owner);
+}
+
+size_t GptChunk::add_param(const std::string& name, std::vector<int64_t> full, TpSplit split, bool decay, Init init) {
+  const int tps = tp_.size();
+  ParamSpec ps{name, full, split, decay, split != TpSplit::none || tp_.rank() == 0};
+  const size_t i = store_.add(ps, shard_shape(full, split, tps, name));
+  owned_.push_back(i);
+  init_.emplace_back(i, init);
+  return i;
+}
+
+// Parts registered back to back (each (rows, cols), or (rows) when cols is 0) form one weight.
+GptChunk::ParamRef GptChunk::add_fused(const std::vector<std::pair<std::string, int64_t>>& parts, int64_t cols,
+                                       TpSplit split, bool decay, Init init) {
+  ParamRef r;
+  for (const auto& [name, rows] : parts) {
+    std::vector<int64_t> full{rows};
+    if (cols > 0) full.push_back(cols);
+    const size_t i = add_param(name, full, split, decay, init);
+    if (r.count == 0) r.first = i;
+    const auto& prev = store_.info(i - (r.count > 0 ? 1 : 0));
+    if (i != r.first + static_cast<size_t>(r.count) || (r.count > 0 && prev.offset + prev.numel != store_.info(i).offset))
+      TRIAX_THROW(ConfigError, "parameter '{}' is not adjacent to '{}' in the store: a fused weight needs its parts "
+                  "registered back to back", name, store_.info(r.first).spec.name);
+    ++r.count;
+  }
+  return r;
+}
+
+void GptChunk::register_layer(int l, const ChunkMoe& moe) {
+  const GptConfig& cfg = cfg_;
+  const int64_t C = C_, F = F_, D = D_, NH = cfg.n_head, KV = cfg.kv_heads();
+  const bool b = cfg.bias, ln_bias = cfg.norm_kind_has_bias();
+  const auto single = [](size_t i) { return ParamRef{i, 1}; };
+  Layer L{};
+  L.index = l;
+  if (cfg.is_gpt2()) {
     const std::string p = fmt::format("transformer.h.{}.", l);
-    Layer L{};
-    L.index = l;
-    L.ln1w = add(p + "ln_1.weight", {C}, TpSplit::none, false);
-    L.ln1b = add(p + "ln_1.bias", {C}, TpSplit::none, false);
-    L.qkvw = add(p + "attn.c_attn.weight", {3 * C, C}, TpSplit::qkv_rows, true);
-    L.qkvb = add(p + "attn.c_attn.bias", {3 * C}, TpSplit::qkv_rows, false);
-    L.projw = add(p + "attn.c_proj.weight", {C, C}, TpSplit::cols, true);
-    L.projb = add(p + "attn.c_proj.bias", {C}, TpSplit::none, false);
-    L.ln2w = add(p + "ln_2.weight", {C}, TpSplit::none, false);
-    L.ln2b = add(p + "ln_2.bias", {C}, TpSplit::none, false);
-    if (moe.every > 0 && (l + 1) % moe.every == 0) {
-      // Replicated over TP: every TP rank runs the whole block with its own EP group.
-      L.moe = std::make_unique<MoeMlp>(moe.cfg, l, C_, F_, *moe.ep, store_, tp0);
-      for (size_t i : L.moe->param_indices()) owned_.push_back(i);
-      L.moe->set_grad_ready_hook([this](size_t i) { ready(i); });
+    L.ln1w = add_param(p + "ln_1.weight", {C}, TpSplit::none, false, Init::ones);
+    L.ln1b = add_param(p + "ln_1.bias", {C}, TpSplit::none, false, Init::zeros);
+    L.qkvw = single(add_param(p + "attn.c_attn.weight", {3 * C, C}, TpSplit::qkv_rows, true, Init::normal));
+    L.qkvb = single(add_param(p + "attn.c_attn.bias", {3 * C}, TpSplit::qkv_rows, false, Init::zeros));
+    L.projw = single(add_param(p + "attn.c_proj.weight", {C, C}, TpSplit::cols, true, Init::proj_normal));
+    L.projb = single(add_param(p + "attn.c_proj.bias", {C}, TpSplit::none, false, Init::zeros));
+    L.ln2w = add_param(p + "ln_2.weight", {C}, TpSplit::none, false, Init::ones);
+    L.ln2b = add_param(p + "ln_2.bias", {C}, TpSplit::none, false, Init::zeros);
+  } else {
+    // The Llama family's names (HF LlamaForCausalLM); q/k/v shards adjacent: one fused GEMM.
+    const std::string p = fmt::format("model.layers.{}.", l);
+    L.ln1w = add_param(p + "input_layernorm.weight", {C}, TpSplit::none, false, Init::ones);
+    if (ln_bias) L.ln1b = add_param(p + "input_layernorm.bias", {C}, TpSplit::none, false, Init::zeros);
+    const std::string a = p + "self_attn.";
+    L.qkvw = add_fused({{a + "q_proj.weight", NH * D}, {a + "k_proj.weight", KV * D}, {a + "v_proj.weight", KV * D}},
+                       C, TpSplit::rows, true, Init::normal);
+    if (b)
+      L.qkvb = add_fused({{a + "q_proj.bias", NH * D}, {a + "k_proj.bias", KV * D}, {a + "v_proj.bias", KV * D}}, 0,
+                         TpSplit::rows, false, Init::zeros);
+    L.projw = single(add_param(a + "o_proj.weight", {C, C}, TpSplit::cols, true, Init::proj_normal));
+    if (b) L.projb = single(add_param(a + "o_proj.bias", {C}, TpSplit::none, false, Init::zeros));
+    L.ln2w = add_param(p + "post_attention_layernorm.weight", {C}, TpSplit::none, false, Init::ones);
+    if (ln_bias) L.ln2b = add_param(p + "post_attention_layernorm.bias", {C}, TpSplit::none, false, Init::zeros);
+  }
+  if (moe.every > 0 && (l + 1) % moe.every == 0) {
+    // Replicated over TP: every TP rank runs the whole block with its own EP group.
+    MoeConfig mc = moe.cfg;
+    mc.swiglu = cfg.swiglu;
+    mc.bias = cfg.bias;
+    mc.hf_names = !cfg.is_gpt2();
+    L.moe = std::make_unique<MoeMlp>(mc, l, C_, F_, *moe.ep, store_, tp_.rank() == 0);
+    for (size_t i : L.moe->param_indices()) owned_.push_back(i);
+    L.moe->set_grad_ready_hook([this](size_t i) { ready(i); });
+  } else if (cfg.is_gpt2()) {
+    const std::string p = fmt::format("transformer.h.{}.mlp.", l);
+    L.fcw = single(add_param(p + "c_fc.weight", {F, C}, TpSplit::rows, true, Init::normal));
+    L.fcb = single(add_param(p + "c_fc.bias", {F}, TpSplit::rows, false, Init::zeros));
+    L.fpw = single(add_param(p + "c_proj.weight", {C, F}, TpSplit::cols, true, Init::proj_normal));
+    L.fpb = single(add_param(p + "c_proj.bias", {C}, TpSplit::none, false, Init::zeros));
+  } else {
+    const std::string p = fmt::format("model.layers.{}.mlp.", l);
+    std::vector<std::pair<std::string, int64_t>> w, bs;
+    if (cfg.swiglu) {
+      w = {{p + "gate_proj.weight", F}, {p + "up_proj.weight", F}};
+      bs = {{p + "gate_proj.bias", F}, {p + "up_proj.bias", F}};
     } else {
-      L.fcw = add(p + "mlp.c_fc.weight", {F, C}, TpSplit::rows, true);
-      L.fcb = add(p + "mlp.c_fc.bias", {F}, TpSplit::rows, false);
-      L.fpw = add(p + "mlp.c_proj.weight", {C, F}, TpSplit::cols, true);
-      L.fpb = add(p + "mlp.c_proj.bias", {C}, TpSplit::none, false);
+      w = {{p + "up_proj.weight", F}};
+      bs = {{p + "up_proj.bias", F}};
     }
-    layers_.push_back(std::move(L));
+    L.fcw = add_fused(w, C, TpSplit::rows, true, Init::normal);
+    if (b) L.fcb = add_fused(bs, 0, TpSplit::rows, false, Init::zeros);
+    L.fpw = single(add_param(p + "down_proj.weight", {C, F}, TpSplit::cols, true, Init::proj_normal));
+    if (b) L.fpb = single(add_param(p + "down_proj.bias", {C}, TpSplit::none, false, Init::zeros));
   }
-  if (spec.head) {
-    lnf_w_ = add("transformer.ln_f.weight", {C}, TpSplit::none, false);
-    lnf_b_ = add("transformer.ln_f.bias", {C}, TpSplit::none, false);
-    // The tied LM head: the embedding table itself. Registered here only when no chunk of this
-    // store holds the embedding yet (another stage, or a later chunk of this one, may).
-    bool found = false;
-    for (size_t i = 0; i < store_.size(); ++i)
-      if (store_.info(i).spec.name == "transformer.wte.weight") {
-        wte_ = i;
-        found = true;
-      }
-    // Another chunk of this store holds the embedding and runs its backward later: it marks the
-    // shared gradient ready, not the head.
-    head_marks_wte_ = !found || spec.embedding;
-    if (spec.embedding) head_marks_wte_ = false;  // this chunk's own embedding backward marks it
-    if (!found) {
-      ParamSpec ps{"transformer.wte.weight", {vp_, C}, TpSplit::rows, true, wte_norm_owner};
-      wte_ = store_.add(ps, shard_shape({vp_, C}, TpSplit::rows, tps, ps.name));
-      owned_.push_back(wte_);
-      owns_wte_ = true;
+  layers_.push_back(std::move(L));
+}
+
+void GptChunk::register_head(bool wte_norm_owner) {
+  const GptConfig& cfg = cfg_;
+  const std::string norm = cfg.is_gpt2() ? "transformer.ln_f." : "model.norm.";
+  lnf_w_ = add_param(norm + "weight", {C_}, TpSplit::none, false, Init::ones);
+  if (cfg.norm_kind_has_bias()) lnf_b_ = add_param(norm + "bias", {C_}, TpSplit::none, false, Init::zeros);
+  if (!cfg.tied_embeddings) {
+    // The untied LM head: its own vocab-parallel matrix.
+    head_w_ = add_param(cfg.lm_head_param(), {vp_, C_}, TpSplit::rows, true, Init::vocab_normal);
+    return;
+  }
+  // The tied LM head: the embedding table itself. Registered here only when no chunk of this
+  // store holds the embedding yet (another stage, or a later chunk of this one, may).
+  const std::string name = cfg.embedding_param();
+  bool found = false;
+  for (size_t i = 0; i < store_.size(); ++i)
+    if (store_.info(i).spec.name == name) {
+      wte_ = i;
+      found = true;
     }
+  // Another chunk of this store holds the embedding and runs its backward later: it marks the
+  // shared gradient ready, not the head.
+  head_marks_wte_ = !found || spec_.embedding;
+  if (spec_.embedding) head_marks_wte_ = false;  // this chunk's own embedding backward marks it
+  if (!found) {
+    ParamSpec ps{name, {vp_, C_}, TpSplit::rows, true, wte_norm_owner};
+    wte_ = store_.add(ps, shard_shape({vp_, C_}, TpSplit::rows, tp_.size(), ps.name));
+    owned_.push_back(wte_);
+    init_.emplace_back(wte_, Init::vocab_normal);
+    owns_wte_ = true;
   }
+  head_w_ = wte_;
 }
 
 GptChunk::~GptChunk() = default;
@@ -190,25 +298,22 @@ void GptChunk::init_params(uint64_t seed) {
   const float proj_std = 0.02f / std::sqrt(2.0f * static_cast<float>(cfg_.n_layer));
   for (auto& L : layers_)
     if (L.moe) L.moe->init_params(seed, cfg_.n_layer);
-  for (size_t i : owned_) {
+  // Every parameter from (seed, name) on its full shape, then this rank's shard: the same model
+  // whatever the layout. Matrices normal(0.02), output projections scaled by 1/sqrt(2 L),
+  // embeddings and the LM head only on the real vocabulary (padded rows stay zero, so the padding
+  // never changes the values of real rows whatever tp pads to), norms one, biases zero.
+  for (const auto& [i, init] : init_) {
     const auto& info = store_.info(i);
     const auto& name = info.spec.name;
-    if (info.spec.expert || name.find(".moe.") != std::string::npos) continue;  // MoeMlp's own
     const auto& full = info.spec.full_shape;
     size_t n = 1;
     for (auto d : full) n *= static_cast<size_t>(d);
-    std::vector<float> v(n, 0.0f);
-    const bool is_bias = name.ends_with(".bias");
-    if (name.find("ln_") != std::string::npos) {
-      if (!is_bias) std::fill(v.begin(), v.end(), 1.0f);
-    } else if (name == "transformer.wte.weight") {
-      // Only the real vocabulary is random; padded rows stay zero, so the padding never changes
-      // the values of real rows whatever tp pads to.
+    std::vector<float> v(n, init == Init::ones ? 1.0f : 0.0f);
+    if (init == Init::vocab_normal) {
       auto real = init_normal(seed, name, static_cast<size_t>(cfg_.vocab) * C_, 0.02f);
       std::copy(real.begin(), real.end(), v.begin());
-    } else if (!is_bias) {
-      const bool proj = name.ends_with("c_proj.weight");
-      v = init_normal(seed, name, n, proj ? proj_std : 0.02f);
+    } else if (init == Init::normal || init == Init::proj_normal) {
+      v = init_normal(seed, name, n, init == Init::proj_normal ? proj_std : 0.02f);
     }
     store_.param_from_host(i, shard_of(v, full, info.spec.split, r, tps));
   }
@@ -242,37 +347,87 @@ void GptChunk::release(int s) {
 }
 
 void GptChunk::ready(size_t idx) {
-  if (grad_ready_) grad_ready_(idx);
+  if (idx != SIZE_MAX && grad_ready_) grad_ready_(idx);
 }
 
-// LayerNorm of this rank's rows, gathered to all B*T rows when sequence parallel (the input of
-// a column-parallel GEMM); mean and rstd are kept for this rank's rows.
-void GptChunk::layernorm_gathered(const Tensor& x, size_t w, size_t b, Tensor& full, Tensor& mean, Tensor& rstd,
-                                  int Nl) {
+void GptChunk::ready(ParamRef r) {
+  for (int k = r.count; k-- > 0;) ready(r.first + static_cast<size_t>(k));
+}
+
+// The norm (LayerNorm, or RMSNorm with no mean and no bias) of this rank's rows, gathered to all
+// B*T rows when sequence parallel (the input of a column-parallel GEMM); mean and rstd are kept
+// for this rank's rows.
+void GptChunk::norm_gathered(const Tensor& x, size_t w, size_t b, Tensor& full, Tensor& mean, Tensor& rstd, int Nl) {
   const size_t NCl = static_cast<size_t>(Nl) * C_;
-  ensure(mean, static_cast<size_t>(Nl), st_);
+  const bool rms = cfg_.norm == Norm::rmsnorm;
+  if (!rms) ensure(mean, static_cast<size_t>(Nl), st_);
   ensure(rstd, static_cast<size_t>(Nl), st_);
   ensure(full, NCl * (sp_ ? tp_.size() : 1));
-  if (!sp_) {
-    be_.layernorm_forward(full, mean, rstd, x, P(w), P(b), Nl, C_);
-    return;
-  }
-  Tensor& local = backs_->ln_local;
-  ensure(local, NCl);
-  be_.layernorm_forward(local, mean, rstd, x, P(w), P(b), Nl, C_);
-  tp::gather_from_sequence_parallel(tp_, be_, local, full);
+  Tensor& out = sp_ ? backs_->ln_local : full;
+  if (sp_) ensure(out, NCl);
+  if (rms)
+    be_.rmsnorm_forward(out, rstd, x, P(w), Nl, C_, cfg_.norm_eps);
+  else
+    be_.layernorm_forward(out, mean, rstd, x, P(w), P(b), Nl, C_);
+  if (sp_) tp::gather_from_sequence_parallel(tp_, be_, out, full);
 }
 
 // Under SP, LayerNorm and row-parallel-bias gradients come from this rank's rows only: sum the
 // micro-batch's partial gradients over TP, then add them to the store.
+// params are (C)-sized, one per C slice of partial; SIZE_MAX skips an absent one (a bias).
 void GptChunk::add_sp_grads(std::initializer_list<size_t> params, const Tensor& partial) {
   tp::sum_over_tp(tp_, be_, partial);
   int64_t off = 0;
   for (size_t p : params) {
-    const Tensor& g = G(p);
-    be_.axpy(g, 1.0, partial.slice(off, off + g.numel()));
-    off += g.numel();
+    if (p != SIZE_MAX) be_.axpy(G(p), 1.0, partial.slice(off, off + C_));
+    off += C_;
   }
+}
+
+// RoPE's cos or sin table (T, D/2) in the statistics type: angle t * inv_freq[i] in double.
+const Tensor& GptChunk::rope_table(int T, bool sin) {
+  auto it = rope_.find(T);
+  if (it == rope_.end()) {
+    const auto inv = cfg_.rope_inv_freq();
+    const size_t half = inv.size(), n = static_cast<size_t>(T) * half;
+    std::vector<double> c(n), sn(n);
+    for (int t = 0; t < T; ++t)
+      for (size_t i = 0; i < half; ++i) {
+        const double ang = static_cast<double>(t) * inv[i];
+        c[static_cast<size_t>(t) * half + i] = std::cos(ang);
+        sn[static_cast<size_t>(t) * half + i] = std::sin(ang);
+      }
+    const auto upload = [&](const std::vector<double>& v) {
+      Tensor x = be_.empty(Shape{static_cast<int64_t>(n)}, st_);
+      if (st_ == DType::f64) {
+        be_.copy_from_host(x, v.data(), n * sizeof(double));
+      } else {
+        std::vector<float> f(v.begin(), v.end());
+        be_.copy_from_host(x, f.data(), n * sizeof(float));
+      }
+      return x;
+    };
+    it = rope_.emplace(T, std::make_pair(upload(c), upload(sn))).first;
+  }
+  return sin ? it->second.second : it->second.first;
+}
+
+// qkv (with RoPE on q and k) and the attention of one layer, from a.ln1 (N, C).
+void GptChunk::attention_forward_block(Layer& L, Acts& a, int B, int T) {
+  const int Nf = B * T;
+  be_.linear_forward(a.qkv, a.ln1, P(L.qkvw), L.qkvb.defined() ? P(L.qkvb) : Tensor(), Nf, C_, Ql_);
+  if (cfg_.positions == PositionEmbedding::rope)
+    be_.rope_forward(a.qkv, rope_table(T, false), rope_table(T, true), B, T, NHl_, KVl_, D_);
+  be_.attention_forward(a.att, a.lse, a.qkv, B, T, Cl_, NHl_, KVl_);
+}
+
+// The MLP's activation a.g (N, Fl) from a.h: GELU, or SwiGLU on h's [gate | up] halves.
+void GptChunk::mlp_activation(Acts& a, int Nf) {
+  ensure(a.g, static_cast<size_t>(Nf) * Fl_);
+  if (cfg_.swiglu)
+    be_.swiglu_forward(a.g, a.h, Nf, Fl_);
+  else
+    be_.gelu_forward(a.g, a.h);
 }
 
 // Runs one layer forward on this rank's rows x (Nl, C) into out (Nl, C). keep_all: store every
@@ -283,15 +438,14 @@ void GptChunk::layer_forward(Layer& L, Acts& a, int slot, const Tensor& x, const
   const size_t NCf = static_cast<size_t>(Nf) * C_, NCl = static_cast<size_t>(Nl) * C_;
   ensure(a.x, NCl);
   if (a.x.raw_data() != x.raw_data()) be_.copy(a.x, x);
-  ensure(a.qkv, static_cast<size_t>(Nf) * 3 * Cl_);
+  ensure(a.qkv, static_cast<size_t>(Nf) * Ql_);
   ensure(a.att, static_cast<size_t>(Nf) * Cl_);
   ensure(a.lse, static_cast<size_t>(B) * NHl_ * T, st_);
   ensure(a.x2, NCl);
   ensure(scratch_, NCf);
 
-  layernorm_gathered(x, L.ln1w, L.ln1b, a.ln1, a.m1, a.r1, Nl);  // copy_to_tp: identity forward
-  be_.linear_forward(a.qkv, a.ln1, P(L.qkvw), P(L.qkvb), Nf, C_, 3 * Cl_);
-  be_.attention_forward(a.att, a.lse, a.qkv, B, T, Cl_, NHl_);
+  norm_gathered(x, L.ln1w, L.ln1b, a.ln1, a.m1, a.r1, Nl);  // copy_to_tp: identity forward
+  attention_forward_block(L, a, B, T);
   // Row-parallel projection: partial sums over the TP shards, then all-reduce (or reduce-scatter).
   const Tensor& y = sp_ ? scratch_ : a.x2;
   be_.linear_forward(y, a.att, P(L.projw), Tensor(), Nf, Cl_, C_);
@@ -299,9 +453,9 @@ void GptChunk::layer_forward(Layer& L, Acts& a, int slot, const Tensor& x, const
     tp::reduce_scatter_to_sequence_parallel(tp_, be_, scratch_, a.x2);
   else
     tp::reduce_from_tp_forward(tp_, be_, a.x2);
-  be_.add_bias(a.x2, P(L.projb), Nl, C_);
+  if (L.projb.defined()) be_.add_bias(a.x2, P(L.projb), Nl, C_);
   be_.residual(a.x2, x, a.x2);
-  layernorm_gathered(a.x2, L.ln2w, L.ln2b, a.ln2, a.m2, a.r2, Nl);
+  norm_gathered(a.x2, L.ln2w, L.ln2b, a.ln2, a.m2, a.r2, Nl);
   if (L.moe) {
     // MoE MLP, replicated over TP (no TP collective): out = x2 + MoE(ln2). It keeps its own
     // activations in its slot under every recompute mode.
@@ -312,17 +466,16 @@ void GptChunk::layer_forward(Layer& L, Acts& a, int slot, const Tensor& x, const
     if (!keep_all && rc_ != Recompute::none) a.ln2 = Tensor();
     return;
   }
-  ensure(a.h, static_cast<size_t>(Nf) * Fl_);
-  ensure(a.g, static_cast<size_t>(Nf) * Fl_);
-  be_.linear_forward(a.h, a.ln2, P(L.fcw), P(L.fcb), Nf, C_, Fl_);
-  be_.gelu_forward(a.g, a.h);
+  ensure(a.h, static_cast<size_t>(Nf) * Hl_);
+  be_.linear_forward(a.h, a.ln2, P(L.fcw), L.fcb.defined() ? P(L.fcb) : Tensor(), Nf, C_, Hl_);
+  mlp_activation(a, Nf);
   const Tensor& z = sp_ ? scratch_ : out;
   be_.linear_forward(z, a.g, P(L.fpw), Tensor(), Nf, Fl_, C_);
   if (sp_)
     tp::reduce_scatter_to_sequence_parallel(tp_, be_, scratch_, out);
   else
     tp::reduce_from_tp_forward(tp_, be_, out);
-  be_.add_bias(out, P(L.fpb), Nl, C_);
+  if (L.fpb.defined()) be_.add_bias(out, P(L.fpb), Nl, C_);
   be_.residual(out, a.x2, out);
 
   if (keep_all || rc_ == Recompute::none) return;
@@ -340,9 +493,9 @@ void GptChunk::drop_recomputed(Acts& a) {
   }
 }
 
-void GptChunk::linear_bwd(Slot& s, bool defer, const Tensor& dinp, size_t w, size_t b, const Tensor& dout,
+void GptChunk::linear_bwd(Slot& s, bool defer, const Tensor& dinp, ParamRef w, ParamRef b, const Tensor& dout,
                           const Tensor& inp, int N, int IC, int OC) {
-  const Tensor dbias = b == SIZE_MAX ? Tensor() : G(b);
+  const Tensor dbias = b.defined() ? G(b) : Tensor();
   if (!defer) {
     be_.linear_backward(dinp, G(w), dbias, dout, inp, P(w), N, IC, OC);
     return;
@@ -366,23 +519,22 @@ void GptChunk::recompute_for_backward(Layer& L, Acts& a, int slot, int B, int T)
   const int Nl = io_rows(B, T);
   if (L.moe) {
     // MoE layers keep the attention half's activations whatever the mode (recomputing would
-    // re-run the all-to-alls); only the first LayerNorm output is recomputed when dropped.
-    if (rc_ != Recompute::none) layernorm_gathered(a.x, L.ln1w, L.ln1b, a.ln1, a.m1, a.r1, Nl);
+    // re-run the all-to-alls); only the first norm's output is recomputed when dropped.
+    if (rc_ != Recompute::none) norm_gathered(a.x, L.ln1w, L.ln1b, a.ln1, a.m1, a.r1, Nl);
   } else if (rc_ == Recompute::full) {
     // Recompute the whole layer (TP collectives included) from its saved input.
     Backs& S = *backs_;
     ensure(S.recomputed, static_cast<size_t>(Nl) * C_);
     layer_forward(L, a, slot, a.x, S.recomputed, B, T, true, true);
   } else if (rc_ == Recompute::selective) {
-    layernorm_gathered(a.x, L.ln1w, L.ln1b, a.ln1, a.m1, a.r1, Nl);
-    layernorm_gathered(a.x2, L.ln2w, L.ln2b, a.ln2, a.m2, a.r2, Nl);
-    ensure(a.g, static_cast<size_t>(a.h.numel()));
-    be_.gelu_forward(a.g, a.h);
+    norm_gathered(a.x, L.ln1w, L.ln1b, a.ln1, a.m1, a.r1, Nl);
+    norm_gathered(a.x2, L.ln2w, L.ln2b, a.ln2, a.m2, a.r2, Nl);
+    mlp_activation(a, B * T);
   }
 }
 
-// Under SP the replicated parameters' gradients (LayerNorms, row-parallel biases, the final
-// LayerNorm) are partial: collected in this zeroed scratch of 6 C values, summed over TP by
+// Under SP the replicated parameters' gradients (norms, row-parallel biases, the final
+// norm) are partial: collected in this zeroed scratch of 6 C values, summed over TP by
 // add_sp_grads. Undefined without SP.
 Tensor GptChunk::sp_partial_grads() {
   if (!sp_) return Tensor();
@@ -402,28 +554,34 @@ GptChunk::LayerGrads GptChunk::layer_grads(const Layer& L) {
   LayerGrads g;
   g.spg = sp_partial_grads();
   auto part = [&](int k) { return g.spg.slice(static_cast<int64_t>(k) * C_, static_cast<int64_t>(k + 1) * C_); };
-  g.ln1w = sp_ ? part(0) : G(L.ln1w);
-  g.ln1b = sp_ ? part(1) : G(L.ln1b);
-  g.projb = sp_ ? part(2) : G(L.projb);
-  g.ln2w = sp_ ? part(3) : G(L.ln2w);
-  g.ln2b = sp_ ? part(4) : G(L.ln2b);
-  g.fpb = sp_ || L.moe ? (sp_ ? part(5) : Tensor()) : G(L.fpb);
+  // An absent parameter (a bias of a bias-free model, RMSNorm's) gets no gradient buffer.
+  const auto pick = [&](int k, bool present, auto store_grad) { return !present ? Tensor() : sp_ ? part(k) : store_grad(); };
+  g.ln1w = pick(0, true, [&] { return G(L.ln1w); });
+  g.ln1b = pick(1, L.ln1b != SIZE_MAX, [&] { return G(L.ln1b); });
+  g.projb = pick(2, L.projb.defined(), [&] { return G(L.projb); });
+  g.ln2w = pick(3, true, [&] { return G(L.ln2w); });
+  g.ln2b = pick(4, L.ln2b != SIZE_MAX, [&] { return G(L.ln2b); });
+  g.fpb = pick(5, !L.moe && L.fpb.defined(), [&] { return G(L.fpb); });
   return g;
 }
 
-// The backward of layernorm_gathered: dfull (N, C) holds the partial sums of the LayerNorm
-// output's gradient from the column-parallel GEMM after it; reduce-scattered to this rank's rows
-// under SP (into dlocal), all-reduced otherwise, then LayerNorm backward into dx (Nl, C).
-void GptChunk::layernorm_backward_scattered(Tensor& dfull, Tensor& dlocal, const Tensor& dx, const Tensor& gw,
-                                            const Tensor& gb, const Tensor& x, size_t w, const Tensor& mean,
-                                            const Tensor& rstd, int Nl, ops::GradMode mode) {
+// The backward of norm_gathered: dfull (N, C) holds the partial sums of the norm output's
+// gradient from the column-parallel GEMM after it; reduce-scattered to this rank's rows under SP
+// (into dlocal), all-reduced otherwise, then the norm's backward into dx (Nl, C).
+void GptChunk::norm_backward_scattered(Tensor& dfull, Tensor& dlocal, const Tensor& dx, const Tensor& gw,
+                                       const Tensor& gb, const Tensor& x, size_t w, const Tensor& mean,
+                                       const Tensor& rstd, int Nl, ops::GradMode mode) {
   if (sp_) {
     ensure(dlocal, static_cast<size_t>(Nl) * C_);
     tp::reduce_scatter_to_sequence_parallel(tp_, be_, dfull, dlocal);
   } else {
     tp::copy_to_tp_backward(tp_, be_, dfull);
   }
-  be_.layernorm_backward(dx, gw, gb, sp_ ? dlocal : dfull, x, P(w), mean, rstd, Nl, C_, mode);
+  const Tensor& d = sp_ ? dlocal : dfull;
+  if (cfg_.norm == Norm::rmsnorm)
+    be_.rmsnorm_backward(dx, gw, d, x, P(w), rstd, Nl, C_, mode);
+  else
+    be_.layernorm_backward(dx, gw, gb, d, x, P(w), mean, rstd, Nl, C_, mode);
 }
 
 // MLP backward (dense or MoE) from the layer's output gradient dout, accumulated into the
@@ -439,11 +597,14 @@ void GptChunk::mlp_backward(Layer& L, Acts& a, Slot& s, int slot, const Tensor& 
     Tensor& dln2 = S.dln;
     ensure(dln2, NCf);
     L.moe->backward(slot, dout, dln2, s.dloss);
-    be_.layernorm_backward(dx2, G(L.ln2w), G(L.ln2b), dln2, a.x2, P(L.ln2w), a.m2, a.r2, Nl, C_,
-                           ops::GradMode::accumulate);
+    if (cfg_.norm == Norm::rmsnorm)
+      be_.rmsnorm_backward(dx2, G(L.ln2w), dln2, a.x2, P(L.ln2w), a.r2, Nl, C_, ops::GradMode::accumulate);
+    else
+      be_.layernorm_backward(dx2, G(L.ln2w), G(L.ln2b), dln2, a.x2, P(L.ln2w), a.m2, a.r2, Nl, C_,
+                             ops::GradMode::accumulate);
     return;
   }
-  be_.bias_grad(g.fpb, dout, Nl, C_);
+  if (g.fpb.defined()) be_.bias_grad(g.fpb, dout, Nl, C_);
   Tensor dz = dout;
   if (sp_) {
     ensure(S.dfull, NCf);
@@ -452,16 +613,38 @@ void GptChunk::mlp_backward(Layer& L, Acts& a, Slot& s, int slot, const Tensor& 
   }
   Tensor& dg = S.dg;
   ensure(dg, static_cast<size_t>(Nf) * Fl_);
-  linear_bwd(s, defer, dg, L.fpw, SIZE_MAX, dz, a.g, Nf, Fl_, C_);
+  linear_bwd(s, defer, dg, L.fpw, ParamRef{}, dz, a.g, Nf, Fl_, C_);
   if (!defer) ready(L.fpw);
-  be_.gelu_backward(dg, a.h, dg);
+  Tensor dh = dg;  // GELU's backward runs in place
+  if (cfg_.swiglu) {
+    ensure(S.dh, static_cast<size_t>(Nf) * Hl_);
+    be_.swiglu_backward(S.dh, dg, a.h, Nf, Fl_);
+    dh = S.dh;
+  } else {
+    be_.gelu_backward(dg, a.h, dg);
+  }
   Tensor& dln2 = S.dln;
   ensure(dln2, NCf);
-  linear_bwd(s, defer, dln2, L.fcw, L.fcb, dg, a.ln2, Nf, C_, Fl_);
+  linear_bwd(s, defer, dln2, L.fcw, L.fcb, dh, a.ln2, Nf, C_, Hl_);
   ready(L.fcb);
   if (!defer) ready(L.fcw);
-  layernorm_backward_scattered(dln2, S.dln_local, dx2, g.ln2w, g.ln2b, a.x2, L.ln2w, a.m2, a.r2, Nl,
-                               ops::GradMode::accumulate);
+  norm_backward_scattered(dln2, S.dln_local, dx2, g.ln2w, g.ln2b, a.x2, L.ln2w, a.m2, a.r2, Nl,
+                          ops::GradMode::accumulate);
+}
+
+void GptChunk::attention_backward_block(Layer& L, Acts& a, Slot& s, int B, int T, bool defer) {
+  const int Nf = B * T;
+  Backs& S = *backs_;
+  Tensor& dqkv = S.dqkv;
+  ensure(dqkv, static_cast<size_t>(Nf) * Ql_);
+  be_.attention_backward(dqkv, S.datt, a.qkv, a.att, a.lse, B, T, Cl_, NHl_, KVl_);
+  if (cfg_.positions == PositionEmbedding::rope)
+    be_.rope_backward(dqkv, rope_table(T, false), rope_table(T, true), B, T, NHl_, KVl_, D_);
+  Tensor& dln1 = S.dln;
+  ensure(dln1, static_cast<size_t>(Nf) * C_);
+  linear_bwd(s, defer, dln1, L.qkvw, L.qkvb, dqkv, a.ln1, Nf, C_, Ql_);
+  ready(L.qkvb);
+  if (!defer) ready(L.qkvw);
 }
 
 void GptChunk::layer_backward(Layer& L, Acts& a, Slot& s, int slot, const Tensor& dout, const Tensor& dx, int B,
@@ -472,7 +655,7 @@ void GptChunk::layer_backward(Layer& L, Acts& a, Slot& s, int slot, const Tensor
   recompute_for_backward(L, a, slot, B, T);
   const LayerGrads g = layer_grads(L);
 
-  // MLP: out = x2 + (gelu(h) Wfp^T + bfp). The row-parallel output's gradient reaches every
+  // MLP: out = x2 + (act(h) Wfp^T + bfp). The row-parallel output's gradient reaches every
   // shard whole: identity (all-reduce's backward) or all-gather (reduce-scatter's backward).
   Tensor& dx2 = S.dx2;  // residual branch
   ensure(dx2, NCl);
@@ -480,35 +663,28 @@ void GptChunk::layer_backward(Layer& L, Acts& a, Slot& s, int slot, const Tensor
   mlp_backward(L, a, s, slot, dout, g, B, T, defer);
   // Attention: x2 = x + (att Wproj^T + bproj)
   be_.copy(head_of(dx, NCl), dx2);
-  be_.bias_grad(g.projb, dx2, Nl, C_);
+  if (g.projb.defined()) be_.bias_grad(g.projb, dx2, Nl, C_);
   Tensor dy = dx2;
   if (sp_) {
     ensure(S.dfull, NCf);
     tp::gather_from_sequence_parallel(tp_, be_, dx2, S.dfull);
     dy = S.dfull;
   }
-  Tensor& datt = S.datt;
-  ensure(datt, static_cast<size_t>(Nf) * Cl_);
-  linear_bwd(s, defer, datt, L.projw, SIZE_MAX, dy, a.att, Nf, Cl_, C_);
+  ensure(S.datt, static_cast<size_t>(Nf) * Cl_);
+  linear_bwd(s, defer, S.datt, L.projw, ParamRef{}, dy, a.att, Nf, Cl_, C_);
   if (!defer) ready(L.projw);
-  Tensor& dqkv = S.dqkv;
-  ensure(dqkv, static_cast<size_t>(Nf) * 3 * Cl_);
-  be_.attention_backward(dqkv, datt, a.qkv, a.att, a.lse, B, T, Cl_, NHl_);
-  Tensor& dln1 = S.dln;
-  ensure(dln1, NCf);
-  linear_bwd(s, defer, dln1, L.qkvw, L.qkvb, dqkv, a.ln1, Nf, C_, 3 * Cl_);
-  ready(L.qkvb);
-  if (!defer) ready(L.qkvw);
-  layernorm_backward_scattered(dln1, S.dln_local, head_of(dx, NCl), g.ln1w, g.ln1b, a.x, L.ln1w, a.m1, a.r1, Nl,
-                               ops::GradMode::accumulate);
+  attention_backward_block(L, a, s, B, T, defer);
+  norm_backward_scattered(S.dln, S.dln_local, head_of(dx, NCl), g.ln1w, g.ln1b, a.x, L.ln1w, a.m1, a.r1, Nl,
+                          ops::GradMode::accumulate);
+  const size_t projb = L.projb.defined() ? L.projb.first : SIZE_MAX, fpb = L.fpb.defined() ? L.fpb.first : SIZE_MAX;
   if (sp_) {
     if (L.moe)
-      add_sp_grads({L.ln1w, L.ln1b, L.projb}, g.spg.slice(0, 3 * static_cast<int64_t>(C_)));
+      add_sp_grads({L.ln1w, L.ln1b, projb}, g.spg.slice(0, 3 * static_cast<int64_t>(C_)));
     else
-      add_sp_grads({L.ln1w, L.ln1b, L.projb, L.ln2w, L.ln2b, L.fpb}, g.spg);
+      add_sp_grads({L.ln1w, L.ln1b, projb, L.ln2w, L.ln2b, fpb}, g.spg);
   }
-  if (!L.moe) ready(L.fpb);
-  for (size_t p : {L.ln2b, L.ln2w, L.projb, L.ln1b, L.ln1w}) ready(p);
+  if (!L.moe) ready(fpb);
+  for (size_t p : {L.ln2b, L.ln2w, projb, L.ln1b, L.ln1w}) ready(p);
   if (rc_ != Recompute::none) drop_recomputed(a);
 }
 
@@ -533,10 +709,10 @@ void GptChunk::embed(Slot& s, std::span<const int32_t> tokens, int B, int T) {
     tp::reduce_scatter_to_sequence_parallel(tp_, be_, emb, S.cur);
   else
     tp::reduce_from_tp_forward(tp_, be_, S.cur);
-  be_.add_rows_periodic(S.cur, P(wpe_), Nl, C_, row0, T);
+  if (wpe_ != SIZE_MAX) be_.add_rows_periodic(S.cur, P(wpe_), Nl, C_, row0, T);
 }
 
-// The head on the last activation S.cur: final LayerNorm, tied LM head (vocab-parallel logits,
+// The head on the last activation S.cur: final norm, LM head (vocab-parallel logits,
 // never gathered) and the cross-entropy loss; when training, the head's backward fused in (its
 // input gradient kept in s.dx_head). Returns the micro-batch's mean loss.
 double GptChunk::head_forward(Slot& s, std::span<const int32_t> targets, int B, int T, bool training, float dloss) {
@@ -549,11 +725,11 @@ double GptChunk::head_forward(Slot& s, std::span<const int32_t> targets, int B, 
                   cfg_.vocab);
   ensure(S.targets, static_cast<size_t>(Nf), DType::i32);
   be_.copy_from_host(S.targets, targets.data(), static_cast<size_t>(Nf) * sizeof(int32_t));
-  layernorm_gathered(S.cur, lnf_w_, lnf_b_, S.lnf, S.mf, S.rf, Nl);  // lnf: (Nf, C)
+  norm_gathered(S.cur, lnf_w_, lnf_b_, S.lnf, S.mf, S.rf, Nl);  // lnf: (Nf, C)
   const int Vl = v1_ - v0_;
   Tensor& logits = S.logits;  // (N, V/tp): never gathered
   ensure(logits, static_cast<size_t>(Nf) * Vl);
-  be_.linear_forward(logits, S.lnf, P(wte_), Tensor(), Nf, C_, Vl);
+  be_.linear_forward(logits, S.lnf, P(head_w_), Tensor(), Nf, C_, Vl);
   ensure(S.rowmax, static_cast<size_t>(Nf), st_);
   ensure(S.stats, 2 * static_cast<size_t>(Nf), st_);
   ensure(S.losses, static_cast<size_t>(Nf), st_);
@@ -571,13 +747,13 @@ double GptChunk::head_forward(Slot& s, std::span<const int32_t> targets, int B, 
   be_.xent_shard_backward(logits, logits, S.lse, S.targets, static_cast<double>(dloss / static_cast<float>(Nf)), Nf,
                           Vl, v0_, cfg_.vocab);
   ensure(S.dlnf, NCf);
-  be_.linear_backward(S.dlnf, G(wte_), Tensor(), logits, S.lnf, P(wte_), Nf, C_, Vl);
+  be_.linear_backward(S.dlnf, G(head_w_), Tensor(), logits, S.lnf, P(head_w_), Nf, C_, Vl);
   ensure(s.dx_head, NCl);
   Tensor spg = sp_partial_grads();
   if (sp_) spg = spg.slice(0, 2 * static_cast<int64_t>(C_));
-  layernorm_backward_scattered(S.dlnf, S.dlnf_local, s.dx_head, sp_ ? spg.slice(0, C_) : G(lnf_w_),
-                               sp_ ? spg.slice(C_, 2 * C_) : G(lnf_b_), S.cur, lnf_w_, S.mf, S.rf, Nl,
-                               ops::GradMode::overwrite);
+  const Tensor gb = lnf_b_ == SIZE_MAX ? Tensor() : sp_ ? spg.slice(C_, 2 * C_) : G(lnf_b_);
+  norm_backward_scattered(S.dlnf, S.dlnf_local, s.dx_head, sp_ ? spg.slice(0, C_) : G(lnf_w_), gb, S.cur, lnf_w_,
+                          S.mf, S.rf, Nl, ops::GradMode::overwrite);
   if (sp_) add_sp_grads({lnf_w_, lnf_b_}, spg);
   return loss;
 }
@@ -648,6 +824,7 @@ void GptChunk::backward(int sl, const Tensor& dx_out, const Tensor& dx_in, bool 
     // The head's gradients were accumulated in forward; they are final now.
     ready(lnf_b_);
     ready(lnf_w_);
+    if (head_w_ != wte_) ready(head_w_);  // the untied LM head
     if (head_marks_wte_) ready(wte_);
     be_.copy(S.d, s.dx_head);
   } else {
@@ -662,18 +839,20 @@ void GptChunk::backward(int sl, const Tensor& dx_out, const Tensor& dx_in, bool 
     if (sp_) {
       // Position gradients from this rank's rows, summed over TP; the vocab-parallel table needs
       // every row's gradient (all-gather: reduce-scatter's backward).
-      ensure(S.dwpe, static_cast<size_t>(T) * C_, gt_);
-      be_.fill(S.dwpe, 0.0);
-      be_.sum_rows_periodic(S.dwpe, S.d, Nl, C_, tp_.rank() * Nl, T);
-      tp::sum_over_tp(tp_, be_, S.dwpe);
-      be_.axpy(G(wpe_).slice(0, static_cast<int64_t>(T) * C_), 1.0, S.dwpe);
+      if (wpe_ != SIZE_MAX) {
+        ensure(S.dwpe, static_cast<size_t>(T) * C_, gt_);
+        be_.fill(S.dwpe, 0.0);
+        be_.sum_rows_periodic(S.dwpe, S.d, Nl, C_, tp_.rank() * Nl, T);
+        tp::sum_over_tp(tp_, be_, S.dwpe);
+        be_.axpy(G(wpe_).slice(0, static_cast<int64_t>(T) * C_), 1.0, S.dwpe);
+      }
       ensure(S.dfull, static_cast<size_t>(Nf) * C_);
       tp::gather_from_sequence_parallel(tp_, be_, S.d, S.dfull);
       be_.embedding_backward(G(wte_), S.dfull, s.tokens, Nf, C_, v0_, v1_);
     } else {
       // reduce_from_tp's backward is the identity: every TP rank holds the full d.
       be_.embedding_backward(G(wte_), S.d, s.tokens, Nf, C_, v0_, v1_);
-      be_.sum_rows_periodic(G(wpe_), S.d, Nf, C_, 0, T);
+      if (wpe_ != SIZE_MAX) be_.sum_rows_periodic(G(wpe_), S.d, Nf, C_, 0, T);
     }
     ready(wpe_);
     ready(wte_);
@@ -719,9 +898,11 @@ size_t GptChunk::activation_floats(int B, int T) const {
   const size_t N = static_cast<size_t>(B) * T, Nl = static_cast<size_t>(io_rows(B, T)), C = C_;
   size_t per_layer = Nl * C;  // x: this rank's rows under sequence parallelism
   if (rc_ != Recompute::full) {
-    // mean/rstd x2, qkv, att, lse, x2, h
-    per_layer += 4 * Nl + N * 3 * Cl_ + N * Cl_ + static_cast<size_t>(B) * NHl_ * T + Nl * C + N * Fl_;
-    if (rc_ == Recompute::none) per_layer += 2 * N * C + N * Fl_;  // gathered LayerNorm outputs, gelu
+    // norm statistics x2 (mean and rstd, or RMSNorm's rstd), qkv, att, lse, x2, h
+    const size_t stats = cfg_.norm == Norm::rmsnorm ? 2 * Nl : 4 * Nl;
+    per_layer += stats + N * static_cast<size_t>(Ql_) + N * Cl_ + static_cast<size_t>(B) * NHl_ * T + Nl * C +
+                 N * static_cast<size_t>(Hl_);
+    if (rc_ == Recompute::none) per_layer += 2 * N * C + N * Fl_;  // gathered norm outputs, activation
   }
   size_t total = per_layer * layers_.size();
   if (spec_.embedding) total += N;       // tokens (int32, counted as one float each)

@@ -1,9 +1,12 @@
 // Causal attention by query blocks. Forward, per (batch, head, query block): S = scale Q K^T
 // against the keys the block may see (GEMM), a stable softmax per row (max subtracted, masked
-// entries exactly 0, normalised after the next GEMM), O = P V (GEMM), and lse kept. Backward, per (batch, head), query blocks in
+// entries exactly 0, normalised after the next GEMM), O = P V (GEMM), and lse kept. Backward, per
+// (batch, key/value head), the query heads of its group in order and for each its query blocks in
 // order: P recomputed from lse, dP = dO V^T, dS = P (dP - rowsum(P dP)), dQ = scale dS K,
 // dK += scale dS^T Q, dV += P^T dO. Tasks are independent and each sums in a fixed order, so the
-// bits do not depend on the thread count or the schedule.
+// bits do not depend on the thread count or the schedule. Grouped-query attention only changes
+// which key/value columns a query head reads; with NKV = NH every operation is the one of plain
+// multi-head attention, in the same order (the same bits).
 #include "triax/ops/attention.h"
 
 #include <algorithm>
@@ -21,12 +24,18 @@
 namespace triax::ops {
 namespace {
 
-void check_attention(const char* op, int B, int T, int C, int NH) {
+// Returns the key/value head count (NKV, or NH for 0).
+int check_attention(const char* op, int B, int T, int C, int NH, int NKV) {
   detail::require_positive(op, "B", B);
   detail::require_positive(op, "T", T);
   detail::require_positive(op, "C", C);
   detail::require_positive(op, "NH", NH);
   if (C % NH != 0) TRIAX_THROW(ConfigError, "{}: {} heads do not divide C={}", op, NH, C);
+  if (NKV < 0) TRIAX_THROW(ConfigError, "{}: NKV must be >= 0 (0 means NH), got {}", op, NKV);
+  const int kv = NKV > 0 ? NKV : NH;
+  if (NH % kv != 0)
+    TRIAX_THROW(ConfigError, "{}: NKV={} key/value heads do not divide NH={} query heads", op, kv, NH);
+  return kv;
 }
 
 // Row r of a block holds the scores of query i = i0 + r against keys [0, nk): keys j <= i are
@@ -50,14 +59,14 @@ void exp_row(double* s, int valid, int nk, double shift) { exp_row_body(s, valid
 }  // namespace
 
 template <class Real>
-void attention_forward(Real* out, Real* lse, const Real* qkv, int B, int T, int C, int NH) {
+void attention_forward(Real* out, Real* lse, const Real* qkv, int B, int T, int C, int NH, int NKV) {
   const char* op = "attention_forward";
-  check_attention(op, B, T, C, NH);
+  const int kv = check_attention(op, B, T, C, NH, NKV);
   detail::require_pointer(op, "out", out);
   detail::require_pointer(op, "lse", lse);
   detail::require_pointer(op, "qkv", qkv);
-  const int hs = C / NH;
-  const int64_t C3 = int64_t{3} * C;
+  const int hs = C / NH, group = NH / kv;
+  const int64_t C3 = C + int64_t{2} * kv * hs;  // the qkv row width (3C without grouping)
   const Real scale = Real(1) / std::sqrt(static_cast<Real>(hs));
   const int nqb = (T + kAttentionBlock - 1) / kAttentionBlock;
   const int64_t tasks = int64_t{B} * NH * nqb;
@@ -79,9 +88,10 @@ void attention_forward(Real* out, Real* lse, const Real* qkv, int B, int T, int 
       const int i0 = qb * kAttentionBlock, i1 = std::min(T, i0 + kAttentionBlock);
       const int bq = i1 - i0, nk = i1;
       const Real* base = qkv + int64_t{b} * T * C3;
-      const Real* q = base + i0 * C3 + h * hs;  // (bq, hs) row stride 3C
-      const Real* k = base + C + h * hs;        // (nk, hs) row stride 3C
-      const Real* v = base + 2 * C + h * hs;    // (nk, hs) row stride 3C
+      const int g = h / group;                          // its key/value head
+      const Real* q = base + i0 * C3 + h * hs;          // (bq, hs) row stride C3
+      const Real* k = base + C + g * hs;                // (nk, hs) row stride C3
+      const Real* v = base + C + int64_t{kv + g} * hs;  // (nk, hs) row stride C3
       gemm<Real>(Trans::no, Trans::yes, bq, nk, hs, scale, q, static_cast<int>(C3), k, static_cast<int>(C3), Real(0),
                  S, nk);
       Real* lse_bh = lse + (int64_t{b} * NH + h) * T;
@@ -111,19 +121,22 @@ void attention_forward(Real* out, Real* lse, const Real* qkv, int B, int T, int 
 }
 
 template <class Real>
-void attention_backward(Real* dqkv, const Real* dout, const Real* qkv, const Real* lse, int B, int T, int C, int NH) {
+void attention_backward(Real* dqkv, const Real* dout, const Real* qkv, const Real* lse, int B, int T, int C, int NH,
+                        int NKV) {
   const char* op = "attention_backward";
-  check_attention(op, B, T, C, NH);
+  const int kv = check_attention(op, B, T, C, NH, NKV);
   detail::require_pointer(op, "dqkv", dqkv);
   detail::require_pointer(op, "dout", dout);
   detail::require_pointer(op, "qkv", qkv);
   detail::require_pointer(op, "lse", lse);
-  const int hs = C / NH;
-  const int64_t C3 = int64_t{3} * C;
+  const int hs = C / NH, group = NH / kv;
+  const int64_t C3 = C + int64_t{2} * kv * hs;
   const int ld3 = static_cast<int>(C3);
   const Real scale = Real(1) / std::sqrt(static_cast<Real>(hs));
   const int nqb = (T + kAttentionBlock - 1) / kAttentionBlock;
-  const int64_t tasks = int64_t{B} * NH;  // dK and dV of a head sum over all its query blocks
+  // One task per (batch, key/value head): its dK and dV sum over the query blocks of each query
+  // head of its group, heads in order (one head, as before, without grouping).
+  const int64_t tasks = int64_t{B} * kv;
   const bool parallel = gemm_nests_in_openmp() && tasks > 1;
   const size_t block = static_cast<size_t>(kAttentionBlock) * T;
   std::vector<Real> scratch(2 * block * (parallel ? omp_get_max_threads() : 1));
@@ -133,49 +146,53 @@ void attention_backward(Real* dqkv, const Real* dout, const Real* qkv, const Rea
     Real* dS = P + block;                                          // (bq, nk) dP, then dS
 #pragma omp for schedule(dynamic)
     for (int64_t task = 0; task < tasks; ++task) {
-      const int h = static_cast<int>(task % NH);
-      const int b = static_cast<int>(task / NH);
+      const int g = static_cast<int>(task % kv);
+      const int b = static_cast<int>(task / kv);
       const Real* base = qkv + int64_t{b} * T * C3;
-      const Real* k = base + C + h * hs;
-      const Real* v = base + 2 * C + h * hs;
+      const Real* k = base + C + g * hs;
+      const Real* v = base + C + int64_t{kv + g} * hs;
       Real* dbase = dqkv + int64_t{b} * T * C3;
-      Real* dk = dbase + C + h * hs;
-      Real* dv = dbase + 2 * C + h * hs;
+      Real* dk = dbase + C + g * hs;
+      Real* dv = dbase + C + int64_t{kv + g} * hs;
       for (int t = 0; t < T; ++t) {
         std::fill(dk + t * C3, dk + t * C3 + hs, Real(0));
         std::fill(dv + t * C3, dv + t * C3 + hs, Real(0));
       }
-      const Real* lse_bh = lse + (int64_t{b} * NH + h) * T;
-      for (int qb = 0; qb < nqb; ++qb) {
-        const int i0 = qb * kAttentionBlock, i1 = std::min(T, i0 + kAttentionBlock);
-        const int bq = i1 - i0, nk = i1;
-        const Real* q = base + i0 * C3 + h * hs;
-        const Real* dO = dout + (int64_t{b} * T + i0) * C + h * hs;  // (bq, hs) row stride C
-        gemm<Real>(Trans::no, Trans::yes, bq, nk, hs, scale, q, ld3, k, ld3, Real(0), P, nk);
-        gemm<Real>(Trans::no, Trans::yes, bq, nk, hs, Real(1), dO, C, v, ld3, Real(0), dS, nk);
-        for (int r = 0; r < bq; ++r) {
-          Real* p = P + int64_t{r} * nk;
-          Real* ds = dS + int64_t{r} * nk;
-          const int valid = i0 + r + 1;
-          exp_row(p, valid, nk, lse_bh[i0 + r]);
-          Real dot = 0;
+      for (int h = g * group; h < (g + 1) * group; ++h) {
+        const Real* lse_bh = lse + (int64_t{b} * NH + h) * T;
+        for (int qb = 0; qb < nqb; ++qb) {
+          const int i0 = qb * kAttentionBlock, i1 = std::min(T, i0 + kAttentionBlock);
+          const int bq = i1 - i0, nk = i1;
+          const Real* q = base + i0 * C3 + h * hs;
+          const Real* dO = dout + (int64_t{b} * T + i0) * C + h * hs;  // (bq, hs) row stride C
+          gemm<Real>(Trans::no, Trans::yes, bq, nk, hs, scale, q, ld3, k, ld3, Real(0), P, nk);
+          gemm<Real>(Trans::no, Trans::yes, bq, nk, hs, Real(1), dO, C, v, ld3, Real(0), dS, nk);
+          for (int r = 0; r < bq; ++r) {
+            Real* p = P + int64_t{r} * nk;
+            Real* ds = dS + int64_t{r} * nk;
+            const int valid = i0 + r + 1;
+            exp_row(p, valid, nk, lse_bh[i0 + r]);
+            Real dot = 0;
 #pragma omp simd reduction(+ : dot)
-          for (int j = 0; j < valid; ++j) dot += p[j] * ds[j];
+            for (int j = 0; j < valid; ++j) dot += p[j] * ds[j];
 #pragma omp simd
-          for (int j = 0; j < valid; ++j) ds[j] = p[j] * (ds[j] - dot);
-          std::fill(ds + valid, ds + nk, Real(0));
+            for (int j = 0; j < valid; ++j) ds[j] = p[j] * (ds[j] - dot);
+            std::fill(ds + valid, ds + nk, Real(0));
+          }
+          Real* dq = dbase + i0 * C3 + h * hs;
+          gemm<Real>(Trans::no, Trans::no, bq, hs, nk, scale, dS, nk, k, ld3, Real(0), dq, ld3);
+          gemm<Real>(Trans::yes, Trans::no, nk, hs, bq, scale, dS, nk, q, ld3, Real(1), dk, ld3);
+          gemm<Real>(Trans::yes, Trans::no, nk, hs, bq, Real(1), P, nk, dO, C, Real(1), dv, ld3);
         }
-        gemm<Real>(Trans::no, Trans::no, bq, hs, nk, scale, dS, nk, k, ld3, Real(0), dbase + i0 * C3 + h * hs, ld3);
-        gemm<Real>(Trans::yes, Trans::no, nk, hs, bq, scale, dS, nk, q, ld3, Real(1), dk, ld3);
-        gemm<Real>(Trans::yes, Trans::no, nk, hs, bq, Real(1), P, nk, dO, C, Real(1), dv, ld3);
       }
     }
   }
 }
 
-template void attention_forward<float>(float*, float*, const float*, int, int, int, int);
-template void attention_forward<double>(double*, double*, const double*, int, int, int, int);
-template void attention_backward<float>(float*, const float*, const float*, const float*, int, int, int, int);
-template void attention_backward<double>(double*, const double*, const double*, const double*, int, int, int, int);
+template void attention_forward<float>(float*, float*, const float*, int, int, int, int, int);
+template void attention_forward<double>(double*, double*, const double*, int, int, int, int, int);
+template void attention_backward<float>(float*, const float*, const float*, const float*, int, int, int, int, int);
+template void attention_backward<double>(double*, const double*, const double*, const double*, int, int, int, int,
+                                         int);
 
 }  // namespace triax::ops

@@ -255,8 +255,9 @@ void Trainer::build_optimizer(const ResolvedTrainConfig& r) {
   oc.zero1 = cfg.zero1;
   oc.grad_sync.bucket_bytes = static_cast<size_t>(cfg.bucket_mb * 1024 * 1024);
   oc.grad_sync.overlap = cfg.overlap_grad_reduce;
-  if (cfg.pp > 1 && (grid_->is_first_stage() || grid_->is_last_stage()))
-    oc.grad_sync.tied_param = store_->find("transformer.wte.weight");
+  // The tied embedding's two copies (first and last stage) add their gradients.
+  if (cfg.pp > 1 && model_.tied_embeddings && (grid_->is_first_stage() || grid_->is_last_stage()))
+    oc.grad_sync.tied_param = store_->find(model_.embedding_param());
   // fp16 needs the dynamic loss scale (float16's range); bf16 has float32's exponent range.
   if (r.compute == DType::f16) oc.loss_scaler = LossScalerConfig{};
   if (opts_.loss_scaler) oc.loss_scaler = *opts_.loss_scaler;

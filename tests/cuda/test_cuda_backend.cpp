@@ -331,6 +331,65 @@ TEST_CASE("cuda backend: attention and embedding match the cpu backend", "[cuda]
   }
 }
 
+// The Llama block's ops (RMSNorm, SwiGLU, RoPE, grouped-query attention) against the CPU
+// backend's, for every compute type (tests/cuda/test_llama_kernels.cpp checks the launchers
+// against double references of their own).
+TEST_CASE("cuda backend: rmsnorm, swiglu, rope and grouped-query attention match the cpu backend", "[cuda][backend]") {
+  for (DType dt : bt::kComputeTypes) {
+    Ctx x{dt};
+    auto inp = bt::rand_pair(x, dt, size_t{N} * C, -2, 2), w = bt::rand_pair(x, dt, C, 0.5, 1.5);
+    auto g = bt::rand_pair(x, dt, size_t{N} * C);
+    auto rn = bt::out_pair(x, dt, size_t{N} * C), rstd = bt::out_pair(x, DType::f32, N);
+    x.gpu->rmsnorm_forward(rn.g, rstd.g, inp.g, w.g, N, C, 1e-5);
+    x.cpu->rmsnorm_forward(rn.c, rstd.c, inp.c, w.c, N, C, 1e-5);
+    bt::check(x, "rmsnorm_forward out", rn);
+    bt::check(x, "rmsnorm_forward rstd", rstd, 1e-5);
+    auto rdinp = bt::out_pair(x, dt, size_t{N} * C), rdw = bt::rand_pair(x, DType::f32, C);
+    x.gpu->rmsnorm_backward(rdinp.g, rdw.g, g.g, inp.g, w.g, rstd.g, N, C, ops::GradMode::overwrite);
+    x.cpu->rmsnorm_backward(rdinp.c, rdw.c, g.c, inp.c, w.c, rstd.c, N, C, ops::GradMode::overwrite);
+    bt::check(x, "rmsnorm_backward dinp", rdinp);
+    bt::check(x, "rmsnorm_backward dweight", rdw, 1e-5);
+    x.gpu->rmsnorm_backward(rdinp.g, Tensor(), g.g, inp.g, w.g, rstd.g, N, C, ops::GradMode::accumulate);
+    x.cpu->rmsnorm_backward(rdinp.c, Tensor(), g.c, inp.c, w.c, rstd.c, N, C, ops::GradMode::accumulate);
+    bt::check(x, "rmsnorm_backward dinp accumulate", rdinp);
+
+    const int F = 45;  // odd: the scalar path
+    auto h = bt::rand_pair(x, dt, size_t{N} * 2 * F, -4, 4), sd = bt::rand_pair(x, dt, size_t{N} * F);
+    auto sy = bt::out_pair(x, dt, size_t{N} * F), sdh = bt::out_pair(x, dt, size_t{N} * 2 * F);
+    x.gpu->swiglu_forward(sy.g, h.g, N, F), x.cpu->swiglu_forward(sy.c, h.c, N, F);
+    bt::check(x, "swiglu_forward", sy);
+    x.gpu->swiglu_backward(sdh.g, sd.g, h.g, N, F), x.cpu->swiglu_backward(sdh.c, sd.c, h.c, N, F);
+    bt::check(x, "swiglu_backward", sdh);
+
+    const int B = 2, T = 37, NH = 4, NKV = 2, HD = 32, AC = NH * HD;  // groups of 2; T not a tile multiple
+    const size_t W = size_t(NH + 2 * NKV) * HD;
+    std::vector<double> cs, sn;
+    for (int t = 0; t < T; ++t)
+      for (int i = 0; i < HD / 2; ++i) {
+        const double a = t * std::pow(10000.0, -2.0 * i / HD);
+        cs.push_back(std::cos(a)), sn.push_back(std::sin(a));
+      }
+    auto cosp = bt::pair(x, DType::f32, cs), sinp = bt::pair(x, DType::f32, sn);
+    auto qkv = bt::rand_pair(x, dt, size_t{B} * T * W, -2, 2);
+    x.gpu->rope_forward(qkv.g, cosp.g, sinp.g, B, T, NH, NKV, HD);
+    x.cpu->rope_forward(qkv.c, cosp.c, sinp.c, B, T, NH, NKV, HD);
+    bt::check(x, "rope_forward qkv", qkv);
+    auto dout = bt::rand_pair(x, dt, size_t{B} * T * AC);
+    auto out = bt::out_pair(x, dt, size_t{B} * T * AC), lse = bt::out_pair(x, DType::f32, size_t{B} * NH * T);
+    x.gpu->attention_forward(out.g, lse.g, qkv.g, B, T, AC, NH, NKV);
+    x.cpu->attention_forward(out.c, lse.c, qkv.c, B, T, AC, NH, NKV);
+    bt::check(x, "attention_forward gqa out", out);
+    bt::check(x, "attention_forward gqa lse", lse, 1e-5);
+    auto dqkv = bt::out_pair(x, dt, size_t{B} * T * W);
+    x.gpu->attention_backward(dqkv.g, dout.g, qkv.g, out.g, lse.g, B, T, AC, NH, NKV);
+    x.cpu->attention_backward(dqkv.c, dout.c, qkv.c, out.c, lse.c, B, T, AC, NH, NKV);
+    bt::check(x, "attention_backward gqa dqkv", dqkv);
+    x.gpu->rope_backward(dqkv.g, cosp.g, sinp.g, B, T, NH, NKV, HD);
+    x.cpu->rope_backward(dqkv.c, cosp.c, sinp.c, B, T, NH, NKV, HD);
+    bt::check(x, "rope_backward dqkv", dqkv);
+  }
+}
+
 TEST_CASE("cuda backend: the vocab-parallel cross-entropy pieces match the cpu backend", "[cuda][backend]") {
   for (DType dt : bt::kComputeTypes) {
     Ctx x{dt};
@@ -520,6 +579,18 @@ TEST_CASE("cuda backend: argument errors name the op and the buffer", "[cuda][ba
   CHECK_THROWS_WITH(be.copy(a, f), Contains("backend copy"));
   CHECK_THROWS_WITH(be.copy_from_host(a, nullptr, 100), Contains("100 bytes into a 20-byte buffer"));
   CHECK_THROWS_AS(be.attention_forward(be.empty(Shape{3 * 10 * 30}, DType::bf16), f, a, 1, 1, 30, 1), ConfigError);
+  // The Llama ops: sizes from the head counts (qkv width C + 2 NKV C/NH), statistics float32.
+  Tensor q = be.empty(Shape{1 * 4 * (64 + 2 * 16)}, DType::bf16), o = be.empty(Shape{4 * 64}, DType::bf16);
+  Tensor l = be.empty(Shape{4 * 4}, DType::f32);
+  CHECK_THROWS_WITH(be.attention_forward(o, l, q, 1, 4, 64, 4, 3), Contains("NKV=3") && Contains("NH=4"));
+  CHECK_THROWS_WITH(be.attention_forward(o, l, be.empty(Shape{4 * 64 * 2}, DType::bf16), 1, 4, 64, 4, 4),
+                    Contains("qkv holds 512 elements, 768 needed"));
+  CHECK_THROWS_WITH(be.rmsnorm_forward(a, a, a, a, 2, 5, 1e-5), Contains("backend rmsnorm_forward: rstd is bfloat16"));
+  CHECK_THROWS_WITH(be.swiglu_forward(a, a, 2, 5), Contains("h holds 10 elements, 20 needed"));
+  Tensor h20 = be.empty(Shape{20}, DType::bf16);
+  CHECK_THROWS_WITH(be.swiglu_backward(h20, a, h20, 2, 5), Contains("backend swiglu_backward: dh may not alias h"));
+  CHECK_THROWS_WITH(be.rope_forward(q, a, a, 1, 4, 4, 1, 16), Contains("backend rope_forward: cos holds 10 elements, 32 needed"));
+  CHECK_THROWS_WITH(be.rope_backward(q, f, f, 1, 4, 4, 1, 15), Contains("HD=15"));
 }
 
 TEST_CASE("cuda backend: make_cuda_backend refuses a missing device and a compute type without kernels",

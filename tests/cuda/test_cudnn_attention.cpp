@@ -142,17 +142,17 @@ TEST_CASE("cudnn attention refuses bad arguments before touching the device", "[
   float* f = reinterpret_cast<float*>(uintptr_t{256});
   CHECK(cuda::cudnn_attention_built());
   CHECK_THAT(cuda::cudnn_attention_version(), Contains("frontend 1."));
-  CHECK_THROWS_WITH(cuda::cudnn_attention_forward(DType::f32, p, f, p, 1, 8, 128, 2, nullptr), Contains("float32"));
-  CHECK_THROWS_AS(cuda::cudnn_attention_forward(DType::bf16, p, f, p, 1, 8, 100, 3, nullptr), ConfigError);
-  CHECK_THROWS_AS(cuda::cudnn_attention_forward(DType::bf16, p, f, p, 0, 8, 128, 2, nullptr), ConfigError);
-  CHECK_THROWS_AS(cuda::cudnn_attention_forward(DType::bf16, nullptr, f, p, 1, 8, 128, 2, nullptr), ConfigError);
-  CHECK_THROWS_AS(cuda::cudnn_attention_backward(DType::f16, p, p, p, nullptr, f, 1, 8, 128, 2, nullptr), ConfigError);
-  CHECK_THROWS_WITH(cuda::cudnn_attention_backward(DType::f16, p, p, p, p, nullptr, 1, 8, 128, 2, nullptr),
+  CHECK_THROWS_WITH(cuda::cudnn_attention_forward(DType::f32, p, f, p, 1, 8, 128, 2, 0, nullptr), Contains("float32"));
+  CHECK_THROWS_AS(cuda::cudnn_attention_forward(DType::bf16, p, f, p, 1, 8, 100, 3, 0, nullptr), ConfigError);
+  CHECK_THROWS_AS(cuda::cudnn_attention_forward(DType::bf16, p, f, p, 0, 8, 128, 2, 0, nullptr), ConfigError);
+  CHECK_THROWS_AS(cuda::cudnn_attention_forward(DType::bf16, nullptr, f, p, 1, 8, 128, 2, 0, nullptr), ConfigError);
+  CHECK_THROWS_AS(cuda::cudnn_attention_backward(DType::f16, p, p, p, nullptr, f, 1, 8, 128, 2, 0, nullptr), ConfigError);
+  CHECK_THROWS_WITH(cuda::cudnn_attention_backward(DType::f16, p, p, p, p, nullptr, 1, 8, 128, 2, 0, nullptr),
                     Contains("lse is null"));
   void* odd = reinterpret_cast<void*>(uintptr_t{256 + 2});  // bf16-aligned, not 16-byte aligned
-  CHECK_THROWS_WITH(cuda::cudnn_attention_forward(DType::bf16, p, f, odd, 1, 8, 128, 2, nullptr),
+  CHECK_THROWS_WITH(cuda::cudnn_attention_forward(DType::bf16, p, f, odd, 1, 8, 128, 2, 0, nullptr),
                     Contains("qkv") && Contains("16-byte aligned"));
-  CHECK_THROWS_AS(cuda::cudnn_attention_backward(DType::bf16, odd, p, p, p, f, 1, 8, 128, 2, nullptr), ConfigError);
+  CHECK_THROWS_AS(cuda::cudnn_attention_backward(DType::bf16, odd, p, p, p, f, 1, 8, 128, 2, 0, nullptr), ConfigError);
   CHECK_THAT(cuda::cudnn_attention_unsupported_reason(DType::f32, 1, 8, 2, 64).value_or(""), Contains("float32"));
   CHECK(cuda::cudnn_attention_unsupported_reason(DType::bf16, 1, 0, 2, 64).has_value());
   ScopedEnv e("TRIAX_ATTENTION", "kernel");
@@ -174,6 +174,27 @@ TEST_CASE("cudnn attention graphs pass the frontend's checks for sm_80 and sm_90
   fmt::print("cudnn check_graphs HS=12: {}\n", odd.value_or("accepted"));
   CHECK(odd.has_value());
   CHECK(cuda::cudnn_attention_check_graphs(DType::f32, 1, 16, 2, 64, 90).has_value());
+}
+
+TEST_CASE("cudnn grouped-query attention graphs pass the frontend's checks; bad kv head counts are refused",
+          "[cudnn][nogpu]") {
+  struct Gqa {
+    int B, T, NH, NKV, HS;
+  };
+  for (const int sm : {80, 90})
+    for (const DType dt : {DType::bf16, DType::f16})
+      for (const Gqa g : {Gqa{2, 200, 8, 2, 64}, Gqa{1, 131, 4, 1, 128}, Gqa{3, 77, 32, 8, 64}, Gqa{1, 64, 4, 4, 32}}) {
+        const auto why = cuda::cudnn_attention_check_graphs(dt, g.B, g.T, g.NH, g.HS, sm, g.NKV);
+        INFO("sm_" << sm << " " << dtype_name(dt) << " B=" << g.B << " T=" << g.T << " NH=" << g.NH << " NKV=" << g.NKV
+                   << " HS=" << g.HS << ": " << why.value_or("ok"));
+        CHECK_FALSE(why.has_value());
+      }
+  CHECK_THAT(cuda::cudnn_attention_check_graphs(DType::bf16, 1, 16, 4, 64, 90, 3).value_or(""), Contains("NKV=3"));
+  CHECK_THAT(cuda::cudnn_attention_unsupported_reason(DType::bf16, 1, 16, 4, 64, 3).value_or(""), Contains("NKV=3"));
+  void* p = reinterpret_cast<void*>(uintptr_t{256});
+  float* f = reinterpret_cast<float*>(uintptr_t{256});
+  CHECK_THROWS_WITH(cuda::cudnn_attention_forward(DType::bf16, p, f, p, 1, 8, 256, 4, 3, nullptr), Contains("NKV=3"));
+  CHECK_THROWS_AS(cuda::cudnn_attention_backward(DType::bf16, p, p, p, p, f, 1, 8, 256, 4, -1, nullptr), ConfigError);
 }
 
 // ---------------------------------------------------------------- on the GPU
@@ -198,17 +219,17 @@ TEMPLATE_TEST_CASE("cudnn attention forward/backward match ops::attention", "[cu
     ops::attention_backward(rdqkv.data(), dout.ref.data(), qkv.ref.data(), rlse.data(), B, Tn, C, NH);
     poison(out);
     poison(lse);
-    cuda::cudnn_attention_forward(dtype_of<T>(), out.data(), lse.data(), dqkv_in.data(), B, Tn, C, NH, s);
+    cuda::cudnn_attention_forward(dtype_of<T>(), out.data(), lse.data(), dqkv_in.data(), B, Tn, C, NH, 0, s);
     report("forward out " + what, tname<T>(), rel_err(fetch(out, s), rout), tol<T>());
     report("forward lse " + what, tname<T>(), rel_err(fetch(lse, s), rlse), kLseTol);
     poison(dqkv);
     cuda::cudnn_attention_backward(dtype_of<T>(), dqkv.data(), ddout.data(), dqkv_in.data(), out.data(), lse.data(), B,
-                                   Tn, C, NH, s);
+                                   Tn, C, NH, 0, s);
     const auto got = fetch(dqkv, s);
     report_dqkv("backward " + what, tname<T>(), got, rdqkv, B * Tn, C, tol<T>());
     // A second run: the same bits where cuDNN runs its deterministic algorithm.
     cuda::cudnn_attention_backward(dtype_of<T>(), dqkv.data(), ddout.data(), dqkv_in.data(), out.data(), lse.data(), B,
-                                   Tn, C, NH, s);
+                                   Tn, C, NH, 0, s);
     const auto again = fetch(dqkv, s);
     const bool det = cuda::cudnn_attention_backward_deterministic(dtype_of<T>(), B, Tn, NH, C / NH);
     const bool same = std::memcmp(again.data(), got.data(), got.size() * sizeof(double)) == 0;
@@ -238,26 +259,67 @@ TEMPLATE_TEST_CASE("cudnn attention and the CUDA kernels agree, and read each ot
     poison(lse_c);
     poison(out_k);
     poison(lse_k);
-    cuda::cudnn_attention_forward(dtype_of<T>(), out_c.data(), lse_c.data(), dq.data(), B, Tn, C, NH, s);
-    cuda::attention_forward(out_k.data(), lse_k.data(), dq.data(), B, Tn, C, NH, s);
+    cuda::cudnn_attention_forward(dtype_of<T>(), out_c.data(), lse_c.data(), dq.data(), B, Tn, C, NH, 0, s);
+    cuda::attention_forward(out_k.data(), lse_k.data(), dq.data(), B, Tn, C, NH, 0, s);
     const auto ok = fetch(out_k, s), lk = fetch(lse_k, s);
     report("vs kernel: forward out " + what, tname<T>(), rel_err(fetch(out_c, s), ok), t);
     report("vs kernel: forward lse " + what, tname<T>(), rel_err(fetch(lse_c, s), lk), kLseTol);
     poison(dqkv_c);
     poison(dqkv_k);
     cuda::cudnn_attention_backward(dtype_of<T>(), dqkv_c.data(), ddo.data(), dq.data(), out_c.data(), lse_c.data(), B,
-                                   Tn, C, NH, s);
-    cuda::attention_backward(dqkv_k.data(), ddo.data(), dq.data(), out_k.data(), lse_k.data(), B, Tn, C, NH, s);
+                                   Tn, C, NH, 0, s);
+    cuda::attention_backward(dqkv_k.data(), ddo.data(), dq.data(), out_k.data(), lse_k.data(), B, Tn, C, NH, 0, s);
     const auto gk = fetch(dqkv_k, s);
     report_dqkv("vs kernel: backward " + what, tname<T>(), fetch(dqkv_c, s), gk, B * Tn, C, t);
     // Crossed: the kernels' backward on cuDNN's forward, and cuDNN's backward on the kernels'.
     poison(dqkv_c);
-    cuda::attention_backward(dqkv_c.data(), ddo.data(), dq.data(), out_c.data(), lse_c.data(), B, Tn, C, NH, s);
+    cuda::attention_backward(dqkv_c.data(), ddo.data(), dq.data(), out_c.data(), lse_c.data(), B, Tn, C, NH, 0, s);
     report_dqkv("kernel backward on cudnn lse " + what, tname<T>(), fetch(dqkv_c, s), gk, B * Tn, C, t);
     poison(dqkv_c);
     cuda::cudnn_attention_backward(dtype_of<T>(), dqkv_c.data(), ddo.data(), dq.data(), out_k.data(), lse_k.data(), B,
-                                   Tn, C, NH, s);
+                                   Tn, C, NH, 0, s);
     report_dqkv("cudnn backward on kernel lse " + what, tname<T>(), fetch(dqkv_c, s), gk, B * Tn, C, t);
+  }
+}
+
+// Grouped-query attention: cuDNN (K/V with NKV heads, strided inside the packed row) against the
+// CUDA kernels, whose GQA path tests/cuda/test_llama_kernels.cpp checks against a double reference.
+TEMPLATE_TEST_CASE("cudnn grouped-query attention agrees with the CUDA kernels", "[cuda][cudnn]", bf16, f16) {
+  using T = TestType;
+  const double t = std::is_same_v<T, f16> ? 2 * tol<T>() : tol<T>();
+  Stream s;
+  struct Gqa {
+    int B, T, NH, NKV, HS;
+  };
+  for (const Gqa g : {Gqa{2, 200, 8, 2, 64}, Gqa{1, 131, 4, 1, 128}}) {
+    const int B = g.B, Tn = g.T, NH = g.NH, NKV = g.NKV, C = NH * g.HS;
+    const std::string what = fmt::format("gqa B={} T={} NH={} NKV={} HS={}", B, Tn, NH, NKV, g.HS);
+    const auto why = cuda::cudnn_attention_unsupported_reason(dtype_of<T>(), B, Tn, NH, g.HS, NKV);
+    INFO(what << ": " << why.value_or("supported"));
+    REQUIRE_FALSE(why.has_value());
+    const size_t W = size_t(C) + 2 * size_t(NKV) * g.HS, rows = size_t(B) * Tn;
+    const size_t nq = rows * W, n1 = rows * C, nl = size_t(B) * NH * Tn;
+    auto qkv = random_halves<T>(nq, -2, 2), dout = random_halves<T>(n1, -1, 1);
+    DeviceBuffer<T> dq(qkv.dev), ddo(dout.dev), out_c(n1), out_k(n1), dqkv_c(nq), dqkv_k(nq);
+    DeviceBuffer<float> lse_c(nl), lse_k(nl);
+    poison(out_c);
+    poison(lse_c);
+    cuda::cudnn_attention_forward(dtype_of<T>(), out_c.data(), lse_c.data(), dq.data(), B, Tn, C, NH, NKV, s);
+    cuda::attention_forward(out_k.data(), lse_k.data(), dq.data(), B, Tn, C, NH, NKV, s);
+    report("vs kernel: forward out " + what, tname<T>(), rel_err(fetch(out_c, s), fetch(out_k, s)), t);
+    report("vs kernel: forward lse " + what, tname<T>(), rel_err(fetch(lse_c, s), fetch(lse_k, s)), kLseTol);
+    poison(dqkv_c);
+    cuda::cudnn_attention_backward(dtype_of<T>(), dqkv_c.data(), ddo.data(), dq.data(), out_c.data(), lse_c.data(), B,
+                                   Tn, C, NH, NKV, s);
+    cuda::attention_backward(dqkv_k.data(), ddo.data(), dq.data(), out_k.data(), lse_k.data(), B, Tn, C, NH, NKV, s);
+    const auto gc = fetch(dqkv_c, s), gk = fetch(dqkv_k, s);
+    const size_t bounds[4] = {0, size_t(C), size_t(C) + size_t(NKV) * g.HS, W};
+    for (int p = 0; p < 3; ++p) {
+      std::vector<double> a, b;
+      for (size_t r = 0; r < rows; ++r)
+        for (size_t c = bounds[p]; c < bounds[p + 1]; ++c) a.push_back(gc[r * W + c]), b.push_back(gk[r * W + c]);
+      report(fmt::format("vs kernel: backward {} d{}", what, "qkv"[p]), tname<T>(), rel_err(a, b), t);
+    }
   }
 }
 
@@ -270,7 +332,7 @@ TEST_CASE("cudnn attention caches its graphs and workspace, and TRIAX_ATTENTION 
   DeviceBuffer<float> lse(static_cast<size_t>(B) * NH * Tn);
   TRIAX_CHECK_CUDA(cudaMemset(qkv.data(), 0, qkv.size() * sizeof(bf16)));
   for (int i = 0; i < 3; ++i)
-    cuda::cudnn_attention_forward(DType::bf16, out.data(), lse.data(), qkv.data(), B, Tn, C, NH, s);
+    cuda::cudnn_attention_forward(DType::bf16, out.data(), lse.data(), qkv.data(), B, Tn, C, NH, 0, s);
   s.sync();
   CHECK(cuda::cudnn_attention_workspace_bytes() == ws);  // no growth once the shape is built
   // All-zero q, k: uniform attention, lse = log(number of keys seen) exactly.
@@ -293,7 +355,7 @@ TEST_CASE("cudnn attention caches its graphs and workspace, and TRIAX_ATTENTION 
     CHECK_THROWS_AS(cuda::use_cudnn_attention(DType::bf16, 1, 16, 36, 3), ConfigError);
     DeviceBuffer<bf16> q2(16 * 3 * 36), o2(16 * 36);
     DeviceBuffer<float> l2(3 * 16);
-    CHECK_THROWS_AS(cuda::cudnn_attention_forward(DType::bf16, o2.data(), l2.data(), q2.data(), 1, 16, 36, 3, s),
+    CHECK_THROWS_AS(cuda::cudnn_attention_forward(DType::bf16, o2.data(), l2.data(), q2.data(), 1, 16, 36, 3, 0, s),
                     DeviceError);
   }
 }
@@ -316,15 +378,15 @@ TEST_CASE("cudnn attention vs the CUDA kernels: time at the GPT-2 124M shape", "
     return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() / reps;
   };
   const double cf = time_ms([&] {
-    cuda::cudnn_attention_forward(DType::bf16, out.data(), lse.data(), dq.data(), B, Tn, C, NH, s);
+    cuda::cudnn_attention_forward(DType::bf16, out.data(), lse.data(), dq.data(), B, Tn, C, NH, 0, s);
   });
   const double cb = time_ms([&] {
     cuda::cudnn_attention_backward(DType::bf16, dqkv.data(), ddo.data(), dq.data(), out.data(), lse.data(), B, Tn, C,
-                                   NH, s);
+                                   NH, 0, s);
   });
-  const double kf = time_ms([&] { cuda::attention_forward(out.data(), lse.data(), dq.data(), B, Tn, C, NH, s); });
+  const double kf = time_ms([&] { cuda::attention_forward(out.data(), lse.data(), dq.data(), B, Tn, C, NH, 0, s); });
   const double kb = time_ms([&] {
-    cuda::attention_backward(dqkv.data(), ddo.data(), dq.data(), out.data(), lse.data(), B, Tn, C, NH, s);
+    cuda::attention_backward(dqkv.data(), ddo.data(), dq.data(), out.data(), lse.data(), B, Tn, C, NH, 0, s);
   });
   // Causal attention FLOPs: 2 GEMMs forward, 5 backward (incl. recomputing S), over half the scores.
   const double fwd_flop = 4.0 * B * NH * double(Tn) * Tn * (C / NH) / 2, bwd_flop = fwd_flop * 2.5;

@@ -612,12 +612,12 @@ TEMPLATE_TEST_CASE("cuda attention forward/backward match ops::attention", "[cud
     ops::attention_forward(rout.data(), rlse.data(), qkv.ref.data(), B, Tn, C, NH);
     kt::poison(out);
     kt::poison(lse);
-    cuda::attention_forward(out.data(), lse.data(), dqkv_in.data(), B, Tn, C, NH, s);
+    cuda::attention_forward(out.data(), lse.data(), dqkv_in.data(), B, Tn, C, NH, 0, s);
     kt::check("attention_forward out" + what, out, rout, s);
     kt::check("attention_forward lse" + what, lse, rlse, s);
     ops::attention_backward(rdqkv.data(), dout.ref.data(), qkv.ref.data(), rlse.data(), B, Tn, C, NH);
     kt::poison(dqkv);
-    cuda::attention_backward(dqkv.data(), ddout.data(), dqkv_in.data(), out.data(), lse.data(), B, Tn, C, NH, s);
+    cuda::attention_backward(dqkv.data(), ddout.data(), dqkv_in.data(), out.data(), lse.data(), B, Tn, C, NH, 0, s);
     // Each part separately: a wrong dK would hide behind a large dQ in one norm.
     const auto got = kt::fetch(dqkv, s);
     for (int part = 0; part < 3; ++part) {
@@ -631,7 +631,7 @@ TEMPLATE_TEST_CASE("cuda attention forward/backward match ops::attention", "[cud
       kt::report(fmt::format("attention_backward d{}{}", "qkv"[part], what), kt::tname<T>(), kt::rel_err(g, w), kt::tol<T>());
     }
     // Deterministic: a second run gives the same bits.
-    cuda::attention_backward(dqkv.data(), ddout.data(), dqkv_in.data(), out.data(), lse.data(), B, Tn, C, NH, s);
+    cuda::attention_backward(dqkv.data(), ddout.data(), dqkv_in.data(), out.data(), lse.data(), B, Tn, C, NH, 0, s);
     s.sync();
     const auto again = kt::to_double(dqkv.download());
     CHECK(std::memcmp(again.data(), got.data(), got.size() * sizeof(double)) == 0);
@@ -894,9 +894,9 @@ TEST_CASE("cuda launchers reject bad arguments before touching the device", "[no
   CHECK_THROWS_AS((cuda::xent_shard_max<float>(f, f, 4, 10, -1, 10, s)), ConfigError);
   CHECK_THROWS_AS((cuda::xent_shard_backward<bf16>(b, b, f, tok, 1.0f, 4, 10, 0, 0, s)), ConfigError);
   CHECK_THROWS_AS(cuda::xent_loss_from_stats(f, f, f, nullptr, f, 4, s), ConfigError);
-  CHECK_THROWS_AS((cuda::attention_forward<float>(f, f, f, 1, 8, 100, 3, s)), ConfigError);  // 3 does not divide 100
-  CHECK_THROWS_AS((cuda::attention_forward<float>(f, f, f, 1, 8, 96, 6, s)), ConfigError);   // hs 16: not compiled
-  CHECK_THROWS_AS((cuda::attention_backward<float>(f, f, f, nullptr, f, 1, 8, 128, 2, s)), ConfigError);  // no out
+  CHECK_THROWS_AS((cuda::attention_forward<float>(f, f, f, 1, 8, 100, 3, 0, s)), ConfigError);  // 3 does not divide 100
+  CHECK_THROWS_AS((cuda::attention_forward<float>(f, f, f, 1, 8, 96, 6, 0, s)), ConfigError);   // hs 16: not compiled
+  CHECK_THROWS_AS((cuda::attention_backward<float>(f, f, f, nullptr, f, 1, 8, 128, 2, 0, s)), ConfigError);  // no out
   CHECK(cuda::attention_supports_head_size(64));
   CHECK_FALSE(cuda::attention_supports_head_size(48));
   AdamWConfig bad;

@@ -99,3 +99,37 @@ TEST_CASE("uneven pipeline splits and batch-size ramp-up train the serial model"
   const Result ramped = train(test::world_ptr(), ramp);
   compare(ramp, ramped, 0);
 }
+
+TEST_CASE("the Llama block trains the serial model in every 3D layout", "[train][equivalence][llama]") {
+  // RMSNorm, SwiGLU, RoPE, 8 query heads over 4 KV heads, untied head: every tp that divides the
+  // KV heads, every pp, the schedules in turn, ZeRO-1, SP and the recompute modes alternating.
+  const int W = test::world().size();
+  const GptConfig m = GptConfig::preset("llama-nano");
+  const std::vector<std::pair<std::string, int>> schedules = {{"1f1b", 1}, {"zb-h1", 1}, {"gpipe", 1}};
+  int runs = 0;
+  for (int tp = 1; tp <= W; tp *= 2)
+    for (int pp = 1; tp * pp <= W; pp *= 2) {
+      if (W % (tp * pp) != 0 || m.kv_heads() % tp != 0) continue;
+      std::vector<std::pair<std::string, int>> mine = {schedules[static_cast<size_t>(runs) % schedules.size()]};
+      if (pp >= 2 && 8 % (pp * 2) == 0) mine.push_back({"interleaved", 2});
+      for (const auto& [sched, vpp] : mine) {
+        TrainConfig cfg = base_config();
+        cfg.model = "llama-nano";
+        cfg.tp = tp;
+        cfg.pp = pp;
+        cfg.dp = W / (tp * pp);
+        cfg.schedule = parse_schedule_kind(sched);
+        cfg.vpp = vpp;
+        cfg.zero1 = runs % 2 == 1;
+        cfg.recompute = (runs % 3 == 0) ? Recompute::none : (runs % 3 == 1) ? Recompute::selective : Recompute::full;
+        cfg.sequence_parallel = tp > 1 && runs % 2 == 0;
+        INFO("llama tp " << tp << " pp " << pp << " dp " << W / (tp * pp) << " " << sched << " vpp " << vpp << " zero1 "
+                         << cfg.zero1 << " recompute " << recompute_name(cfg.recompute) << " sp "
+                         << cfg.sequence_parallel);
+        const Result got = train(test::world_ptr(), cfg);
+        compare(cfg, got, test::world().rank() % tp);
+        ++runs;
+      }
+    }
+  REQUIRE(runs >= 5);
+}

@@ -1,7 +1,7 @@
 // The Backend seam holds: whole 3D training steps run through the checking CPU backend, whose
 // buffers are PROT_NONE outside its own calls and the communicator calls on them, so any read or
 // write of buffer memory by model, optimizer, executor or trainer code would kill the rank with
-// SIGSEGV. The runs cover dense and MoE layers, every schedule kind, ZeRO-1, sequence parallelism
+// SIGSEGV. The runs cover GPT-2 and Llama blocks, dense and MoE layers, every schedule kind, ZeRO-1, sequence parallelism
 // and each recompute mode, and must produce exactly the plain CPU backend's losses and weights.
 #include <catch2/catch.hpp>
 
@@ -25,6 +25,7 @@ struct Layout {
   bool zero1, sp;
   const char* recompute;
   int moe_every, ep;
+  const char* model = "nano";
 };
 
 }  // namespace
@@ -36,12 +37,16 @@ TEST_CASE("3D steps through the checking backend equal the plain backend bit for
       {1, 2, "zb-h1", 1, false, false, "none", 0, 1},
       {2, 2, "interleaved", 2, false, false, "full", 0, 1},
       {1, 2, "gpipe", 1, false, false, "none", 2, 2},
+      // The Llama block (RMSNorm, SwiGLU, RoPE tables, GQA, untied head), dense and MoE.
+      {2, 2, "interleaved", 2, true, true, "full", 0, 1, "llama-nano"},
+      {2, 1, "1f1b", 1, false, false, "selective", 2, 2, "llama-nano"},
   };
   for (const auto& l : layouts) {
     if (W % (l.tp * l.pp) != 0) continue;
     const int dp = W / (l.tp * l.pp);
     if (l.ep > dp || dp % l.ep != 0) continue;
     TrainConfig cfg = base();
+    cfg.model = l.model;
     cfg.tp = l.tp;
     cfg.pp = l.pp;
     cfg.dp = dp;
@@ -53,7 +58,7 @@ TEST_CASE("3D steps through the checking backend equal the plain backend bit for
     cfg.moe_every = l.moe_every;
     cfg.experts = 4;
     cfg.ep = l.ep;
-    INFO("tp " << l.tp << " pp " << l.pp << " dp " << dp << " " << l.schedule << " zero1 " << l.zero1 << " sp "
+    INFO(l.model << " tp " << l.tp << " pp " << l.pp << " dp " << dp << " " << l.schedule << " zero1 " << l.zero1 << " sp "
                << l.sp << " recompute " << l.recompute << " moe " << l.moe_every);
     const Result plain = train(world_ptr(), cfg);
     cfg.backend = "cpu-checked";

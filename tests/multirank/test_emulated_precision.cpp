@@ -99,6 +99,23 @@ TEST_CASE("a bf16 run on the emulated backend trains and stays close to float32"
   check_close(mb, serial_run(moe32), 0.005);  // measured 6.6e-4
 }
 
+TEST_CASE("a Llama bf16 run on the emulated backend trains and stays close to float32", "[mixed_precision][emulated]") {
+  // RMSNorm's statistics, the RoPE tables (f32) and SwiGLU on bf16 activations, every buffer's
+  // class checked at every op.
+  if (world().size() != 1) return;
+  TrainConfig bf = bf16_config(12);
+  bf.model = "llama-nano";
+  TrainConfig f32 = bf;
+  f32.backend = "cpu";
+  f32.bf16 = false;
+  const Result rb = serial_run(bf);
+  const Result rf = serial_run(f32);
+  REQUIRE(rb.losses.size() == 12);
+  CHECK(rb.losses.back() < 0.9 * rb.losses.front());
+  CHECK(rb.losses != rf.losses);
+  check_close(rb, rf, 0.004);  // measured 3.9e-4
+}
+
 TEST_CASE("the emulated backend refuses buffers of the wrong class, naming op and buffer", "[emulated]") {
   auto be = make_emulated_backend(DType::bf16);
   CHECK(be->compute_dtype() == DType::bf16);

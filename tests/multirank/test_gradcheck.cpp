@@ -8,6 +8,8 @@
 // multiple of T, so a position offset lost on one side (forward or backward) shows.
 // A consistent error a finite difference cannot see: a softmax that sums over the padded
 // vocabulary columns. The last case checks that padded logits change neither loss nor gradient.
+// The Llama block (RMSNorm, SwiGLU, RoPE, grouped-query attention, untied head) runs the same
+// cases, and a variant with biases on its fused q/k/v and gate/up projections and a tied head.
 #include <catch2/catch.hpp>
 #include <fmt/format.h>
 
@@ -30,6 +32,7 @@ struct Case {
   bool moe;
   int B = 2;          // sequences per micro-batch
   bool drop = false;  // MoE: a capacity that drops assignments
+  int block = 0;      // 0: GPT-2; 1: Llama; 2: Llama with linear biases and a tied head
 };
 
 GptConfig tiny() {
@@ -42,6 +45,27 @@ GptConfig tiny() {
   c.max_seq = 8;
   return c;
 }
+
+// The Llama block at the same scale: 4 query heads over 2 KV heads (tp 2 splits both), head size
+// 4 (RoPE rotates pairs (0, 2) and (1, 3)), a base small enough that every position rotates.
+GptConfig tiny_llama(int block) {
+  GptConfig c = GptConfig::preset("llama-nano");
+  c.n_layer = 2;
+  c.n_head = 4;
+  c.n_kv_head = 2;
+  c.n_embd = 16;
+  c.ffn = 24;
+  c.vocab = 23;
+  c.max_seq = 8;
+  c.rope_theta = 100.0;
+  if (block == 2) {
+    c.bias = true;
+    c.tied_embeddings = true;
+  }
+  return c;
+}
+
+GptConfig model_of(const Case& k) { return k.block == 0 ? tiny() : tiny_llama(k.block); }
 
 ChunkMoe moe_config(const Case& k, Communicator* ep) {
   ChunkMoe moe;
@@ -69,7 +93,7 @@ void set_elem(Backend& be, const Tensor& t, int64_t e, double x) { be.copy_from_
 // The capacity really drops: the same weights without drops give another loss.
 void require_drops(GptChunk& chunk, const Case& k, const ChunkMoe& moe, const std::vector<int32_t>& x,
                    const std::vector<int32_t>& y, int B, int T) {
-  const GptConfig cfg = tiny();
+  const GptConfig cfg = model_of(k);
   ParamStore store(chunk.backend());
   ChunkMoe all = moe;
   all.cfg.drop_tokens = false;
@@ -88,7 +112,7 @@ void check_case(const Case& k) {
   auto be = make_cpu_backend(DType::f64);
   ParamStore store(*be);
   auto ep = make_self_communicator("ep", tp.rank());
-  const GptConfig cfg = tiny();
+  const GptConfig cfg = model_of(k);
   const ChunkMoe moe = moe_config(k, ep.get());
   GptChunk chunk(cfg, {0, cfg.n_layer, true, true}, tp, store, k.rc, true, k.sp, moe);
   store.finalize();
@@ -159,7 +183,7 @@ void check_case(const Case& k) {
       }
     }
   }
-  INFO(k.name << ": " << checked << " elements checked, worst error / tolerance " << worst << failures);
+  INFO(k.name << " (" << cfg.describe() << "): " << checked << " elements checked, worst error / tolerance " << worst << failures);
   CHECK(checked >= 3 * static_cast<int>(store.size()));
   CHECK(failed == 0);
 }
@@ -241,4 +265,26 @@ TEST_CASE("gradcheck: padded vocabulary columns contribute nothing to the loss o
   const double moved = chunk.forward(1, B, T, x, y, Tensor(), Tensor(), false);
   INFO("loss " << loss << ", with random padded rows " << moved);
   CHECK(std::abs(moved - loss) <= 1e-12 * std::abs(loss));
+}
+
+TEST_CASE("gradcheck: the Llama block (RMSNorm, SwiGLU, RoPE, GQA, untied head), each recompute mode", "[gradcheck]") {
+  for (Recompute rc : {Recompute::none, Recompute::selective, Recompute::full}) {
+    INFO("recompute " << recompute_name(rc));
+    check_case({"llama", rc, false, false, 2, false, 1});
+  }
+  check_case({"llama with biases, tied head", Recompute::selective, false, false, 2, false, 2});
+}
+
+TEST_CASE("gradcheck: the Llama block under sequence parallelism", "[gradcheck]") {
+  if (test::world().size() < 2) SUCCEED("sequence parallelism needs tp >= 2");
+  else
+    for (Recompute rc : {Recompute::none, Recompute::selective}) {
+      INFO("recompute " << recompute_name(rc));
+      check_case({"llama sequence parallel", rc, true, false, 3, false, 1});
+    }
+}
+
+TEST_CASE("gradcheck: Llama MoE layers (SwiGLU experts, no biases)", "[gradcheck]") {
+  check_case({"llama moe", Recompute::none, false, true, 2, false, 1});
+  check_case({"llama moe with drops", Recompute::full, false, true, 3, true, 1});
 }

@@ -61,7 +61,7 @@ inline const Result& serial(TrainConfig cfg) {
   cfg.recompute = Recompute::none;
   cfg.moe_chunks = 1;
   cfg.pipeline_layers.clear();
-  const std::string key = fmt::format("{}/{}/{}/{}/{}/{}/{}", cfg.moe_every, cfg.experts, cfg.topk, cfg.no_drop,
+  const std::string key = fmt::format("{}/{}/{}/{}/{}/{}/{}/{}/{}", cfg.model, cfg.layers.value_or(0), cfg.moe_every, cfg.experts, cfg.topk, cfg.no_drop,
                                       cfg.capacity_factor, cfg.global_batch.value_or(0),
                                       cfg.rampup ? fmt::format("{},{},{}", cfg.rampup->start, cfg.rampup->increment,
                                                                cfg.rampup->samples)
@@ -84,6 +84,11 @@ inline double rel_err(std::span<const float> a, std::span<const float> b) {
   return std::sqrt(num / std::max(den, 1e-30));
 }
 
+// The vocab-parallel tensors (the embedding, the untied LM head): padded rows depend on tp.
+inline bool is_vocab_param(const GptConfig& m, const std::string& name) {
+  return name == m.embedding_param() || name == m.lm_head_param();
+}
+
 // The part of the serial model's full tensor `full` (parameter `name`) that tp rank tp_rank of
 // cfg's layout holds: its TP shard; for the vocab-parallel wte only the real vocabulary rows, which
 // start the local shard (the rows after them are padding, zero in any layout). Empty when this
@@ -93,7 +98,7 @@ inline std::vector<float> serial_part(const TrainConfig& cfg, const std::string&
   GptConfig m = GptConfig::preset(cfg.model);
   m.n_layer = cfg.layers.value_or(m.n_layer);
   const int C = m.n_embd;
-  if (name == "transformer.wte.weight") {
+  if (is_vocab_param(m, name)) {
     const int vl = m.padded_vocab(cfg.tp) / cfg.tp;
     const int r0 = tp_rank * vl, r1 = std::min(r0 + vl, m.vocab);
     if (r1 <= r0) return {};
@@ -108,6 +113,22 @@ inline std::vector<float> serial_part(const TrainConfig& cfg, const std::string&
   else if (name.ends_with("mlp.c_fc.weight")) { shape = {m.ffn_size(), C}; split = TpSplit::rows; }
   else if (name.ends_with("mlp.c_fc.bias")) { shape = {m.ffn_size()}; split = TpSplit::rows; }
   else if (name.ends_with("mlp.c_proj.weight")) { shape = {C, m.ffn_size()}; split = TpSplit::cols; }
+  else if (name.starts_with("model.layers.") && name.find(".mlp.experts.") == std::string::npos &&
+           name.find("block_sparse_moe") == std::string::npos) {
+    // The Llama family: column-parallel q/k/v, gate/up (weights and biases) split by rows,
+    // row-parallel o_proj/down_proj by columns, the rest replicated.
+    const int64_t n = static_cast<int64_t>(full.size());
+    for (const char* col : {"q_proj.", "k_proj.", "v_proj.", "gate_proj.", "up_proj."})
+      if (name.find(col) != std::string::npos) {
+        split = TpSplit::rows;
+        shape = name.ends_with(".weight") ? std::vector<int64_t>{n / C, C} : std::vector<int64_t>{n};
+      }
+    if (name.ends_with("o_proj.weight") || name.ends_with("down_proj.weight")) {
+      split = TpSplit::cols;
+      shape = {C, n / C};
+    }
+    if (split == TpSplit::none) shape = {n};
+  }
   else shape = {static_cast<int64_t>(full.size())};
   return shard_of(full, shape, split, tp_rank, cfg.tp);
 }
@@ -130,7 +151,7 @@ inline void compare(const TrainConfig& cfg, const Result& got, int tp_rank) {
     REQUIRE(ref.params.count(name) == 1);
     const auto& full = ref.params.at(name);
     const auto want = serial_part(cfg, name, full, tp_rank);
-    if (name == "transformer.wte.weight") {
+    if (is_vocab_param(GptConfig::preset(cfg.model), name)) {
       // Padded rows differ with tp (zeros either way); compare the real vocabulary rows.
       REQUIRE(want.size() <= mine.size());
       CHECK(rel_err(std::span<const float>(mine).first(want.size()), want) <= 1e-5);

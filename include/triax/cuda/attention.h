@@ -12,25 +12,29 @@ namespace triax::cuda {
 // Head sizes the kernels are compiled for (C / NH must be one of them).
 bool attention_supports_head_size(int hs);
 
-// qkv layout and scores as ops::attention_forward: per token [q | k | v], head h in channels
-// [h*hs, (h+1)*hs) of each part, scores q.k / sqrt(hs), key <= query. Real is float, bf16 or f16.
-// ConfigError for a non-positive size, NH not dividing C, an unsupported head size, a null pointer.
+// qkv layout and scores as Backend::attention_forward: per token [NH query heads | NKV key heads |
+// NKV value heads], hs = C / NH channels each, W = C + 2 NKV hs elements per token; query head h
+// reads key/value head h / (NH / NKV) (grouped-query attention; NKV = 0 means NH, multi-head:
+// W = 3C as ops::attention_forward). Scores q.k / sqrt(hs), key <= query. Real is float, bf16 or
+// f16. ConfigError for a non-positive size, NH not dividing C, NKV not dividing NH, an
+// unsupported head size, a null pointer.
 template <class Real>
 void attention_forward(Real* out,        // (B, T, C)
                        float* lse,       // (B, NH, T) saved for backward
-                       const Real* qkv,  // (B, T, 3C)
-                       int B, int T, int C, int NH, cudaStream_t stream);
+                       const Real* qkv,  // (B, T, W)
+                       int B, int T, int C, int NH, int NKV, cudaStream_t stream);
 
 // dqkv written in full. Unlike the CPU op this takes the forward output `out` as well:
 // D_i = dout_i . out_i (= rowsum(P * dP)) is precomputed from it, so the dQ and dK/dV kernels
-// each make one pass (no atomics: dQ by query blocks, dK/dV by key blocks; deterministic).
-// Scratch for D (B*NH*T floats) comes from cudaMallocAsync on the stream.
+// each make one pass (no atomics: dQ by query blocks, dK/dV by key blocks of one kv head, which
+// add the query heads of its group one after the other; deterministic).
+// Scratch for D (B*NH*T floats) comes from the stream's arena (cuda/scratch.h).
 template <class Real>
-void attention_backward(Real* dqkv,        // (B, T, 3C)
+void attention_backward(Real* dqkv,        // (B, T, W)
                         const Real* dout,  // (B, T, C)
-                        const Real* qkv,   // (B, T, 3C) the forward input
+                        const Real* qkv,   // (B, T, W) the forward input
                         const Real* out,   // (B, T, C) the forward output
                         const float* lse,  // (B, NH, T) from attention_forward
-                        int B, int T, int C, int NH, cudaStream_t stream);
+                        int B, int T, int C, int NH, int NKV, cudaStream_t stream);
 
 }  // namespace triax::cuda

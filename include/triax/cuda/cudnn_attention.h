@@ -1,8 +1,10 @@
 // Causal attention through cuDNN's fused scaled-dot-product attention (the cuDNN frontend's graph
 // API, sdpa / sdpa_backward): the fast path for bf16 and fp16, with the CUDA-core kernels of
 // cuda/attention.h as the reference and the fallback. Same layout and meaning as
-// cuda::attention_forward/backward: qkv (B, T, 3C) with head h of Q, K and V in channels
-// [h*HS, (h+1)*HS) of each part, out (B, T, C), lse (B, NH, T) fp32 = natural-log log-sum-exp of
+// cuda::attention_forward/backward: qkv (B, T, W), W = C + 2 NKV HS, per token [NH query heads |
+// NKV key heads | NKV value heads] of HS channels each (query head h reads kv head h / (NH / NKV):
+// grouped-query attention, handed to cuDNN as K/V with NKV heads; NKV = 0 or NH is multi-head,
+// W = 3C), out (B, T, C), lse (B, NH, T) fp32 = natural-log log-sum-exp of
 // each row of scaled scores q.k / sqrt(HS) over the keys <= the query (cuDNN's "Stats" output has
 // exactly this meaning and, declared (B, NH, T, 1) packed, this layout: no conversion).
 // Q, K, V, O, dO, dQ, dK and dV are handed to cuDNN as strided (B, NH, T, HS) views of our
@@ -37,17 +39,15 @@ struct AttentionView {
 
 enum class AttentionTensor { q, k, v, out, lse };
 
-// The (B, NH, T, HS) view cuDNN sees: q/k/v of a (B, T, 3C) buffer (qkv or dqkv; offset 0, C, 2C),
-// out of a (B, T, C) buffer (out or dout), and lse (B, NH, T) as (B, NH, T, 1).
-constexpr AttentionView cudnn_attention_view(AttentionTensor t, int B, int T, int NH, int HS) {
-  const int64_t b = B, n = NH, s = T, d = HS, c = n * d;
+// The view cuDNN sees: q (B, NH, T, HS) and k/v (B, NKV, T, HS) of a (B, T, W) buffer (qkv or
+// dqkv; offsets 0, C and C + NKV HS, token stride W = C + 2 NKV HS), out (B, NH, T, HS) of a
+// (B, T, C) buffer (out or dout), and lse (B, NH, T) as (B, NH, T, 1). NKV = 0 means NH.
+constexpr AttentionView cudnn_attention_view(AttentionTensor t, int B, int T, int NH, int HS, int NKV = 0) {
+  const int64_t b = B, n = NH, s = T, d = HS, c = n * d, g = NKV > 0 ? NKV : NH, w = c + 2 * g * d;
   switch (t) {
-    case AttentionTensor::q:
-    case AttentionTensor::k:
-    case AttentionTensor::v: {
-      const int64_t part = t == AttentionTensor::q ? 0 : (t == AttentionTensor::k ? 1 : 2);
-      return {{b, n, s, d}, {s * 3 * c, d, 3 * c, 1}, part * c};
-    }
+    case AttentionTensor::q: return {{b, n, s, d}, {s * w, d, w, 1}, 0};
+    case AttentionTensor::k: return {{b, g, s, d}, {s * w, d, w, 1}, c};
+    case AttentionTensor::v: return {{b, g, s, d}, {s * w, d, w, 1}, c + g * d};
     case AttentionTensor::out: return {{b, n, s, d}, {s * c, d, c, 1}, 0};
     case AttentionTensor::lse: return {{b, n, s, 1}, {n * s, s, 1, 1}, 0};
   }
@@ -55,16 +55,22 @@ constexpr AttentionView cudnn_attention_view(AttentionTensor t, int B, int T, in
 }
 
 // What one cuDNN graph is built for; graphs (and their execution plans) are cached by this key.
+// NKV: key/value heads, 0 = NH (the functions below always make keys with 0 for multi-head, so
+// one shape has one key).
 struct CudnnAttentionKey {
   DType dtype;
   int B, T, NH, HS;
   bool backward;
+  int NKV = 0;
   friend auto operator<=>(const CudnnAttentionKey&, const CudnnAttentionKey&) = default;
 };
 
+// NKV as a key holds it: 0 for multi-head (NKV 0 or NH).
+constexpr int cudnn_attention_key_kv(int NH, int NKV) { return NKV == NH ? 0 : NKV; }
+
 inline std::string to_string(const CudnnAttentionKey& k) {
-  return fmt::format("{} {} B={} T={} NH={} HS={}", k.backward ? "backward" : "forward", dtype_name(k.dtype), k.B,
-                     k.T, k.NH, k.HS);
+  return fmt::format("{} {} B={} T={} NH={} HS={}{}", k.backward ? "backward" : "forward", dtype_name(k.dtype), k.B,
+                     k.T, k.NH, k.HS, k.NKV > 0 ? fmt::format(" NKV={}", k.NKV) : std::string());
 }
 
 // ---------------------------------------------------------------- selection (host-only)
@@ -108,13 +114,14 @@ bool cudnn_attention_built();
 std::string cudnn_attention_version();
 
 // Why cuDNN cannot run causal attention of this shape on the current device (nullopt: it can).
-// The first call per (dtype, B, T, NH, HS) builds and caches both graphs (forward and backward;
+// NKV: key/value heads (0 = NH); a bad one (not dividing NH) is a reason.
+// The first call per (dtype, B, T, NH, HS, NKV) builds and caches both graphs (forward and backward;
 // seconds: call it at set-up, not inside a CUDA-graph capture) and grows the workspace; later
 // calls are a map look-up. A rejection is cached too, with cuDNN's message. Never throws for a
 // shape: bad sizes and non-half dtypes are reasons like any other.
-std::optional<std::string> cudnn_attention_unsupported_reason(DType dtype, int B, int T, int NH, int HS);
-inline bool cudnn_attention_supported(DType dtype, int B, int T, int NH, int HS) {
-  return !cudnn_attention_unsupported_reason(dtype, B, T, NH, HS).has_value();
+std::optional<std::string> cudnn_attention_unsupported_reason(DType dtype, int B, int T, int NH, int HS, int NKV = 0);
+inline bool cudnn_attention_supported(DType dtype, int B, int T, int NH, int HS, int NKV = 0) {
+  return !cudnn_attention_unsupported_reason(dtype, B, T, NH, HS, NKV).has_value();
 }
 
 // The frontend's own checks of both graphs (forward, and backward with the deterministic
@@ -122,24 +129,25 @@ inline bool cudnn_attention_supported(DType dtype, int B, int T, int NH, int HS)
 // or cuDNN engine involved: dims, strides, types and attributes as the frontend validates them
 // before it lowers a graph to cuDNN. The first failure, or nullopt. A CI check without a GPU; what
 // cuDNN's engines accept on a real device only cudnn_attention_unsupported_reason can tell.
-std::optional<std::string> cudnn_attention_check_graphs(DType dtype, int B, int T, int NH, int HS, int sm_version);
+std::optional<std::string> cudnn_attention_check_graphs(DType dtype, int B, int T, int NH, int HS, int sm_version,
+                                                        int NKV = 0);
 
 // Whether the cached backward graph of this shape is cuDNN's deterministic algorithm (tried
 // first; the non-deterministic one only where cuDNN refuses it). False when not supported.
-bool cudnn_attention_backward_deterministic(DType dtype, int B, int T, int NH, int HS);
+bool cudnn_attention_backward_deterministic(DType dtype, int B, int T, int NH, int HS, int NKV = 0);
 
 // TRIAX_ATTENTION's decision for a call of this dtype and shape (choose_cudnn_attention with
 // cudnn_attention_unsupported_reason as the probe). ConfigError under TRIAX_ATTENTION=cudnn
 // where cuDNN cannot run it.
-bool use_cudnn_attention(DType dtype, int B, int T, int C, int NH);
+bool use_cudnn_attention(DType dtype, int B, int T, int C, int NH, int NKV = 0);
 
 // out, lse from qkv on `stream` (dtype bf16 or f16; all pointers device memory, the half-type ones
-// 16-byte aligned). ConfigError for bad sizes (non-positive, NH not dividing C), a null or
-// misaligned pointer or an unsupported dtype;
+// 16-byte aligned). NKV key/value heads (0 = NH). ConfigError for bad sizes (non-positive, NH not
+// dividing C, NKV not dividing NH), a null or misaligned pointer or an unsupported dtype;
 // DeviceError naming the cuDNN call and its message where cuDNN fails or rejects the shape
 // (check cudnn_attention_supported first to fall back instead).
 void cudnn_attention_forward(DType dtype, void* out, float* lse, const void* qkv, int B, int T, int C, int NH,
-                             cudaStream_t stream);
+                             int NKV, cudaStream_t stream);
 
 // One workspace per device serves every call: the calls on one device must run in order (one
 // stream, or streams ordered by events, as the CUDA backend's compute stream is); two calls left
@@ -147,7 +155,7 @@ void cudnn_attention_forward(DType dtype, void* out, float* lse, const void* qkv
 //
 // dqkv (written in full) from dout, the forward's qkv, out and lse.
 void cudnn_attention_backward(DType dtype, void* dqkv, const void* dout, const void* qkv, const void* out,
-                              const float* lse, int B, int T, int C, int NH, cudaStream_t stream);
+                              const float* lse, int B, int T, int C, int NH, int NKV, cudaStream_t stream);
 
 // Frees every cached graph, cuDNN handle and workspace (all devices). Optional: a backend's
 // teardown may call it while the CUDA context is alive; the cache is otherwise kept to the end

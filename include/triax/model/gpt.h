@@ -1,6 +1,8 @@
-// GptChunk: a contiguous block of GPT-2 layers on one pipeline stage (plus the embedding on the
-// first chunk and the final LayerNorm, tied LM head and vocab-parallel loss on the last), every
-// layer tensor-parallel over the TP communicator as Megatron does it. Hand-written forward and
+// GptChunk: a contiguous block of Transformer layers on one pipeline stage (plus the embedding on
+// the first chunk and the final norm, LM head and vocab-parallel loss on the last), every layer
+// tensor-parallel over the TP communicator as Megatron does it. One block for both families
+// (GptConfig): GPT-2's (LayerNorm, GELU, learned positions, biases, tied head) or the Llama
+// family's (RMSNorm, SwiGLU, RoPE, grouped-query attention, no biases, untied head), or any mix. Hand-written forward and
 // backward written once against the Backend seam (backend/backend.h): every buffer is a backend
 // Tensor and every computation a backend op, so the same code runs on the CPU reference (fp32, or
 // fp64 for gradient checks) and on devices. Activations are kept per in-flight micro-batch ("slot").
@@ -35,7 +37,7 @@ struct ChunkSpec {
   int first_layer = 0;
   int num_layers = 0;
   bool embedding = false;  // token + position embedding at the start
-  bool head = false;       // final LayerNorm, tied LM head and loss at the end
+  bool head = false;       // final norm, LM head and loss at the end
 };
 
 // Mixture-of-experts layers (docs/MOE.md): layer l uses a MoeMlp instead of the dense MLP when
@@ -106,6 +108,15 @@ class GptChunk final : public Stage {
   int padded_vocab() const { return vp_; }
 
  private:
+  // One or more store parameters used as one weight: the Llama family's q/k/v (and gate/up)
+  // projections are registered back to back, so their TP shards are adjacent in the flat store
+  // and a single GEMM runs over the fused view. count 0: absent (a bias of a bias-free model).
+  struct ParamRef {
+    size_t first = SIZE_MAX;
+    int count = 0;
+    bool defined() const { return count > 0; }
+  };
+  enum class Init { ones, zeros, normal, proj_normal, vocab_normal };
   struct Layer;
   struct Acts;
   struct Slot;
@@ -116,7 +127,7 @@ class GptChunk final : public Stage {
                      bool training);
   void layer_backward(Layer& L, Acts& a, Slot& s, int slot, const Tensor& dout, const Tensor& dx, int B, int T,
                       bool defer);
-  void layernorm_gathered(const Tensor& x, size_t w, size_t b, Tensor& full, Tensor& mean, Tensor& rstd, int Nl);
+  void norm_gathered(const Tensor& x, size_t w, size_t b, Tensor& full, Tensor& mean, Tensor& rstd, int Nl);
   // The steps of forward, layer_backward and layer_forward (gpt.cpp says what each does).
   struct LayerGrads;
   void embed(Slot& s, std::span<const int32_t> tokens, int B, int T);
@@ -126,20 +137,32 @@ class GptChunk final : public Stage {
   void mlp_backward(Layer& L, Acts& a, Slot& s, int slot, const Tensor& dout, const LayerGrads& g, int B, int T,
                     bool defer);
   Tensor sp_partial_grads();
-  void layernorm_backward_scattered(Tensor& dfull, Tensor& dlocal, const Tensor& dx, const Tensor& gw,
+  void norm_backward_scattered(Tensor& dfull, Tensor& dlocal, const Tensor& dx, const Tensor& gw,
                                     const Tensor& gb, const Tensor& x, size_t w, const Tensor& mean,
                                     const Tensor& rstd, int Nl, ops::GradMode mode);
   void drop_recomputed(Acts& a);
   void add_sp_grads(std::initializer_list<size_t> params, const Tensor& partial);
-  void linear_bwd(Slot& s, bool defer, const Tensor& dinp, size_t w, size_t b, const Tensor& dout, const Tensor& inp,
-                  int N, int IC, int OC);
+  void linear_bwd(Slot& s, bool defer, const Tensor& dinp, ParamRef w, ParamRef b, const Tensor& dout,
+                  const Tensor& inp, int N, int IC, int OC);
   void ready(size_t idx);
+  void ready(ParamRef r);
+  size_t add_param(const std::string& name, std::vector<int64_t> full, TpSplit split, bool decay, Init init);
+  ParamRef add_fused(const std::vector<std::pair<std::string, int64_t>>& parts, int64_t cols, TpSplit split, bool decay,
+                     Init init);
+  void register_layer(int l, const ChunkMoe& moe);
+  void register_head(bool wte_norm_owner);
+  void attention_forward_block(Layer& L, Acts& a, int B, int T);
+  void attention_backward_block(Layer& L, Acts& a, Slot& s, int B, int T, bool defer);
+  const Tensor& rope_table(int T, bool sin);
+  void mlp_activation(Acts& a, int Nf);
   // Buffer t holds exactly n elements of dtype (reallocated only when the size changes).
   void ensure(Tensor& t, size_t n, DType dtype);
   void ensure(Tensor& t, size_t n) { ensure(t, n, dt_); }
   const Tensor& P(size_t i);  // parameter i's compute view (ParamStore::weight_t, cached)
   const Tensor& G(size_t i);  // its gradient view
   const Tensor& view(size_t i, bool grad);
+  Tensor P(ParamRef r);  // a fused weight's compute view (a single parameter's when count is 1)
+  Tensor G(ParamRef r);
 
   GptConfig cfg_;
   ChunkSpec spec_;
@@ -154,9 +177,15 @@ class GptChunk final : public Stage {
   bool sp_ = false;
   Tensor scratch_;  // (B*T, C) partial sums before a reduce-scatter
   int C_, F_, NH_, Cl_, Fl_, NHl_;
+  int KVl_, D_, Ql_;  // kv heads per TP rank, head size, local fused QKV width (NHl + 2 KVl) * D
+  int Hl_;            // local width of the MLP's first GEMM: Fl, or 2 Fl for SwiGLU's [gate | up]
   int vp_, v0_, v1_;
   std::vector<Layer> layers_;
   size_t wte_ = SIZE_MAX, wpe_ = SIZE_MAX, lnf_w_ = SIZE_MAX, lnf_b_ = SIZE_MAX;
+  size_t head_w_ = SIZE_MAX;  // the LM head's matrix: wte_ when tied, lm_head.weight otherwise
+  std::vector<std::pair<size_t, Init>> init_;  // how init_params fills each parameter registered here
+  std::map<int, std::pair<Tensor, Tensor>> rope_;  // RoPE cos/sin tables (T, D/2) by sequence length
+  std::vector<Tensor> fpview_, fgview_;  // fused views by first index
   bool owns_wte_ = false;
   bool head_marks_wte_ = false;
   std::vector<size_t> owned_;

@@ -30,6 +30,10 @@ struct MoeConfig {
   // Token chunks pipelined through dispatch -> experts -> combine (1: no overlap). A knob of
   // speed only: any value gives the same results (up to float summation order of weight grads).
   int chunks = 1;
+  // The experts' block (set by GptChunk from GptConfig): SwiGLU experts, biases, HF Mixtral names.
+  bool swiglu = false;
+  bool bias = true;
+  bool hf_names = false;
 
   // ConfigError naming the field unless experts % ep == 0, top_k in {1, 2} and <= experts,
   // capacity_factor > 0 (drop mode), aux_loss_coef >= 0 and finite, chunks >= 1.

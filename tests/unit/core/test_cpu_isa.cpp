@@ -1,9 +1,10 @@
 // The AVX2 copies of the dispatched loops (core/cpu_isa.h) against the baseline x86-64 copies:
-// bit-identical outputs for AdamW, GELU forward/backward, attention and the cross-entropy
-// backward, at sizes with vector remainders and above the threading thresholds. Skipped parts
+// bit-identical outputs for AdamW, GELU, SwiGLU and RoPE forward/backward, attention (multi-head
+// and grouped-query) and the cross-entropy backward, at sizes with vector remainders and above the threading thresholds. Skipped parts
 // (reported) where the CPU has no AVX2; the override itself is always tested.
 #include <catch2/catch.hpp>
 
+#include <cmath>
 #include <cstring>
 #include <functional>
 #include <vector>
@@ -12,7 +13,9 @@
 #include "triax/core/error.h"
 #include "triax/ops/attention.h"
 #include "triax/ops/gelu.h"
+#include "triax/ops/rope.h"
 #include "triax/ops/softmax_xent.h"
+#include "triax/ops/swiglu.h"
 #include "triax/ops/adamw.h"
 #include "unit/ops_testing.h"
 
@@ -102,6 +105,42 @@ TEST_CASE("AVX2 and baseline copies give identical bits") {
       ops::attention_forward(out[i].data(), lse[i].data(), qkv.data(), B, T, C, NH);
       ops::attention_backward(dqkv[i].data(), dout.data(), qkv.data(), lse[i].data(), B, T, C, NH);
     });
+    CHECK(same_bits(out[0], out[1]));
+    CHECK(same_bits(lse[0], lse[1]));
+    CHECK(same_bits(dqkv[0], dqkv[1]));
+  }
+  SECTION("swiglu forward and backward") {
+    for (auto [N, F] : {std::pair{3, 13}, std::pair{300, 301}}) {  // a vector remainder; the second threaded
+      const auto h = floats(size_t(N) * 2 * F, -100, 100), d = floats(size_t(N) * F, -1, 1);
+      std::vector<float> y[2], dh[2];
+      both([&](CpuIsa isa) {
+        y[int(isa)].assign(size_t(N) * F, 0.0f), dh[int(isa)].assign(h.size(), 0.0f);
+        ops::swiglu_forward(y[int(isa)].data(), h.data(), N, F);
+        ops::swiglu_backward(dh[int(isa)].data(), d.data(), h.data(), N, F);
+      });
+      INFO("N = " << N << " F = " << F);
+      CHECK(same_bits(y[0], y[1]));
+      CHECK(same_bits(dh[0], dh[1]));
+    }
+  }
+  SECTION("rope forward and backward, grouped-query attention") {
+    const int B = 2, T = 77, NH = 6, NKV = 2, HD = 10, C = NH * HD, W = C + 2 * NKV * HD;  // HD/2 = 5: remainders
+    const auto qkv0 = floats(size_t(B) * T * W, -2, 2), dout = floats(size_t(B) * T * C, -1, 1);
+    const auto ang = floats(size_t(T) * HD / 2, 0, 6.28);
+    std::vector<float> cs(ang.size()), sn(ang.size());
+    for (size_t i = 0; i < ang.size(); ++i) cs[i] = std::cos(ang[i]), sn[i] = std::sin(ang[i]);
+    std::vector<float> q[2], out[2], lse[2], dqkv[2];
+    both([&](CpuIsa isa) {
+      const int i = int(isa);
+      q[i] = qkv0, out[i].assign(size_t(B) * T * C, 0.0f), lse[i].assign(size_t(B) * NH * T, 0.0f);
+      dqkv[i].assign(qkv0.size(), 0.0f);
+      ops::rope_forward(q[i].data(), cs.data(), sn.data(), B, T, NH, NKV, HD);
+      ops::attention_forward(out[i].data(), lse[i].data(), q[i].data(), B, T, C, NH, NKV);
+      ops::attention_backward(dqkv[i].data(), dout.data(), q[i].data(), lse[i].data(), B, T, C, NH, NKV);
+      ops::rope_backward(dqkv[i].data(), cs.data(), sn.data(), B, T, NH, NKV, HD);
+    });
+    CHECK(same_bits(q[0], q[1]));
+    CHECK_FALSE(same_bits(q[0], qkv0));  // the rotation did move q and k
     CHECK(same_bits(out[0], out[1]));
     CHECK(same_bits(lse[0], lse[1]));
     CHECK(same_bits(dqkv[0], dqkv[1]));

@@ -77,6 +77,45 @@ TEST_CASE("cudnn attention views address qkv, out and lse as ops::attention lays
   }
 }
 
+TEST_CASE("cudnn attention views address grouped-query qkv: K/V with NKV heads inside the packed row",
+          "[cudnn][layout]") {
+  struct Gqa {
+    int B, T, NH, NKV, HS;
+  };
+  for (const Gqa g : {Gqa{2, 7, 4, 2, 8}, Gqa{1, 5, 6, 1, 16}, Gqa{3, 13, 8, 4, 8}, Gqa{2, 3, 3, 3, 8}}) {
+    INFO("B=" << g.B << " T=" << g.T << " NH=" << g.NH << " NKV=" << g.NKV << " HS=" << g.HS);
+    const int64_t C = int64_t{g.NH} * g.HS, W = C + 2 * int64_t{g.NKV} * g.HS;
+    std::vector<int> hits(static_cast<size_t>(g.B) * g.T * W, 0);
+    const AttentionTensor parts[3] = {AttentionTensor::q, AttentionTensor::k, AttentionTensor::v};
+    for (int p = 0; p < 3; ++p) {
+      const AttentionView v = cudnn_attention_view(parts[p], g.B, g.T, g.NH, g.HS, g.NKV);
+      const int heads = p == 0 ? g.NH : g.NKV;
+      REQUIRE(v.dim[1] == heads);
+      for (int b = 0; b < g.B; ++b)
+        for (int h = 0; h < heads; ++h)
+          for (int t = 0; t < g.T; ++t)
+            for (int d = 0; d < g.HS; ++d) {
+              // backend.h: token (b, t) holds [NH q heads | NKV k heads | NKV v heads] of HS each.
+              const int64_t head0 = p == 0 ? 0 : (p == 1 ? g.NH : g.NH + g.NKV);
+              const int64_t want = (int64_t{b} * g.T + t) * W + (head0 + h) * g.HS + d;
+              REQUIRE(element(v, b, h, t, d) == want);
+              ++hits[static_cast<size_t>(want)];
+            }
+    }
+    for (int n : hits) REQUIRE(n == 1);
+    // NKV = NH is the multi-head view, NKV = 0 too.
+    for (const AttentionTensor t : parts) {
+      const AttentionView a = cudnn_attention_view(t, g.B, g.T, g.NH, g.HS, g.NH);
+      const AttentionView b = cudnn_attention_view(t, g.B, g.T, g.NH, g.HS);
+      CHECK(a.offset == b.offset);
+      for (int k = 0; k < 4; ++k) CHECK((a.dim[k] == b.dim[k] && a.stride[k] == b.stride[k]));
+    }
+  }
+  CHECK(cudnn_attention_key_kv(8, 8) == 0);
+  CHECK(cudnn_attention_key_kv(8, 0) == 0);
+  CHECK(cudnn_attention_key_kv(8, 2) == 2);
+}
+
 TEST_CASE("cudnn attention lse view is cuDNN's packed (B, NH, T, 1) stats layout", "[cudnn][layout]") {
   const AttentionView v = cudnn_attention_view(AttentionTensor::lse, 3, 11, 5, 64);
   // Packed BHSD with D = 1: stride[3] = 1, stride[2] = D, stride[1] = T*D, stride[0] = NH*T*D.
@@ -100,6 +139,7 @@ TEST_CASE("cudnn attention graph keys tell every field apart", "[cudnn][key]") {
   vary([](CudnnAttentionKey& k) { k.T = 1023; });
   vary([](CudnnAttentionKey& k) { k.NH = 6; });
   vary([](CudnnAttentionKey& k) { k.HS = 128; });
+  vary([](CudnnAttentionKey& k) { k.NKV = 3; });
   vary([](CudnnAttentionKey& k) { k.backward = true; });
   std::map<CudnnAttentionKey, int> m;
   for (size_t i = 0; i < keys.size(); ++i) m[keys[i]] = static_cast<int>(i);
@@ -107,6 +147,7 @@ TEST_CASE("cudnn attention graph keys tell every field apart", "[cudnn][key]") {
   for (size_t i = 0; i < keys.size(); ++i) CHECK(m.at(keys[i]) == static_cast<int>(i));
   CHECK(CudnnAttentionKey(base) == base);
   CHECK(to_string(base) == "forward bfloat16 B=4 T=1024 NH=12 HS=64");
+  CHECK(to_string(keys[keys.size() - 2]) == "forward bfloat16 B=4 T=1024 NH=12 HS=64 NKV=3");
   CHECK_THAT(to_string(keys.back()), Contains("backward"));
 }
 

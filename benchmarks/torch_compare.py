@@ -1,11 +1,15 @@
 #!/usr/bin/env python3
-"""torch_compare: one CPU training step of triax against PyTorch, the same GPT-2 on the same data.
+"""torch_compare: one CPU training step of triax against PyTorch, the same GPT-2 (or Llama) on the same data.
 
 Two long-lived workers per thread setting, started with the same environment:
   triax    build/benchmarks/torch_compare_triax (GptChunk forward + backward + Optimizer::step)
   torch    this file with --worker: a PyTorch GPT-2 of exactly the same shape, initialised from
            triax's own initial weights (exported as safetensors), AdamW with the same betas, eps,
            weight decay (same parameters decayed) and learning rate, clip_grad_norm_ 1.0.
+The llama-* shapes (LLAMA below) are Llama-block models on both sides: triax's worker with --block
+llama (the llama-tiny preset's RMSNorm, SwiGLU, RoPE, no biases, untied head; --kv-heads, --ffn),
+and here a Llama written in plain torch (llama_forward: RMSNorm in fp32, SwiGLU, HF's rotate-half
+RoPE, grouped-query attention, the untied head), from the same exported weights.
 Both read the same int32 token file and take the same batches in the same order. The driver
 alternates them in rounds (A B, then B A, ...), each round K steps per side after a warm-up, and
 measures OpenBLAS sgemm on the step's GEMM shapes (one big call each) in every round too; since
@@ -21,11 +25,12 @@ With --ranks 2 each side is a 2-process job, one thread per process (one core ea
 PyTorch has no pipeline parallelism of its own here, so triax-pp2 is timed against the same
 PyTorch DDP run (the issue's "against PyTorch DDP"). The global batch B is the shape's.
 
-  torch_compare.py [--triax PATH] [--triax-b PATH] [--shapes tiny,small,gpt2-124m] [--rounds 5] [--steps 3]
+  torch_compare.py [--triax PATH] [--triax-b PATH] [--shapes tiny,small,gpt2-124m,llama-small] [--rounds 5] [--steps 3]
                    [--warmup 2] [--settings tuned,default] [--threads 2] [--json FILE]
   torch_compare.py --ranks 2 [--layouts dp2,pp2,pp2b,dp2z] [--mpirun PATH] [--single-copy none|cma] ...
                    # 2-rank sides, 1 thread per rank (pp2b: layers split by FLOPs; dp2z: ZeRO-1)
   torch_compare.py --smoke [--ranks 2] [--triax PATH]   # CI: tiny shape, both sides' losses and norms agree
+  torch_compare.py --smoke --llama [--ranks 2] ...     # the same for the Llama block (llama-smoke shapes)
   torch_compare.py --gpu-run --init W.safetensors --data SHARD.bin [--device cuda] [--precision bf16|fp32]
                    [--compile] [--batch B] [--seq T] [--gpu-steps N] [--json FILE]
                    # the device run's PyTorch side (benchmarks/device/gpt2_h200.py): one JSON object
@@ -56,6 +61,19 @@ SHAPES = {
     "gpt2-124m": (12, 12, 768, 50257, 64, 4, 1024),
     "smoke": (2, 2, 64, 100, 32, 2, 32),  # vocab 100 padded to 128: the padded rows are exercised
     "smoke2": (2, 2, 64, 100, 32, 4, 32),  # the 2-rank smoke: B/2 per DP rank, 2 pp micro-batches of 1
+    # Llama block (LLAMA): "small"'s size with 3 query heads per key/value head and F = 8C/3 (the
+    # SwiGLU width that keeps a GELU MLP's 8C^2 parameters: 3 C F = 8 C^2).
+    "llama-small": (6, 6, 384, 4096, 256, 8, 256),
+    "llama-smoke": (2, 4, 64, 100, 32, 2, 32),
+    "llama-smoke2": (2, 4, 64, 100, 32, 4, 32),
+}
+# The Llama shapes: key/value heads and SwiGLU width (the rest of the block is the llama-tiny
+# preset's, which the triax worker reports in its hello and the PyTorch worker is given).
+# kv_heads 2 is llama-tiny's own, so the 2-rank Trainer (block from the preset) can run them too.
+LLAMA = {
+    "llama-small": {"kv_heads": 2, "ffn": 1024},
+    "llama-smoke": {"kv_heads": 2, "ffn": 176},
+    "llama-smoke2": {"kv_heads": 2, "ffn": 176},
 }
 # 2-rank layouts of the triax side: worker flags. pp: the trainer's default of 2*pp micro-batches;
 # pp2b: the layers split so that both stages do about the same FLOPs (the last holds the LM head);
@@ -68,6 +86,9 @@ def layout_flags(layout, shape):
     if layout == "pp2b":
         L, H, C, V, T, B, _ = SHAPES[shape]
         per_layer, head = 24 * C * C + 4 * T * C, 2 * C * V  # forward FLOPs per token (causal attention: half)
+        if shape in LLAMA:  # QKV 2C (C + 2 kv hs), projection 2C^2, SwiGLU 6 C F
+            kv, F = LLAMA[shape]["kv_heads"], LLAMA[shape]["ffn"]
+            per_layer = 2 * C * (C + 2 * kv * (C // H)) + 2 * C * C + 6 * C * F + 4 * T * C
         first = min(L - 1, max(1, round((L + head / per_layer) / 2)))
         flags += ["--pipeline-layers", f"{first},{L - first}"]
     return flags
@@ -106,7 +127,7 @@ def torch_worker(args):
     scale = 1.0 / math.sqrt(hs)
     P = params
 
-    def forward(idx, tgt):
+    def gpt2_forward(idx, tgt):
         B = idx.shape[0]  # a DDP rank's share of the global batch
         x = F.embedding(idx, P["transformer.wte.weight"]) + P["transformer.wpe.weight"][:T]
         for layer in range(L):
@@ -127,6 +148,11 @@ def torch_worker(args):
         x = F.layer_norm(x, (C,), P["transformer.ln_f.weight"], P["transformer.ln_f.bias"], 1e-5)
         logits = F.linear(x, P["transformer.wte.weight"][:V])  # tied head over the real vocabulary
         return F.cross_entropy(logits.view(-1, V), tgt.view(-1))
+
+    forward = gpt2_forward
+    if args.shape in LLAMA:
+        block = json.loads(args.block)
+        forward = llama_forward(P, L, H, block["kv_heads"], C, V, T, block)
 
     groups = [{"params": [p for n, p in P.items() if n in decay], "weight_decay": WD},
               {"params": [p for n, p in P.items() if n not in decay], "weight_decay": 0.0}]
@@ -196,6 +222,67 @@ def torch_worker(args):
         sys.stdout.flush()
     if world > 1:
         torch.distributed.destroy_process_group()
+
+
+def llama_forward(P, L, H, KV, C, V, T, block):
+    """The loss of a Llama (HF LlamaForCausalLM's computation, written out) over triax's parameter
+    names: RMSNorm x * rsqrt(mean(x^2) + eps) * w in fp32; q, k, v projections without biases; RoPE
+    in HF's rotate-half layout, inv_freq = theta^(-2i/D) computed in float64; query head j reads
+    key/value head j // (H / KV); causal softmax attention scaled by 1/sqrt(D); the SwiGLU MLP
+    down(silu(gate x) * up x); the final RMSNorm and the untied lm_head (the embedding when tied),
+    over the real vocabulary."""
+    import torch
+    import torch.nn.functional as F
+    if block["norm"] != "RMSNorm" or not block["swiglu"] or block["positions"] != "rope" or block["bias"]:
+        raise SystemExit(f"torch_compare: the Llama worker builds RMSNorm + SwiGLU + RoPE without biases, "
+                         f"triax has {block}")
+    if block.get("rope_llama3_scaling"):
+        raise SystemExit("torch_compare: llama3 rope scaling is not written out here")
+    if "model.embed_tokens.weight" not in P:
+        raise SystemExit(f"torch_compare: triax exported no Llama parameter names (got {', '.join(list(P)[:4])}, ...): "
+                         f"its GptChunk did not build the Llama block")
+    D, eps, group = C // H, block["norm_eps"], H // KV
+    inv_freq = 1.0 / (block["rope_theta"] ** (torch.arange(0, D, 2, dtype=torch.float64) / D))
+    angles = torch.arange(T, dtype=torch.float64)[:, None] * inv_freq[None, :]  # (T, D/2)
+    cos = torch.cat([angles.cos(), angles.cos()], dim=-1).float()  # (T, D): repeated along D
+    sin = torch.cat([angles.sin(), angles.sin()], dim=-1).float()
+    mask = torch.ones(T, T, dtype=torch.bool).triu(1)
+    scale = 1.0 / math.sqrt(D)
+    head = P.get("lm_head.weight", P["model.embed_tokens.weight"])
+
+    def rms_norm(x, w):
+        xf = x.float()
+        return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)).to(x.dtype) * w
+
+    def rotate_half(x):
+        return torch.cat([-x[..., D // 2:], x[..., :D // 2]], dim=-1)
+
+    def rope(x):  # (B, heads, T, D)
+        return x * cos + rotate_half(x) * sin
+
+    def forward(idx, tgt):
+        B = idx.shape[0]
+        x = F.embedding(idx, P["model.embed_tokens.weight"])
+        for layer in range(L):
+            p = f"model.layers.{layer}."
+            h = rms_norm(x, P[p + "input_layernorm.weight"])
+            q = F.linear(h, P[p + "self_attn.q_proj.weight"]).view(B, T, H, D).transpose(1, 2)
+            k = F.linear(h, P[p + "self_attn.k_proj.weight"]).view(B, T, KV, D).transpose(1, 2)
+            v = F.linear(h, P[p + "self_attn.v_proj.weight"]).view(B, T, KV, D).transpose(1, 2)
+            q, k = rope(q), rope(k)
+            k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
+            att = (q @ k.transpose(-2, -1)) * scale
+            att = torch.softmax(att.masked_fill(mask, float("-inf")), dim=-1)
+            y = (att @ v).transpose(1, 2).reshape(B, T, C)
+            x = x + F.linear(y, P[p + "self_attn.o_proj.weight"])
+            h = rms_norm(x, P[p + "post_attention_layernorm.weight"])
+            g = F.silu(F.linear(h, P[p + "mlp.gate_proj.weight"])) * F.linear(h, P[p + "mlp.up_proj.weight"])
+            x = x + F.linear(g, P[p + "mlp.down_proj.weight"])
+        x = rms_norm(x, P["model.norm.weight"])
+        logits = F.linear(x, head[:V])
+        return F.cross_entropy(logits.reshape(-1, V), tgt.reshape(-1))
+
+    return forward
 
 
 # ---------------------------------------------------------------- the device run's PyTorch side
@@ -433,9 +520,12 @@ def write_data(tmp, shape, seed, data_steps):
 
 def triax_argv(shape, threads, seed):
     L, H, C, V, T, B, max_seq = SHAPES[shape]
+    block = []
+    if shape in LLAMA:
+        block = ["--block", "llama", "--kv-heads", LLAMA[shape]["kv_heads"], "--ffn", LLAMA[shape]["ffn"]]
     return [str(x) for x in ["--layers", L, "--heads", H, "--channels", C, "--vocab", V, "--seq", T, "--batch", B,
                              "--max-seq", max_seq, "--threads", threads, "--seed", seed, "--lr", LR, "--clip", CLIP,
-                             "--beta1", BETA1, "--beta2", BETA2, "--eps", EPS, "--weight-decay", WD]]
+                             "--beta1", BETA1, "--beta2", BETA2, "--eps", EPS, "--weight-decay", WD] + block]
 
 
 def start_triax(args, shape, threads, env, seed, data, shard, layout=None):
@@ -449,9 +539,15 @@ def start_triax(args, shape, threads, env, seed, data, shard, layout=None):
                   env)
 
 
-def start_torch(shape, threads, env, init, data, ranks):
+def start_torch(shape, threads, env, init, data, ranks, block=None):
     argv = [sys.executable, os.path.abspath(__file__), "--worker", "--shape", shape, "--threads", str(threads),
             "--init", init, "--data", data]
+    if shape in LLAMA:
+        # The block as triax built it (its hello), checked against the shape's own kv heads and width.
+        want = {"kv_heads": LLAMA[shape]["kv_heads"], "ffn": LLAMA[shape]["ffn"]}
+        if block is None or {k: block.get(k) for k in want} != want:
+            raise SystemExit(f"torch_compare: triax built {block} for {shape}, expected {want}")
+        argv += ["--block", json.dumps(block)]
     if ranks == 1:
         return Worker("torch", argv, env)
     port = str(free_port())
@@ -481,7 +577,7 @@ def start_sides(args, shape, threads, setting, tmp, seed=1234, data_steps=64, la
             w.ask(f"export {init}")
         elif hellos[w.name]["ranks"] != ranks:
             raise SystemExit(f"torch_compare: {w.name} runs on {hellos[w.name]['ranks']} ranks, expected {ranks}")
-    th = start_torch(shape, threads, env, init, data, ranks)
+    th = start_torch(shape, threads, env, init, data, ranks, next(iter(hellos.values())).get("block"))
     th_hello = th.ask("hello")
     for name, h in hellos.items():
         if th_hello["numel"] != h["numel"]:
@@ -540,9 +636,10 @@ def smoke(args):
     """Both sides from the same weights and batches: the same losses and grad norms, step by step."""
     if args.ranks > 1:
         return smoke_ranks(args)
+    shape = "llama-smoke" if args.llama else "smoke"
     with tempfile.TemporaryDirectory() as tmp:
         # One batch repeated: the loss must fall, so both sides are seen to train, not only to agree.
-        tx, th, _, th_hello = start_pair(args.triax, "smoke", 1, "tuned", tmp, data_steps=1)
+        tx, th, _, th_hello = start_pair(args.triax, shape, 1, "tuned", tmp, data_steps=1)
         steps = 5
         a, b = tx.ask(f"steps {steps}"), th.ask(f"steps {steps}")
         tx.close(), th.close()
@@ -550,12 +647,13 @@ def smoke(args):
         # the instruction set must change no bit of any loss or norm.
         os.environ["TRIAX_CPU_ISA"] = "baseline"
         try:
-            bx, bth, _, _ = start_pair(args.triax, "smoke", 1, "tuned", tmp, data_steps=1)
+            bx, bth, _, _ = start_pair(args.triax, shape, 1, "tuned", tmp, data_steps=1)
             base = bx.ask(f"steps {steps}")
             bx.close(), bth.close()
         finally:
             del os.environ["TRIAX_CPU_ISA"]
-    print(f"torch_compare smoke: PyTorch {th_hello['version']}, shape {SHAPES['smoke']}, {steps} steps")
+    print(f"torch_compare smoke: PyTorch {th_hello['version']}, shape {shape} {SHAPES[shape]}"
+          f"{' ' + str(LLAMA[shape]) if shape in LLAMA else ''}, {steps} steps")
     for i in range(steps):
         print(f"  step {i}: loss triax {a['losses'][i]:.7f} torch {b['losses'][i]:.7f} | "
               f"grad norm triax {a['grad_norms'][i]:.6f} torch {b['grad_norms'][i]:.6f}")
@@ -566,13 +664,13 @@ def smoke(args):
     else:
         print("  triax with TRIAX_CPU_ISA=baseline: every loss and norm bit-identical")
     bad += compare_losses(a["grad_norms"], b["grad_norms"], "grad norm", TOL_NORM)
-    bad += training_checks(a, "smoke", steps)
-    return finish(bad, "torch_compare smoke")
+    bad += training_checks(a, shape, steps)
+    return finish(bad, f"torch_compare smoke ({shape})")
 
 
 def smoke_ranks(args):
     """triax dp 2 and pp 2 (mpirun -np 2) against PyTorch DDP on 2 gloo processes, one batch repeated."""
-    steps, shape = 5, "smoke2"
+    steps, shape = 5, "llama-smoke2" if args.llama else "smoke2"
     with tempfile.TemporaryDirectory() as tmp:
         sides, th, hellos, th_hello = start_sides(args, shape, 1, "tuned", tmp, data_steps=1, layouts=args.layouts)
         runs = {name: w.ask(f"steps {steps}") for name, w in sides}
@@ -595,7 +693,7 @@ def smoke_ranks(args):
     for name, run in runs.items():
         bad += compare_runs(name, run, ref)[2]
         bad += [f"{name}: {m}" for m in training_checks(run, shape, steps)]
-    return finish(bad, "torch_compare smoke (2 ranks)")
+    return finish(bad, f"torch_compare smoke (2 ranks, {shape})")
 
 
 class Ceilings:
@@ -762,7 +860,7 @@ def main():
     ap.add_argument("--triax", default=os.path.join(here, "..", "build", "benchmarks", "torch_compare_triax"))
     ap.add_argument("--triax-b", help="a second one-process triax worker (e.g. the build before a change), timed in "
                     "the same rounds")
-    ap.add_argument("--shapes", default="tiny,small,gpt2-124m")
+    ap.add_argument("--shapes", default="tiny,small,gpt2-124m,llama-small")
     ap.add_argument("--settings", default="tuned,default")
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--steps", type=int, default=3, help="timed steps per side per round (median taken)")
@@ -777,6 +875,7 @@ def main():
                     "Open MPI's, i.e. CMA where permitted; the smoke uses none, like the test suite)")
     ap.add_argument("--json")
     ap.add_argument("--smoke", action="store_true")
+    ap.add_argument("--llama", action="store_true", help="with --smoke: the Llama block (llama-smoke shapes)")
     ap.add_argument("--gpu-run", action="store_true", help="the device run's PyTorch side: GPT-2 from --init (HF "
                     "safetensors) on --data (an llm.c shard, file order) for --steps steps; one JSON object out")
     ap.add_argument("--device", default="cuda", help="with --gpu-run: cuda or cpu")
@@ -788,6 +887,7 @@ def main():
     ap.add_argument("--lr", type=float, default=LR, help="with --gpu-run: constant learning rate")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--shape", help=argparse.SUPPRESS)
+    ap.add_argument("--block", help=argparse.SUPPRESS)
     ap.add_argument("--init", help=argparse.SUPPRESS)
     ap.add_argument("--data", help=argparse.SUPPRESS)
     ap.add_argument("--ddp-rank", type=int, default=0, help=argparse.SUPPRESS)

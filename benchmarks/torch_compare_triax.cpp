@@ -1,14 +1,17 @@
 // torch_compare_triax: the triax side of benchmarks/torch_compare.py, a long-lived worker that the
-// driver alternates with a PyTorch worker of the same model. One full training step is either
-//   one process (default): GptChunk forward + backward (embedding, L layers, final LayerNorm, tied
-//     LM head, cross-entropy) and Optimizer::step (global norm, clip, fused AdamW), or
+// driver alternates with a PyTorch worker of the same model: GPT-2's block (default), or with
+// --block llama the Llama block of the "llama-tiny" preset (RMSNorm, SwiGLU, RoPE, grouped-query
+// attention over --kv-heads, no biases, untied head) at the given shape. One full training step is either
+//   one process (default): GptChunk forward + backward (embedding, L layers, final norm, LM head,
+//     cross-entropy) and Optimizer::step (global norm, clip, fused AdamW), or
 //   --dp N / --pp N under mpirun: the library's Trainer (pipeline schedule, DP gradient buckets
 //     overlapped with backward, clip by the global norm, AdamW) on an llm.c shard (--shard) of the
 //     same tokens in file order; rank 0 reads the commands and answers, the other ranks wait for
 //     them without spinning (so they take no core from the PyTorch side between rounds).
 //
 // Commands, one per line on stdin; each answer is one JSON line on stdout:
-//   hello                 the model: parameters (name, shape, weight decay), padded vocabulary, FLOPs
+//   hello                 the model: parameters (name, shape, weight decay), padded vocabulary, FLOPs,
+//                         the block's choices (norm, eps, MLP, positions, RoPE base, kv heads, ffn)
 //   export PATH           the current parameters as safetensors (triax's names; metadata "decay":
 //                         the names with weight decay, comma-separated); one process only
 //   steps K               K training steps on the next K batches: global losses, grad norms,
@@ -76,25 +79,28 @@ struct Gemm {
 // GEMMs are not in the ceiling (the same rate is applied to their FLOPs).
 std::vector<Gemm> step_gemms(const GptConfig& cfg, int B, int T) {
   const int N = B * T, C = cfg.n_embd, F = cfg.ffn_size(), Vp = cfg.padded_vocab();
+  const int F1 = cfg.swiglu ? 2 * F : F;  // SwiGLU: gate and up as one GEMM over the fused view
   std::vector<Gemm> g;
   auto linear = [&](const std::string& w, int OC, int IC, int count) {
     g.push_back({w + " fwd", N, OC, IC, false, true, count});     // out = inp W^T
     g.push_back({w + " dinp", N, IC, OC, false, false, count});   // dinp = dout W
     g.push_back({w + " dW", OC, IC, N, true, false, count});      // dW = dout^T inp
   };
-  linear("qkv", 3 * C, C, cfg.n_layer);
+  linear("qkv", cfg.qkv_width(), C, cfg.n_layer);
   linear("attn.proj", C, C, cfg.n_layer);
-  linear("fc", F, C, cfg.n_layer);
-  linear("fc.proj", C, F, cfg.n_layer);
+  linear(cfg.swiglu ? "gate_up" : "fc", F1, C, cfg.n_layer);
+  linear(cfg.swiglu ? "down" : "fc.proj", C, F, cfg.n_layer);
   linear("lm_head", Vp, C, 1);
   return g;
 }
 
 // Model FLOPs of one step, the same count for both sides: linears and LM head (real vocabulary)
-// 6 N p, causal attention (the half of QK^T and PV below the diagonal) forward + backward.
+// 6 N p, causal attention (the half of QK^T and PV below the diagonal) forward + backward. The
+// linears of a layer: QKV C x qkv_width (3C without grouped-query attention), projection C x C, MLP
+// 2 C F (3 C F with SwiGLU). Elementwise work (norms, activations, RoPE) is not counted.
 nlohmann::json step_flops(const GptConfig& cfg, int B, int T) {
   const double N = double(B) * T, C = cfg.n_embd, F = cfg.ffn_size(), L = cfg.n_layer, V = cfg.vocab;
-  const double linears = 6 * N * L * (4 * C * C + 2 * C * F);
+  const double linears = 6 * N * L * (C * cfg.qkv_width() + C * C + (cfg.swiglu ? 3 : 2) * C * F);
   const double head = 6 * N * C * V;
   const double attention = 6 * double(B) * T * T * C * L;
   return {{"linears", linears}, {"head", head}, {"attention", attention}, {"total", linears + head + attention}};
@@ -179,8 +185,24 @@ class Engine {
   virtual bool answers() const { return true; }
 };
 
+// The block's choices, for the PyTorch side to build the same model.
+nlohmann::json block_json(const GptConfig& c) {
+  return {{"gpt2", c.is_gpt2()},
+          {"kv_heads", c.kv_heads()},
+          {"ffn", c.ffn_size()},
+          {"norm", std::string(enum_name(c.norm))},
+          {"norm_eps", c.norm_eps},
+          {"swiglu", c.swiglu},
+          {"positions", std::string(enum_name(c.positions))},
+          {"rope_theta", c.rope_theta},
+          {"rope_llama3_scaling", c.rope_scaling.llama3},
+          {"bias", c.bias},
+          {"tied_embeddings", c.tied_embeddings}};
+}
+
 nlohmann::json common_hello(const Model& m) {
   return {{"side", "triax"},
+          {"block", block_json(m.cfg)},
           {"padded_vocab", m.cfg.padded_vocab()},
           {"flops", step_flops(m.cfg, m.B, m.T)},
           {"openblas", openblas_get_config()},
@@ -273,6 +295,9 @@ class TrainerEngine final : public Engine {
       TRIAX_THROW(ConfigError, "--dp {} --pp {} needs mpirun (launched as '{}')", l.dp, l.pp,
                   launch_kind_name(boot_->kind()));
     TrainConfig c;
+    // The block comes from the preset (TrainConfig overrides only the shape); kv heads and every
+    // block choice are checked against the worker's model below.
+    c.model = m.cfg.is_gpt2() ? "tiny" : "llama-tiny";
     c.layers = m.cfg.n_layer;
     c.heads = m.cfg.n_head;
     c.hidden = m.cfg.n_embd;
@@ -298,6 +323,10 @@ class TrainerEngine final : public Engine {
     c.loss_spike_zscore = 0;   // random tokens: no spikes to warn about
     c.straggler_factor = 1e6;  // a shared machine slows ranks at random; the driver reports times
     trainer_ = std::make_unique<Trainer>(world_, c);
+    const GptConfig& got = trainer_->model_config();
+    if (block_json(got) != block_json(m.cfg))
+      TRIAX_THROW(ConfigError, "the Trainer built the block {} from preset '{}', the worker asked for {} (--kv-heads and "
+                  "--ffn must be the preset's with ranks)", block_json(got).dump(), c.model, block_json(m.cfg).dump());
     layout_ = fmt::format("dp {} pp {}", l.dp, l.pp);
   }
   nlohmann::json hello() override {
@@ -386,6 +415,12 @@ int main(int argc, char** argv) {
   std::string schedule = "1f1b";
   std::vector<int> stage_layers;
   bool zero1 = false;
+  std::string block = "gpt2";
+  int kv_heads = 0, ffn = 0;
+  app.add_option("--block", block, "gpt2, or llama: the block of the llama-tiny preset (RMSNorm, SwiGLU, RoPE, "
+                 "no biases, untied head)")->check(CLI::IsMember({"gpt2", "llama"}));
+  app.add_option("--kv-heads", kv_heads, "key/value heads (grouped-query attention; default: --heads)");
+  app.add_option("--ffn", ffn, "MLP hidden size (default: 4 x --channels)");
   app.add_option("--layers", cfg.n_layer)->required();
   app.add_option("--heads", cfg.n_head)->required();
   app.add_option("--channels", cfg.n_embd)->required();
@@ -415,6 +450,19 @@ int main(int argc, char** argv) {
   if (!max_seq_given) cfg.max_seq = m.T;
   std::unique_ptr<Engine> engine;
   try {
+    if (block == "llama") {
+      const GptConfig p = GptConfig::preset("llama-tiny");
+      cfg.norm = p.norm;
+      cfg.norm_eps = p.norm_eps;
+      cfg.swiglu = p.swiglu;
+      cfg.positions = p.positions;
+      cfg.rope_theta = p.rope_theta;
+      cfg.rope_scaling = p.rope_scaling;
+      cfg.bias = p.bias;
+      cfg.tied_embeddings = p.tied_embeddings;
+    }
+    cfg.n_kv_head = kv_heads;
+    cfg.ffn = ffn;
     cfg.validate();
     if (m.T > cfg.max_seq) throw ConfigError(fmt::format("--seq {} exceeds --max-seq {}", m.T, cfg.max_seq));
     omp_set_num_threads(m.threads);

@@ -508,6 +508,14 @@ int main(int argc, char** argv) {
       ms.vocab = g.padded_vocab(tp);
       ms.seq = T;
       ms.global_batch = gbs;
+      // The block's choices (the planner prices the Llama block's SwiGLU, RoPE, untied head, ...).
+      ms.kv_heads = g.n_kv_head;
+      ms.tied_embeddings = g.tied_embeddings;
+      ms.learned_positions = g.positions == PositionEmbedding::learned_absolute;
+      ms.rope = g.positions == PositionEmbedding::rope;
+      ms.swiglu = g.swiglu;
+      ms.rmsnorm = g.norm == Norm::rmsnorm;
+      ms.bias = g.bias;
       if (world->rank() == 0) {
         fmt::print("measured (all ranks at once): sgemm {:.1f} GFLOP/s per CPU second ({:.1f} per wall second now) on the "
                    "linear shapes of one micro-batch; triad {:.2f} GB/s per CPU second ({:.2f} wall); element-wise "

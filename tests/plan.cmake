@@ -58,6 +58,23 @@ if(TARGET triax-plan)
     ARGS "--layers|32|--hidden|6144|--heads|48|--kv-heads|2|--vocab|256000|--seq|4096|--global-batch|256|--cluster|dgx-h100|--tp|4|--pp|1|--dp|16|--mbs|4"
     RC 1 STDERR "tp 4 does not divide kv_heads 2")
   triax_plan_cli_test(list ARGS "--list" STDOUT "megatron-1t.*selene-a100.*cpu-local")
+  # The Llama presets from the command line: one layout (text names the block and the published
+  # size), a search, --tune, JSON with the block's keys, and the list.
+  triax_plan_cli_test(llama3_8b
+    ARGS "--model|llama3-8b|--tp|4|--pp|1|--dp|16|--mbs|1|--recompute|selective|--sequence-parallel|--zero1"
+    STDOUT "llama3-8b: 32 layers, hidden 4096, 32 heads \\(8 key/value\\), ffn 14336.*8\\.03B params\\); SwiGLU, RMSNorm, RoPE, no biases, untied head.*time per iteration")
+  triax_plan_cli_test(llama3_8b_search ARGS "--model|llama3-8b|--gpus|64|--top-k|3|--json"
+    JSON ${_keys} JSON_SEARCH "enumerated,invalid,no_fit,ranked,best,lost_by")
+  triax_plan_cli_test(llama3_70b_json
+    ARGS "--model|llama3-70b|--cluster|dgx-h100|--tp|8|--pp|4|--dp|8|--mbs|1|--recompute|selective|--sequence-parallel|--zero1|--json"
+    JSON ${_keys})
+  triax_plan_cli_test(llama3_2_1b_tune
+    ARGS "--tune|--model|llama3.2-1b|--gpus|64|--grad-accum|4|--mbs|2"
+    STDOUT "current: tp1 pp1 dp64 mbs2.*recommendation:")
+  triax_plan_cli_test(llama_flags
+    ARGS "--layers|16|--hidden|2048|--heads|32|--num-query-groups|8|--ffn-hidden-size|8192|--swiglu|--normalization|RMSNorm|--position-embedding-type|rope|--disable-bias-linear|--vocab|128256|--seq|8192|--global-batch|512|--tp|2|--pp|1|--dp|32|--mbs|1"
+    STDOUT "1\\.24B params\\); SwiGLU, RMSNorm, RoPE, no biases")
+  triax_plan_cli_test(llama_list ARGS "--list" STDOUT "llama3.2-1b.*kv 8, SwiGLU, RMSNorm, RoPE, no biases.*llama3-70b.*untied head")
   triax_plan_cli_test(bad_flag ARGS "--model|gpt2-small|--tensor-parallel|2" RC 2 STDERR "error:.*tensor-parallel")
   triax_plan_cli_test(bad_schedule ARGS "--model|gpt2-small|--gpus|8|--schedule|1F1B" RC 2 STDERR "error:.*1F1B")
   triax_plan_cli_test(bad_number ARGS "--model|gpt2-small|--gpus|0" RC 2 STDERR "error: --gpus: must be a positive integer, got .0.")

@@ -25,3 +25,25 @@ if(TARGET torch_compare_triax AND EXISTS "${TRIAX_HF_PYTHON}" AND TRIAX_WITH_MPI
   set_tests_properties(bench.torch_compare.dp2_pp2_smoke PROPERTIES TIMEOUT 240 LABELS "bench" SKIP_RETURN_CODE 77
     PROCESSORS 2 ENVIRONMENT "${TRIAX_MPIRUN_ENV};OMPI_MCA_orte_tmpdir_base=${_sess};OMP_WAIT_POLICY=PASSIVE")
 endif()
+
+# The same two checks for the Llama block (--llama: the llama-smoke shapes, vocab 100 padded to 128,
+# 4 query heads over 2 key/value heads, SwiGLU width 176): triax's worker with the llama-tiny
+# preset's block against the plain-torch Llama of torch_compare.py (RMSNorm, SwiGLU, rotate-half
+# RoPE, grouped-query attention, untied head), from triax's exported weights.
+if(TARGET torch_compare_triax AND EXISTS "${TRIAX_HF_PYTHON}")
+  add_test(NAME bench.torch_compare.llama_smoke
+    COMMAND ${TRIAX_HF_PYTHON} ${PROJECT_SOURCE_DIR}/benchmarks/torch_compare.py --smoke --llama
+            --triax $<TARGET_FILE:torch_compare_triax>)
+  set_tests_properties(bench.torch_compare.llama_smoke PROPERTIES TIMEOUT 180 LABELS "bench" SKIP_RETURN_CODE 77
+    ENVIRONMENT "OMP_WAIT_POLICY=PASSIVE")
+endif()
+if(TARGET torch_compare_triax AND EXISTS "${TRIAX_HF_PYTHON}" AND TRIAX_WITH_MPI)
+  set(_sess ${CMAKE_BINARY_DIR}/ompi-sessions/bench.torch_compare.llama_dp2_pp2_smoke)
+  file(MAKE_DIRECTORY ${_sess})
+  add_test(NAME bench.torch_compare.llama_dp2_pp2_smoke
+    COMMAND ${TRIAX_HF_PYTHON} ${PROJECT_SOURCE_DIR}/benchmarks/torch_compare.py --smoke --llama --ranks 2
+            --layouts dp2,pp2 --triax $<TARGET_FILE:torch_compare_triax> --mpirun ${MPIEXEC_EXECUTABLE})
+  set_tests_properties(bench.torch_compare.llama_dp2_pp2_smoke PROPERTIES TIMEOUT 240 LABELS "bench"
+    SKIP_RETURN_CODE 77 PROCESSORS 2
+    ENVIRONMENT "${TRIAX_MPIRUN_ENV};OMPI_MCA_orte_tmpdir_base=${_sess};OMP_WAIT_POLICY=PASSIVE")
+endif()

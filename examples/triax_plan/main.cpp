@@ -48,6 +48,15 @@ const CLI::Validator kPositive(
     },
     "POSITIVE");
 
+// " kv 8; SwiGLU, RMSNorm, ..." for --list: the block's choices that differ from GPT-2's.
+std::string block_summary(const ModelShape& m) {
+  std::string out;
+  if (m.kv_head_count() != m.heads) out += fmt::format(" kv {}", m.kv_head_count());
+  const std::string choices = block_choices(m);
+  if (!choices.empty()) out += (out.empty() ? "  " : ", ") + choices;
+  return out;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -69,9 +78,22 @@ int main(int argc, char** argv) {
   app.add_option("--layers", shape.layers, "Transformer layers")->check(kPositive);
   app.add_option("--hidden", shape.hidden, "hidden size")->check(kPositive);
   app.add_option("--heads", shape.heads, "attention heads")->check(kPositive);
-  app.add_option("--ffn", shape.ffn, "MLP inner size (default 4 x hidden)")->check(kPositive);
-  app.add_option("--kv-heads", shape.kv_heads, "key/value heads, grouped-query attention (default: --heads)")
+  app.add_option("--ffn,--ffn-hidden-size", shape.ffn, "MLP inner size (default 4 x hidden)")->check(kPositive);
+  app.add_option("--kv-heads,--num-query-groups", shape.kv_heads,
+                 "key/value heads, grouped-query attention (default: --heads)")
       ->check(kPositive);
+  // The block's choices, in Megatron's spelling; each overrides the preset only when given.
+  std::string normalization, position_type;
+  bool swiglu = false, disable_bias = false, untie = false;
+  app.add_option("--normalization", normalization, "LayerNorm (weight and bias) or RMSNorm (weight)")
+      ->check(CLI::IsMember({"LayerNorm", "RMSNorm"}));
+  app.add_option("--position-embedding-type", position_type,
+                 "learned_absolute (a seq x hidden table) or rope (rotary, no table)")
+      ->check(CLI::IsMember({"learned_absolute", "rope"}));
+  auto* swiglu_opt = app.add_flag("--swiglu,!--no-swiglu", swiglu, "SwiGLU MLP: gate, up and down (three f x h matrices)");
+  auto* bias_opt = app.add_flag("--disable-bias-linear,!--add-bias-linear", disable_bias, "no biases on the linear layers");
+  auto* untie_opt = app.add_flag("--untie-embeddings-and-output-weights,!--tie-embeddings-and-output-weights", untie,
+                                 "an LM head of its own instead of the input embedding");
   app.add_option("--vocab", shape.vocab, "vocabulary size")->check(kPositive);
   app.add_option("--seq", shape.seq, "sequence length")->check(kPositive);
   app.add_option("--global-batch", shape.global_batch, "sequences per iteration")->check(kPositive);
@@ -133,9 +155,11 @@ int main(int argc, char** argv) {
   try {
     if (list) {
       fmt::print("models:\n");
-      for (const auto& m : model_presets())
-        fmt::print("  {:<15} {:>4} layers, hidden {:>5}, heads {:>3}, vocab {:>6}, seq {:>5}, batch {:>5}  {:.2f}B\n",
-                   m.name, m.layers, m.hidden, m.heads, m.vocab, m.seq, m.global_batch, total_parameters(m) / 1e9);
+      for (const auto* presets : {&model_presets(), &llama_presets()})
+        for (const auto& m : *presets)
+          fmt::print("  {:<15} {:>4} layers, hidden {:>5}, heads {:>3}, vocab {:>6}, seq {:>5}, batch {:>5}  {:.2f}B{}\n",
+                     m.name, m.layers, m.hidden, m.heads, m.vocab, m.seq, m.global_batch, total_parameters(m) / 1e9,
+                     block_summary(m));
       fmt::print("clusters:\n");
       for (const auto& c : cluster_presets())
         fmt::print("  {:<12} {} x {} devices: {}\n", c.name, c.nodes, c.gpus_per_node, c.description);
@@ -190,6 +214,14 @@ int main(int argc, char** argv) {
     if (shape.vocab) m.vocab = shape.vocab;
     if (shape.seq) m.seq = shape.seq;
     if (shape.global_batch) m.global_batch = shape.global_batch;
+    if (!normalization.empty()) m.rmsnorm = normalization == "RMSNorm";
+    if (!position_type.empty()) {
+      m.rope = position_type == "rope";
+      m.learned_positions = !m.rope;
+    }
+    if (swiglu_opt->count()) m.swiglu = swiglu;
+    if (bias_opt->count()) m.bias = !disable_bias;
+    if (untie_opt->count()) m.tied_embeddings = !untie;
     if (model_name.empty() && (!m.layers || !m.hidden || !m.heads || !m.vocab || !m.seq || !m.global_batch)) {
       std::fprintf(stderr, "triax-plan: error: give --model NAME, or all of --layers --hidden --heads --vocab "
                            "--seq --global-batch\n");
@@ -243,9 +275,9 @@ int main(int argc, char** argv) {
         return 2;
       }
       l.tp = tp ? tp : 1;
-      if (!tp) {  // the widest tensor parallelism inside a node that divides the heads, the rest pipeline
+      if (!tp) {  // the widest tensor parallelism inside a node that divides the (kv) heads, the rest pipeline
         for (int t = 1; t <= std::min(mp, cluster.gpus_per_node); ++t)
-          if (mp % t == 0 && m.heads % t == 0) l.tp = t;
+          if (mp % t == 0 && m.heads % t == 0 && m.kv_head_count() % t == 0) l.tp = t;
       }
       l.pp = pp ? pp : mp / l.tp;
       if (l.tp * l.pp != mp) {

@@ -95,20 +95,22 @@ LayerTimes layer_times(const ModelShape& m, const Layout& l, const Device& dev, 
   const double M = b * s;                                // tokens in the micro-batch
   const double rows = l.sequence_parallel ? M / t : M;   // tokens of LayerNorm / dropout / residual ops
   const double q = m.qkv_width();                        // 3h, or less with grouped-query attention
+  const double f1 = m.fc1_width();                       // f, or 2f: SwiGLU's gate and up in one GEMM
   const double mask = l.dropout ? 1 : 0;
   LayerTimes r;
 
-  // Linear layers (column-parallel QKV and fc1, row-parallel projection and fc2).
-  const double qkv = dev.gemm(M, q / t, h, 1, e), fc1 = dev.gemm(M, f / t, h, 1, e);
+  // Linear layers (column-parallel QKV and fc1 (SwiGLU: gate and up), row-parallel projection and
+  // fc2 (down)).
+  const double qkv = dev.gemm(M, q / t, h, 1, e), fc1 = dev.gemm(M, f1 / t, h, 1, e);
   const double proj = dev.gemm(M, h, h / t, 1, e), fc2 = dev.gemm(M, h, f / t, 1, e);
   const double lin = qkv + proj + fc1 + fc2;
   r.fwd += lin;
   // Backward, same FLOPs in other shapes: the input gradient dX (M x K) = dY (M x N) W (N x K) has
   // inner dimension N, the weight gradient dW (N x K) = dY^T (N x M) X (M x K) inner dimension M (the
   // tokens), so their tiles, waves and K overhead differ from the forward's.
-  r.bwd_input += dev.gemm(M, h, q / t, 1, e) + dev.gemm(M, h / t, h, 1, e) + dev.gemm(M, h, f / t, 1, e) +
+  r.bwd_input += dev.gemm(M, h, q / t, 1, e) + dev.gemm(M, h / t, h, 1, e) + dev.gemm(M, h, f1 / t, 1, e) +
                  dev.gemm(M, f / t, h, 1, e);
-  const double qkv_wgrad = dev.gemm(q / t, h, M, 1, e), fc1_wgrad = dev.gemm(f / t, h, M, 1, e);
+  const double qkv_wgrad = dev.gemm(q / t, h, M, 1, e), fc1_wgrad = dev.gemm(f1 / t, h, M, 1, e);
   r.bwd_weight += qkv_wgrad + dev.gemm(h, h / t, M, 1, e) + fc1_wgrad + dev.gemm(h, f / t, M, 1, e);
 
   // Attention core.
@@ -116,19 +118,32 @@ LayerTimes layer_times(const ModelShape& m, const Layout& l, const Device& dev, 
   r.fwd += attn_fwd;
   r.bwd_input += attn_bwd;
 
-  // Memory-bound elementwise kernels: 2 LayerNorms, 2 bias(-dropout)-residual adds, bias+GeLU.
+  // Memory-bound elementwise kernels: 2 norms (LayerNorm or RMSNorm: the same bytes), 2
+  // (bias-)(dropout-)residual adds, bias+GeLU (reads f, writes f) or SwiGLU (reads gate and up,
+  // writes f).
+  const double act = m.swiglu ? 3 : 2;
   const double ew_fwd = dev.stream(2 * e * rows * h) * 2 + dev.stream((3 * e + mask) * rows * h) * 2 +
-                        dev.stream(2 * e * M * f / t);
+                        dev.stream(act * e * M * f / t);
   r.fwd += ew_fwd;
   r.bwd_input += 2 * ew_fwd;  // backward reads saved input and output gradient, writes input gradient
+  if (m.rope) {
+    // RoPE rotates this rank's q and k heads in place (read and write h + kv dh columns); its
+    // backward rotates their gradients back, the same bytes.
+    const double rope = dev.stream(2 * e * M * (q - m.kv_head_count() * m.head_dim()) / t);
+    r.fwd += rope;
+    r.bwd_input += rope;
+  }
 
   if (l.runtime_copies) {
     // The triax runtime: the layer's input copied into its slot, the QKV and fc1 outputs pre-filled
     // with their biases (the GEMM adds onto them), the projection and fc2 biases added apart from
     // the residual; backward, the QKV and fc1 bias-gradient column sums and the zeroed dK, dV.
-    const double col = e * M * (q + f) / t;
-    r.fwd += dev.copy(2 * e * rows * h) + dev.copy(col) + 2 * dev.copy(2 * e * rows * h);
-    r.bwd_input += dev.copy(col) + dev.copy(e * M * (q - h) / t);
+    // Without biases only the input copy and the zeroed dK, dV remain.
+    const double col = e * M * (q + f1) / t;
+    r.fwd += dev.copy(2 * e * rows * h);
+    if (m.bias) r.fwd += dev.copy(col) + 2 * dev.copy(2 * e * rows * h);
+    if (m.bias) r.bwd_input += dev.copy(col);
+    r.bwd_input += dev.copy(e * M * (q - h) / t);
   }
 
   if (l.recompute == Recompute::full) r.recompute = r.fwd;
@@ -207,8 +222,13 @@ double layer_activation_bytes(const ModelShape& m, const Layout& l) {
   // replicated across tp ranks without SP: (4e + 2*mask) s b h.
   double bytes = (4 * e + 2 * mask) * M * h * rep;
   // Sharded by tp: Q, K, V and the projection input (4e s b h; e s b (q + h) with grouped-query
-  // attention), the GeLU input and fc2 input (2e s b f).
-  bytes += (e * M * (m.qkv_width() + h) + 2 * e * M * f) / t;
+  // attention), the GeLU input and fc2 input (2e s b f); SwiGLU keeps its input, gate and up (2f),
+  // and its output, the down projection's input (f): 3e s b f. RoPE stores nothing more (Q and K
+  // are kept rotated, the backward rotates the gradients with the same tables); RMSNorm keeps its
+  // input, counted above, and one fp32 rstd per token, which like LayerNorm's mean and rstd is left
+  // out (4 / (e h) of the input: under 0.1% at h >= 2048).
+  const double act = m.swiglu ? 3 : 2;
+  bytes += (e * M * (m.qkv_width() + h) + act * e * M * f) / t;
   // Attention scores: softmax output, dropout mask and dropout output, (2e + 1) a s^2 b / t.
   const bool store_scores = l.attention == AttentionKernel::unfused && l.recompute == Recompute::none;
   if (store_scores) bytes += (l.dropout ? 2 * e + 1 : e) * b * a * s * s / t;
@@ -250,7 +270,10 @@ EdgeTimes edge_times(const Setting& x) {
   EdgeTimes r;
   // Embedding (first rank) and LM head + cross-entropy (last rank), per micro-batch.
   const double rows = l.sequence_parallel ? M / t : M;
-  r.emb_fwd = dev.stream(3 * e * M * h);
+  // Forward: token rows (and position rows) read, the sum written; without a position table
+  // (RoPE) only the rows.
+  const bool pos = x.m.learned_positions;
+  r.emb_fwd = dev.stream((pos ? 3 : 2) * e * M * h);
   r.emb_bwd = dev.stream(3 * e * M * h);
   const double head_gemm = dev.gemm(M, V / t, h, 1, e);
   const double ce_fwd = l.fused_cross_entropy ? e + 16 : e + 36, ce_bwd = l.fused_cross_entropy ? e + 8 : e + 12;
@@ -265,8 +288,8 @@ EdgeTimes edge_times(const Setting& x) {
   // stage's working buffer and the gradient back (2 e rows h each way per pass); the head hands its
   // input gradient to the backward through one more copy.
   if (l.runtime_copies) {
-    r.emb_fwd += dev.copy(2 * e * M * h);
-    r.emb_bwd += dev.copy(3 * e * M * h);
+    if (pos) r.emb_fwd += dev.copy(2 * e * M * h);  // the position pass (none without the table)
+    if (pos) r.emb_bwd += dev.copy(3 * e * M * h);
     r.stage_in = r.stage_out = 2 * dev.copy(2 * e * rows * h);
     r.head_copy = dev.copy(2 * e * rows * h);
   }
@@ -403,11 +426,18 @@ std::vector<double> stage_params(const Setting& x) {
   const double h = x.h, V = x.V;
   const double hf = m.ffn_hidden();
   const double qw = m.qkv_width();
-  const double layer_params = (h * qw + h * h + 2 * h * hf + qw + hf) / t + 6 * h;  // LN + 2 row biases replicated
+  // Sharded by tp: the matrices (SwiGLU: three MLP matrices) and the column-parallel biases (QKV,
+  // fc1 or gate and up). Replicated: the two norms and the row-parallel biases (projection, fc2).
+  double sharded = h * qw + h * h + (m.swiglu ? 3 : 2) * h * hf;
+  if (m.bias) sharded = sharded + qw + m.fc1_width();
+  const double replicated = 2 * m.norm_parameters() + (m.bias ? 2 * h : 0);
+  const double layer_params = sharded / t + replicated;
   std::vector<double> params(p, x.chunk_layers * x.v * layer_params);
   params[0] += V * h / t + (m.learned_positions ? m.seq * h : 0);
-  if (p > 1 || !m.tied_embeddings) params[p - 1] += V * h / t;  // head (a tied copy on the last rank)
-  params[p - 1] += 2 * h;                                        // final LayerNorm
+  // The head: untied, its own matrix (weights, gradient, optimizer state); tied, a copy on the last
+  // rank when p > 1.
+  if (p > 1 || !m.tied_embeddings) params[p - 1] += V * h / t;
+  params[p - 1] += m.norm_parameters();  // final norm
   return params;
 }
 

@@ -22,6 +22,9 @@ void validate(const ModelShape& m) {
     TRIAX_THROW(ConfigError, "model '{}': kv_heads {} must divide heads {} (0 = heads)", m.name, m.kv_heads, m.heads);
   if (m.hidden % m.heads != 0)
     TRIAX_THROW(ConfigError, "model '{}': hidden {} is not a multiple of heads {}", m.name, m.hidden, m.heads);
+  if (m.rope && m.head_dim() % 2 != 0)
+    TRIAX_THROW(ConfigError, "model '{}': rotary positions need an even head size, got {} (hidden {} / heads {})",
+                m.name, m.head_dim(), m.hidden, m.heads);
 }
 
 namespace {
@@ -34,6 +37,23 @@ ModelShape make(const char* name, int layers, int hidden, int heads, int vocab, 
   m.vocab = vocab;
   m.seq = seq;
   m.global_batch = batch;
+  return m;
+}
+
+// The Llama block: RMSNorm, SwiGLU, rotary positions (no position table), grouped-query attention,
+// no linear biases; untied head unless `tied`. Vocabulary 128256 and sequence 8192 (Llama 3's
+// pre-training context); global batch 512 sequences = 4M tokens (the batch Llama 2 trained with and
+// Llama 3 405B's pre-training started from).
+ModelShape llama(const char* name, int layers, int hidden, int heads, int kv_heads, int ffn, bool tied) {
+  ModelShape m = make(name, layers, hidden, heads, 128256, 8192, 512);
+  m.kv_heads = kv_heads;
+  m.ffn = ffn;
+  m.tied_embeddings = tied;
+  m.learned_positions = false;
+  m.swiglu = true;
+  m.rmsnorm = true;
+  m.bias = false;
+  m.rope = true;
   return m;
 }
 }  // namespace
@@ -63,24 +83,59 @@ const std::vector<ModelShape>& model_presets() {
   return presets;
 }
 
+const std::vector<ModelShape>& llama_presets() {
+  static const std::vector<ModelShape> presets = {
+      // Meta's config.json of each model on the Hugging Face Hub (num_hidden_layers, hidden_size,
+      // num_attention_heads, num_key_value_heads, intermediate_size, tie_word_embeddings; all three
+      // have vocab_size 128256, rope_theta 500000, rms_norm_eps 1e-5, no biases):
+      //   meta-llama/Meta-Llama-3-8B   32, 4096, 32, 8, 14336, false  (model card: 8.03B parameters)
+      //   meta-llama/Meta-Llama-3-70B  80, 8192, 64, 8, 28672, false  (70.6B)
+      //   meta-llama/Llama-3.2-1B      16, 2048, 32, 8,  8192, true   (1.24B; head_dim 64)
+      llama("llama3.2-1b", 16, 2048, 32, 8, 8192, true),
+      llama("llama3-8b", 32, 4096, 32, 8, 14336, false),
+      llama("llama3-70b", 80, 8192, 64, 8, 28672, false),
+  };
+  return presets;
+}
+
 ModelShape model_preset(std::string_view name) {
   std::string names;
-  for (const auto& m : model_presets()) {
-    if (m.name == name) return m;
-    names += names.empty() ? m.name : ", " + m.name;
+  for (const auto* list : {&model_presets(), &llama_presets()}) {
+    for (const auto& m : *list) {
+      if (m.name == name) return m;
+      names += names.empty() ? m.name : ", " + m.name;
+    }
   }
   TRIAX_THROW(ConfigError, "unknown model preset '{}'; known presets: {}", name, names);
 }
 
+std::string block_choices(const ModelShape& m) {
+  std::string out;
+  auto add = [&](bool on, const char* what) {
+    if (on) out += out.empty() ? what : std::string(", ") + what;
+  };
+  add(m.swiglu, "SwiGLU");
+  add(m.rmsnorm, "RMSNorm");
+  add(m.rope, "RoPE");
+  add(!m.learned_positions && !m.rope, "no position table");
+  add(!m.bias, "no biases");
+  add(!m.tied_embeddings, "untied head");
+  return out;
+}
+
 double layer_parameters(const ModelShape& m) {
   const double h = m.hidden, f = m.ffn_hidden(), q = m.qkv_width();
-  // QKV (h q + q; 3h^2 + 3h without GQA), projection (h^2 + h), MLP (2hf + f + h), two LayerNorms (4h).
-  return h * q + q + h * h + 2 * h * f + 6 * h + f;
+  // Matrices: QKV (h q; 3h^2 without GQA), projection (h^2), MLP (2hf; 3hf with SwiGLU). Biases:
+  // q + h + f + h (2f with SwiGLU's gate and up). Two norms (4h LayerNorm, 2h RMSNorm). GPT-2:
+  // h q + q + h^2 + 2hf + 6h + f.
+  const double matrices = h * q + h * h + (m.swiglu ? 3 : 2) * h * f;
+  const double biases = m.bias ? q + h + m.fc1_width() + h : 0;
+  return matrices + biases + 2 * m.norm_parameters();
 }
 
 double embedding_parameters(const ModelShape& m) {
   const double h = m.hidden;
-  double p = double(m.vocab) * h + 2 * h;  // token table + final LayerNorm
+  double p = double(m.vocab) * h + m.norm_parameters();  // token table + final norm
   if (m.learned_positions) p += double(m.seq) * h;
   if (!m.tied_embeddings) p += double(m.vocab) * h;
   return p;
@@ -92,7 +147,8 @@ double total_parameters(const ModelShape& m) {
 
 double layer_forward_flops_per_sequence(const ModelShape& m) {
   const double h = m.hidden, f = m.ffn_hidden(), s = m.seq, q = m.qkv_width();
-  return s * (2 * h * q + 2 * h * h + 4 * h * f) + attention_core_flops_per_sequence(m);
+  const double mlp = (m.swiglu ? 6 : 4) * h * f;  // fc1 and fc2, or gate, up and down
+  return s * (2 * h * q + 2 * h * h + mlp) + attention_core_flops_per_sequence(m);
 }
 
 double attention_core_flops_per_sequence(const ModelShape& m) {

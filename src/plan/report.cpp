@@ -20,7 +20,12 @@ nlohmann::json to_json(const Estimate& e) {
                 {"heads", e.model.heads},     {"kv_heads", e.model.kv_head_count()},
                 {"ffn", e.model.ffn_hidden()}, {"vocab", e.model.vocab},
                 {"seq", e.model.seq},         {"global_batch", e.model.global_batch},
-                {"parameters", total_parameters(e.model)}};
+                {"parameters", total_parameters(e.model)},
+                {"normalization", e.model.rmsnorm ? "RMSNorm" : "LayerNorm"},
+                {"swiglu", e.model.swiglu},
+                {"position_embedding", e.model.rope ? "rope" : e.model.learned_positions ? "learned_absolute" : "none"},
+                {"bias", e.model.bias},
+                {"tied_embeddings", e.model.tied_embeddings}};
   j["cluster"] = e.cluster;
   j["layout"] = {{"gpus", l.gpus()},
                  {"tp", l.tp},
@@ -80,9 +85,11 @@ std::string format_estimate(const Estimate& e) {
   const std::string kv = e.model.kv_head_count() != e.model.heads
                              ? fmt::format(" ({} key/value)", e.model.kv_head_count())
                              : std::string();
-  out += fmt::format("model   {}: {} layers, hidden {}, {} heads{}, ffn {}, vocab {}, seq {}, batch {} ({:.2f}B params)\n",
+  const std::string choices = block_choices(e.model);
+  out += fmt::format("model   {}: {} layers, hidden {}, {} heads{}, ffn {}, vocab {}, seq {}, batch {} ({:.2f}B params){}\n",
                      e.model.name, e.model.layers, e.model.hidden, e.model.heads, kv, e.model.ffn_hidden(),
-                     e.model.vocab, e.model.seq, e.model.global_batch, total_parameters(e.model) / 1e9);
+                     e.model.vocab, e.model.seq, e.model.global_batch, total_parameters(e.model) / 1e9,
+                     choices.empty() ? std::string() : "; " + choices);
   out += fmt::format("layout  {} on {} GPUs of {}; {} micro-batches per iteration\n", describe(e.layout),
                      e.layout.gpus(), e.cluster, e.micro_batches);
   out += fmt::format("time per iteration    {:>12}\n", seconds(T));

@@ -22,9 +22,11 @@ double chunk_activation_floats(const ResolvedTrainConfig& r, double layers, bool
   const double tp = c.tp, B = static_cast<double>(r.batch.micro_batch), T = r.seq, C = r.model.n_embd;
   const double N = B * T, Nl = c.sequence_parallel && c.tp > 1 ? N / tp : N;
   const double Cl = C / tp, Fl = r.model.ffn_size() / tp, NHl = r.model.n_head / tp;
+  const double Ql = r.model.qkv_width() / tp, Hl = (r.model.swiglu ? 2 : 1) * Fl;  // fused QKV, MLP input
+  const double stats = r.model.norm == Norm::rmsnorm ? 2 * Nl : 4 * Nl;              // (mean and) rstd, x2
   double per_layer = Nl * C;
   if (c.recompute != Recompute::full) {
-    per_layer += 4 * Nl + N * 3 * Cl + N * Cl + B * NHl * T + Nl * C + N * Fl;
+    per_layer += stats + N * Ql + N * Cl + B * NHl * T + Nl * C + N * Hl;
     if (c.recompute == Recompute::none) per_layer += 2 * N * C + N * Fl;
   }
   return per_layer * layers + (embedding ? N : 0) + (head ? Nl * C : 0);
@@ -33,13 +35,17 @@ double chunk_activation_floats(const ResolvedTrainConfig& r, double layers, bool
 // Parameters of `layers` layers starting at `first` on one TP rank (MoE layers replace the MLP).
 double layer_params(const ResolvedTrainConfig& r, int64_t first, int64_t layers) {
   const TrainConfig& c = r.explicit_cfg;
-  const double tp = c.tp, C = r.model.n_embd, F = r.model.ffn_size();
-  const double attn = 4 * C + (3 * C * C + 3 * C) / tp + C * C / tp + C;
-  const double mlp = (F * C + F + C * F) / tp + C;
+  const GptConfig& m = r.model;
+  const double tp = c.tp, C = m.n_embd, F = m.ffn_size(), Q = m.qkv_width(), b = m.bias ? 1 : 0;
+  const double norms = 2 * (m.norm_kind_has_bias() ? 2 : 1) * C;  // two norms, replicated
+  const double attn = norms + (Q * C + b * Q) / tp + C * C / tp + b * C;
+  const double up = m.swiglu ? 2 : 1;  // gate and up, or c_fc
+  const double expert = (up + 1) * F * C + b * (up * F + C);
+  const double mlp = ((up + 1) * F * C + b * up * F) / tp + b * C;
   int64_t moe = 0;
   if (c.moe_every > 0) moe = (first + layers) / c.moe_every - first / c.moe_every;
   const double experts = c.experts, local_experts = experts / c.ep;
-  const double moe_mlp = experts * C + local_experts * (2 * F * C + F + C);
+  const double moe_mlp = experts * C + local_experts * expert;
   return static_cast<double>(layers) * attn + static_cast<double>(layers - moe) * mlp + static_cast<double>(moe) * moe_mlp;
 }
 
@@ -59,9 +65,13 @@ RankMemory predict_rank_memory(const ResolvedTrainConfig& r, int stage) {
     if (vs % P == stage) {
       const bool embedding = vs == 0, head = vs == P * V - 1;
       m.params += layer_params(r, first, count);
-      if (embedding) m.params += vocab_rows * C + static_cast<double>(r.model.max_seq) * C;
-      // The tied head holds its own copy of the embedding when the embedding lives on another stage.
-      if (head) m.params += 2 * C + (P > 1 ? vocab_rows * C : 0);
+      const bool learned = r.model.positions == PositionEmbedding::learned_absolute;
+      if (embedding) m.params += vocab_rows * C + (learned ? static_cast<double>(r.model.max_seq) * C : 0);
+      // The final norm, and the head: its own matrix when untied; when tied, a copy of the
+      // embedding when the embedding lives on another stage.
+      if (head)
+        m.params += (r.model.norm_kind_has_bias() ? 2 : 1) * C +
+                    (!r.model.tied_embeddings || P > 1 ? vocab_rows * C : 0);
       largest_chunk = std::max(largest_chunk, chunk_activation_floats(r, static_cast<double>(count), embedding, head));
     }
     first += count;
@@ -75,8 +85,10 @@ RankMemory predict_rank_memory(const ResolvedTrainConfig& r, int stage) {
   m.activations = m.per_micro_batch * m.in_flight;
   const double N = static_cast<double>(r.batch.micro_batch) * r.seq;
   const double Cl = C / tp, Fl = r.model.ffn_size() / tp;
+  const double Ql = r.model.qkv_width() / tp, Hl = (r.model.swiglu ? 2 : 1) * Fl;
   const bool has_head = stage == P - 1;
-  m.working = 4 * (N * (4 * Cl + 2 * Fl + 4 * C) + (has_head ? N * vocab_rows : 0));
+  // Backward's transient gradients: dqkv and datt, dg and the MLP input's (dh), 4 of (N, C).
+  m.working = 4 * (N * (Ql + Cl + Fl + Hl + 4 * C) + (has_head ? N * vocab_rows : 0));
   if (c.data.empty() || c.data == "synthetic") m.data = 4.0 * r.model.vocab;
   return m;
 }

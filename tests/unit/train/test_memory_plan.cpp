@@ -38,13 +38,18 @@ std::string oom_of(const std::function<void()>& f) {
 }  // namespace
 
 TEST_CASE("the memory model counts the parameters and activations the trainer builds", "[train]") {
+  // GPT-2's block, the Llama block (RMSNorm, SwiGLU, RoPE, GQA, untied head; Mixtral-shaped
+  // experts), and the Llama block with biases and a tied head.
+  for (const int block : {0, 1, 2})
   for (const bool moe : {false, true}) {
     for (const Recompute rc : {Recompute::none, Recompute::selective, Recompute::full}) {
       TrainConfig c = small(4);
       c.recompute = rc;
+      if (block > 0) c.model = "llama-tiny";
+      if (block == 2) c.disable_bias_linear = false, c.untie_embeddings = false;
       if (moe) c.moe_every = 2, c.experts = 3, c.topk = 1;
       const std::string mode(recompute_name(rc));
-      CAPTURE(moe, mode);
+      CAPTURE(block, moe, mode);
       Trainer t(std::shared_ptr<Communicator>(make_self_communicator()), c);
       const RankMemory m = predict_rank_memory(resolve_train_config(c, 1), 0);
       CHECK(m.params == static_cast<double>(t.store().numel()));

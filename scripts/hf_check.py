@@ -20,7 +20,7 @@ import math
 import os
 import sys
 
-import hf_common as common  # exits 77 (skipped) without torch
+import hf_common as common  # exits 77 (skipped) without torch and numpy
 import torch
 import torch.nn.functional as F
 

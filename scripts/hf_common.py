@@ -1,4 +1,5 @@
-"""What the HF cross-checks share (scripts/hf_check.py, hf_llama_check.py, hf_export_check.py).
+"""What the HF cross-checks share (scripts/hf_check.py, hf_llama_check.py; hf_export_check.py
+through hf_check.py).
 
 Importing it exits 77 (ctest: skipped) where torch or numpy is not importable. Then: the options
 both checks take, the work directory, the random llm.c token shard, the batches and mean loss as

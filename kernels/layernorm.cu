@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "common.cuh"
+#include "norm_rows.cuh"
 #include "triax/cuda/layernorm.h"
 
 namespace triax::cuda {
@@ -88,54 +89,23 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 // dx = rstd * (g - mean(g) - xhat * mean(g * xhat)), g = dout * weight.
-template <class D>
-struct DinpSums {  // sums of g and g * xhat
-  const D* __restrict__ d;
-  const D* __restrict__ x;
-  const D* __restrict__ w;
+struct SumsGGx {  // sums of g and g * xhat
   float m, r;
   float sg = 0.0f, sgx = 0.0f;
+  template <class D>
   __device__ void add(D de, D xe, D we) {
     const float g = to_f32(de) * to_f32(we);
     sg += g;
     sgx += g * (to_f32(xe) - m) * r;
   }
-  __device__ void vector(int64_t v) {
-    const Pack<D> pd = load_pack(d, v), px = load_pack(x, v), pw = load_pack(w, v);
-#pragma unroll
-    for (int k = 0; k < kVecWidth<D>; ++k) add(pd.e[k], px.e[k], pw.e[k]);
-  }
-  __device__ void scalar(int64_t c) { add(d[c], x[c], w[c]); }
 };
 
-template <class D>
-struct DinpWrite {
-  D* __restrict__ dx;
-  const D* __restrict__ d;
-  const D* __restrict__ x;
-  const D* __restrict__ w;
+struct LnDinp {
   float m, r, mg, mgx;
-  bool accumulate;
-  __device__ float at(D de, D xe, D we) const {
+  template <class D>
+  __device__ float operator()(D de, D xe, D we) const {
     const float xhat = (to_f32(xe) - m) * r;
     return r * (to_f32(de) * to_f32(we) - mg - xhat * mgx);
-  }
-  __device__ void vector(int64_t v) {
-    const Pack<D> pd = load_pack(d, v), px = load_pack(x, v), pw = load_pack(w, v);
-    Pack<D> po;
-    if (accumulate) po = load_pack(dx, v);
-#pragma unroll
-    for (int k = 0; k < kVecWidth<D>; ++k) {
-      float val = at(pd.e[k], px.e[k], pw.e[k]);
-      if (accumulate) val += to_f32(po.e[k]);
-      po.e[k] = from_f32<D>(val);
-    }
-    store_pack(dx, v, po);
-  }
-  __device__ void scalar(int64_t c) {
-    float val = at(d[c], x[c], w[c]);
-    if (accumulate) val += to_f32(dx[c]);
-    dx[c] = from_f32<D>(val);
   }
 };
 
@@ -148,11 +118,11 @@ __global__ void __launch_bounds__(kThreads)
   const D* x = inp + row * C;
   const D* d = dout + row * C;
   const float m = mean[row], r = rstd[row];
-  DinpSums<D> sums{d, x, weight, m, r};
+  DinpRead<D, SumsGGx> sums{d, x, weight, {m, r}};
   math::for_each_split(split, C, threadIdx.x, blockDim.x, sums);
-  const float mg = block_sum(sums.sg) / C;
-  const float mgx = block_sum(sums.sgx) / C;
-  DinpWrite<D> write{dinp + row * C, d, x, weight, m, r, mg, mgx, accumulate};
+  const float mg = block_sum(sums.acc.sg) / C;
+  const float mgx = block_sum(sums.acc.sgx) / C;
+  DinpWrite<D, LnDinp> write{dinp + row * C, d, x, weight, {m, r, mg, mgx}, accumulate};
   math::for_each_split(split, C, threadIdx.x, blockDim.x, write);
 }
 

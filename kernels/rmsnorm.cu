@@ -1,10 +1,12 @@
 // RMSNorm: one block per row for the forward pass and the input gradient (fixed-tree block sums,
-// 16-byte row loads where the rows allow them, as kernels/layernorm.cu); the weight gradient in
+// 16-byte row loads where the rows allow them, as kernels/layernorm.cu, the input gradient's row
+// passes shared with it through norm_rows.cuh); the weight gradient in
 // two deterministic passes (per-chunk column partials with rows in order, then the chunks added
 // in order onto the fp32 gradient).
 #include <cmath>
 
 #include "common.cuh"
+#include "norm_rows.cuh"
 #include "triax/cuda/rmsnorm.h"
 
 namespace triax::cuda {
@@ -61,46 +63,19 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 // dx = r g - x r^3 mean(g x), g = dout * w: one row sum, sum(g x).
-template <class D>
-struct DinpSum {
-  const D* __restrict__ d;
-  const D* __restrict__ x;
-  const D* __restrict__ w;
+struct SumGx {
   float sgx = 0.0f;
-  __device__ void add(D de, D xe, D we) { sgx += to_f32(de) * to_f32(we) * to_f32(xe); }
-  __device__ void vector(int64_t v) {
-    const Pack<D> pd = load_pack(d, v), px = load_pack(x, v), pw = load_pack(w, v);
-#pragma unroll
-    for (int k = 0; k < kVecWidth<D>; ++k) add(pd.e[k], px.e[k], pw.e[k]);
+  template <class D>
+  __device__ void add(D de, D xe, D we) {
+    sgx += to_f32(de) * to_f32(we) * to_f32(xe);
   }
-  __device__ void scalar(int64_t c) { add(d[c], x[c], w[c]); }
 };
 
-template <class D>
-struct DinpWrite {
-  D* __restrict__ dx;
-  const D* __restrict__ d;
-  const D* __restrict__ x;
-  const D* __restrict__ w;
+struct RmsDinp {
   float r, k3;  // k3 = r^3 * mean(g x)
-  bool accumulate;
-  __device__ float at(D de, D xe, D we) const { return r * (to_f32(de) * to_f32(we)) - to_f32(xe) * k3; }
-  __device__ void vector(int64_t v) {
-    const Pack<D> pd = load_pack(d, v), px = load_pack(x, v), pw = load_pack(w, v);
-    Pack<D> po;
-    if (accumulate) po = load_pack(dx, v);
-#pragma unroll
-    for (int k = 0; k < kVecWidth<D>; ++k) {
-      float val = at(pd.e[k], px.e[k], pw.e[k]);
-      if (accumulate) val += to_f32(po.e[k]);
-      po.e[k] = from_f32<D>(val);
-    }
-    store_pack(dx, v, po);
-  }
-  __device__ void scalar(int64_t c) {
-    float val = at(d[c], x[c], w[c]);
-    if (accumulate) val += to_f32(dx[c]);
-    dx[c] = from_f32<D>(val);
+  template <class D>
+  __device__ float operator()(D de, D xe, D we) const {
+    return r * (to_f32(de) * to_f32(we)) - to_f32(xe) * k3;
   }
 };
 
@@ -113,10 +88,10 @@ __global__ void __launch_bounds__(kThreads)
   const D* x = inp + row * C;
   const D* d = dout + row * C;
   const float r = rstd[row];
-  DinpSum<D> sum{d, x, weight};
+  DinpRead<D, SumGx> sum{d, x, weight, {}};
   math::for_each_split(split, C, threadIdx.x, blockDim.x, sum);
-  const float k3 = r * r * r * (block_sum(sum.sgx) / C);
-  DinpWrite<D> write{dinp + row * C, d, x, weight, r, k3, accumulate};
+  const float k3 = r * r * r * (block_sum(sum.acc.sgx) / C);
+  DinpWrite<D, RmsDinp> write{dinp + row * C, d, x, weight, {r, k3}, accumulate};
   math::for_each_split(split, C, threadIdx.x, blockDim.x, write);
 }
 

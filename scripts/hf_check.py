@@ -16,20 +16,13 @@ transformers both run and must agree. Exit 77 (skipped) without torch.
 
   /usr/bin/python3 scripts/hf_check.py BUILD/examples/gpt_eval/gpt_eval [--mpirun mpirun] [--np 1,2]
 """
-import argparse
 import math
 import os
-import struct
-import subprocess
 import sys
-import tempfile
 
-try:
-    import torch
-    import torch.nn.functional as F
-except ImportError as e:  # pragma: no cover
-    print(f"skip: torch is not importable by {sys.executable} ({e}); Debian: apt-get install python3-torch")
-    sys.exit(77)
+import hf_common as common  # exits 77 (skipped) without torch and numpy
+import torch
+import torch.nn.functional as F
 
 try:
     import transformers
@@ -93,21 +86,10 @@ def plain_torch_logits(sd, x):
 
 
 def mean_loss(logits_fn, tokens):
-    total = 0.0
-    for k in range(K):
-        s = k * B * T
-        x = tokens[s:s + B * T].view(B, T)
-        y = tokens[s + 1:s + B * T + 1].view(B, T)
-        logits = logits_fn(x)
-        total += F.cross_entropy(logits.reshape(-1, V).double(), y.reshape(-1)).item()
-    return total / K
+    return common.mean_loss(logits_fn, tokens, B, T, K, V)
 
 
-def write_tokens(path, tokens):
-    header = struct.pack("<256i", 20240520, 1, len(tokens), *([0] * 253))
-    with open(path, "wb") as f:
-        f.write(header)
-        f.write(tokens.to(torch.int32).numpy().astype("<u2").tobytes())
+write_tokens = common.write_tokens
 
 
 def save_bare(path, sd):
@@ -120,55 +102,21 @@ def save_bare(path, sd):
         save_file(out, path, metadata=meta)
         return "safetensors.torch.save_file"
     except ImportError:
-        # The format by hand: 8-byte header length, JSON header, raw little-endian f32 data.
-        import json
-        header, blobs, off = {"__metadata__": meta}, [], 0
-        for k, v in out.items():
-            b = v.to(torch.float32).numpy().astype("<f4").tobytes()
-            header[k] = {"dtype": "F32", "shape": list(v.shape), "data_offsets": [off, off + len(b)]}
-            blobs.append(b)
-            off += len(b)
-        h = json.dumps(header).encode()
-        h += b" " * ((8 - len(h) % 8) % 8)
-        with open(path, "wb") as f:
-            f.write(struct.pack("<Q", len(h)) + h + b"".join(blobs))
+        common.write_safetensors(path, out, "F32", meta)
         return "hand-written safetensors"
 
 
 def run_eval(args, np_, weights, data, extra):
-    env = dict(os.environ)
-    env.setdefault("OMPI_ALLOW_RUN_AS_ROOT", "1")
-    env.setdefault("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
-    env.setdefault("OMPI_MCA_pml", "ob1")
-    env.setdefault("OMPI_MCA_btl", "self,vader")
-    env.setdefault("OMPI_MCA_btl_vader_single_copy_mechanism", "none")
-    env.setdefault("OMP_NUM_THREADS", "1")
-    cmd = [args.mpirun, "-np", str(np_), "--oversubscribe", args.gpt_eval, "--tp", str(np_), "--weights", weights,
-           "--data", data, "--batch", str(B), "--seq", str(T), "--batches", str(K)] + extra
-    p = subprocess.run(cmd, env=env, capture_output=True, text=True)
-    last = p.stdout.strip().splitlines()[-1] if p.stdout.strip() else ""
-    if p.returncode != 0 or not last.startswith("loss "):
-        print(f"FAILED: {' '.join(cmd)}\nexit {p.returncode}\nstdout:\n{p.stdout}\nstderr:\n{p.stderr}")
-        sys.exit(1)
-    return float(last.split()[1])
+    return common.gpt_eval_loss(args, np_, weights, data, B, T, K, extra)
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("gpt_eval")
-    ap.add_argument("--mpirun", default="mpirun")
-    ap.add_argument("--np", default="1,2")
-    ap.add_argument("--seed", type=int, default=1234)
-    ap.add_argument("--workdir", default=None, help="keep the files here (default: a temporary directory)")
-    args = ap.parse_args()
+    args = common.arg_parser(__doc__, ["gpt_eval"], "1,2").parse_args()
     torch.manual_seed(args.seed)
     sd = random_state(args.seed)
-    g = torch.Generator().manual_seed(args.seed + 1)
-    tokens = torch.randint(0, V, (K * B * T + 1 + 13,), generator=g)
+    tokens = common.random_tokens(args.seed + 1, V, B, T, K)
 
-    tmp = tempfile.TemporaryDirectory() if args.workdir is None else None
-    wd = args.workdir or tmp.name
-    os.makedirs(wd, exist_ok=True)
+    tmp, wd = common.workdir(args)  # noqa: F841 (tmp: the temporary directory lives until main returns)
     data = os.path.join(wd, "tokens.bin")
     write_tokens(data, tokens)
     bare = os.path.join(wd, "bare.safetensors")

@@ -27,22 +27,16 @@ Exit 0 when everything agrees, 1 otherwise, 77 (skipped) without torch.
   /usr/bin/python3 scripts/hf_llama_check.py BUILD/examples/gpt_eval/gpt_eval BUILD/examples/train_gpt/train_gpt \\
       [--mpirun mpirun] [--np 1,2,4] [--train-np 8] [--workdir DIR]
 """
-import argparse
 import json
 import math
 import os
 import struct
-import subprocess
 import sys
-import tempfile
 
-try:
-    import numpy as np
-    import torch
-    import torch.nn.functional as F
-except ImportError as e:  # pragma: no cover
-    print(f"skip: torch/numpy not importable by {sys.executable} ({e}); Debian: apt-get install python3-torch")
-    sys.exit(77)
+import hf_common as common  # exits 77 (skipped) without torch and numpy
+import numpy as np
+import torch
+import torch.nn.functional as F
 
 try:
     import transformers
@@ -144,16 +138,11 @@ def llama_logits(sd, x, scaling):
 
 
 def batch(tokens, k):
-    s = k * B * T
-    return tokens[s:s + B * T].view(B, T), tokens[s + 1:s + B * T + 1].view(B, T)
+    return common.batch(tokens, k, B, T)
 
 
 def mean_loss(logits_fn, tokens):
-    total = 0.0
-    for k in range(K):
-        x, y = batch(tokens, k)
-        total += F.cross_entropy(logits_fn(x).reshape(-1, V).double(), y.reshape(-1)).item()
-    return total / K
+    return common.mean_loss(logits_fn, tokens, B, T, K, V)
 
 
 def reference_grads(sd, tokens, scaling):
@@ -170,25 +159,6 @@ def bf16_round(t):
 
 
 # ---------------------------------------------------------------- files (numpy only)
-
-def write_safetensors(path, tensors, dtype):
-    """The format by hand: 8-byte header length, JSON header, raw little-endian data."""
-    header, blobs, off = {"__metadata__": {"format": "pt"}}, [], 0
-    for name, t in tensors.items():
-        a = t.detach().to(torch.float32).contiguous().numpy()
-        if dtype == "BF16":
-            u = a.view(np.uint32).astype(np.uint64)
-            b = ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype("<u2").tobytes()
-        else:
-            b = a.astype("<f4").tobytes()
-        header[name] = {"dtype": dtype, "shape": list(t.shape), "data_offsets": [off, off + len(b)]}
-        blobs.append(b)
-        off += len(b)
-    h = json.dumps(header).encode()
-    h += b" " * ((8 - len(h) % 8) % 8)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(h)) + h + b"".join(blobs))
-
 
 def read_safetensors(path):
     with open(path, "rb") as f:
@@ -235,54 +205,23 @@ def write_hf_dir(d, sd, scaling, sharded_bf16=False):
         json.dump(config_json(scaling, "bfloat16" if sharded_bf16 else "float32", "lm_head.weight" not in sd), f,
                   indent=2)
     if not sharded_bf16:
-        write_safetensors(os.path.join(d, "model.safetensors"), sd, "F32")
+        common.write_safetensors(os.path.join(d, "model.safetensors"), sd, "F32")
         return
     names = list(sd)
     parts = [names[:len(names) // 2], names[len(names) // 2:]]
     wmap = {}
     for i, part in enumerate(parts):
         fn = f"model-{i + 1:05d}-of-00002.safetensors"
-        write_safetensors(os.path.join(d, fn), {k: sd[k] for k in part}, "BF16")
+        common.write_safetensors(os.path.join(d, fn), {k: sd[k] for k in part}, "BF16")
         wmap.update({k: fn for k in part})
     with open(os.path.join(d, "model.safetensors.index.json"), "w") as f:
         json.dump({"metadata": {"total_size": 2 * sum(v.numel() for v in sd.values())}, "weight_map": wmap}, f)
 
 
-def write_tokens(path, tokens):
-    header = struct.pack("<256i", 20240520, 1, len(tokens), *([0] * 253))
-    with open(path, "wb") as f:
-        f.write(header)
-        f.write(tokens.to(torch.int32).numpy().astype("<u2").tobytes())
-
-
 # ---------------------------------------------------------------- runs
 
-def mpi_env():
-    env = dict(os.environ)
-    for k, v in {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1", "OMPI_MCA_pml": "ob1",
-                 "OMPI_MCA_btl": "self,vader", "OMPI_MCA_btl_vader_single_copy_mechanism": "none",
-                 "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}.items():
-        env.setdefault(k, v)
-    return env
-
-
-def run(cmd, what, timeout=600):
-    p = subprocess.run(cmd, env=mpi_env(), capture_output=True, text=True, timeout=timeout)
-    if p.returncode != 0:
-        print(f"FAILED ({what}): {' '.join(cmd)}\nexit {p.returncode}\nstdout:\n{p.stdout}\nstderr:\n{p.stderr}")
-        sys.exit(1)
-    return p
-
-
 def gpt_eval(args, np_, weights, data, extra=(), tp=None):
-    cmd = [args.mpirun, "-np", str(np_), "--oversubscribe", args.gpt_eval, "--tp", str(tp or np_), "--weights", weights,
-           "--data", data, "--batch", str(B), "--seq", str(T), "--batches", str(K)] + list(extra)
-    p = run(cmd, "gpt_eval")
-    last = p.stdout.strip().splitlines()[-1] if p.stdout.strip() else ""
-    if not last.startswith("loss "):
-        print(f"FAILED: no 'loss' line from {' '.join(cmd)}\n{p.stdout}\n{p.stderr}")
-        sys.exit(1)
-    return float(last.split()[1])
+    return common.gpt_eval_loss(args, np_, weights, data, B, T, K, extra, tp)
 
 
 def train(args, np_, layout, init, data, wd, tag):
@@ -293,7 +232,7 @@ def train(args, np_, layout, init, data, wd, tag):
            "--valid-data", data, "--seq-length", str(T), "--micro-batch-size", "1", "--global-batch-size", str(B),
            "--train-iters", str(ITERS), "--eval-interval", str(ITERS), "--eval-iters", str(K), "--lr", "1e-3",
            "--lr-warmup-iters", "0", "--metrics-jsonl", jsonl, "--export-hf", out] + layout
-    run(cmd, f"train_gpt {tag}")
+    common.run(cmd, f"train_gpt {tag}")
     losses, valid = [], None
     with open(jsonl) as f:
         for line in f:
@@ -426,24 +365,15 @@ def check_transformers(args, rep, sd, tokens, data, wd):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("gpt_eval")
-    ap.add_argument("train_gpt")
-    ap.add_argument("--mpirun", default="mpirun")
-    ap.add_argument("--np", default="1,2,4")
+    ap = common.arg_parser(__doc__, ["gpt_eval", "train_gpt"], "1,2,4")
     ap.add_argument("--train-np", type=int, default=8, help="world of the tp2 x pp2 x dp run (8; 1 skips it)")
-    ap.add_argument("--seed", type=int, default=1234)
-    ap.add_argument("--workdir", default=None, help="keep the files here (default: a temporary directory)")
     ap.add_argument("--skip-train", action="store_true")
     args = ap.parse_args()
     sd = random_state(args.seed)
-    g = torch.Generator().manual_seed(args.seed + 1)
-    tokens = torch.randint(0, V, (K * B * T + 1 + 13,), generator=g)
-    tmp = tempfile.TemporaryDirectory() if args.workdir is None else None
-    wd = args.workdir or tmp.name
-    os.makedirs(wd, exist_ok=True)
+    tokens = common.random_tokens(args.seed + 1, V, B, T, K)
+    tmp, wd = common.workdir(args)  # noqa: F841 (tmp: the temporary directory lives until main returns)
     data = os.path.join(wd, "tokens.bin")
-    write_tokens(data, tokens)
+    common.write_tokens(data, tokens)
     print(f"model: layers {L} hidden {C} heads {NH} kv heads {NKV} ffn {FF} vocab {V}, RMSNorm eps {EPS}, RoPE theta "
           f"{THETA:g} with {SCALING}, untied head; data: {K} batches of {B} x {T}")
     rep = Report()

@@ -59,11 +59,7 @@ void embedding_backward(Real* dwte, Real* dwpe, const Real* dout, const int32_t*
   check_embedding(op, tokens, B, T, C, V, v0, v1);
   detail::require_pointer(op, "dout", dout);
   const int64_t rows = int64_t{B} * T;
-  const int64_t nblocks = (C + detail::kColumnBlock - 1) / detail::kColumnBlock;
-#pragma omp parallel for schedule(static) if (rows * C >= detail::kParallelMinWork && nblocks > 1)
-  for (int64_t blk = 0; blk < nblocks; ++blk) {
-    const int64_t c0 = blk * detail::kColumnBlock;
-    const int64_t w = std::min<int64_t>(detail::kColumnBlock, C - c0);
+  detail::for_each_column_block(C, rows * C >= detail::kParallelMinWork, [&](int64_t c0, int64_t w) {
     if (dwte) {
       for (int64_t i = 0; i < rows; ++i) {
         const int32_t tok = tokens[i];
@@ -84,7 +80,7 @@ void embedding_backward(Real* dwte, Real* dwpe, const Real* dout, const int32_t*
         }
       }
     }
-  }
+  });
 }
 
 template void embedding_forward<float>(float*, const int32_t*, const float*, const float*, int, int, int, int, int, int);

@@ -2,7 +2,6 @@
 // gradients (a second pass, so each sum is ordered by row whatever the thread count).
 #include "triax/ops/layernorm.h"
 
-#include <algorithm>
 #include <cmath>
 
 #include "ops_common.h"
@@ -68,20 +67,11 @@ void layernorm_backward(Real* dinp, Real* dweight, Real* dbias, const Real* dout
       sum_gx += g * (x[c] - m) * s;
     }
     const Real mg = static_cast<Real>(sum_g / C), mgx = static_cast<Real>(sum_gx / C);
-    if (accumulate) {
-#pragma omp simd
-      for (int c = 0; c < C; ++c) dx[c] += s * (d[c] * weight[c] - mg - (x[c] - m) * s * mgx);
-    } else {
-#pragma omp simd
-      for (int c = 0; c < C; ++c) dx[c] = s * (d[c] * weight[c] - mg - (x[c] - m) * s * mgx);
-    }
+    detail::write_grad_row(dx, C, accumulate,
+                           [&](int c) { return s * (d[c] * weight[c] - mg - (x[c] - m) * s * mgx); });
   }
   if (!dweight && !dbias) return;
-  const int64_t nblocks = (C + detail::kColumnBlock - 1) / detail::kColumnBlock;
-#pragma omp parallel for schedule(static) if (work >= detail::kParallelMinWork && nblocks > 1)
-  for (int64_t blk = 0; blk < nblocks; ++blk) {
-    const int64_t c0 = blk * detail::kColumnBlock;
-    const int64_t w = std::min<int64_t>(detail::kColumnBlock, C - c0);
+  detail::for_each_column_block(C, work >= detail::kParallelMinWork, [&](int64_t c0, int64_t w) {
     Real gw[detail::kColumnBlock] = {}, gb[detail::kColumnBlock] = {};
     for (int n = 0; n < N; ++n) {
       const Real* x = inp + int64_t{n} * C + c0;
@@ -97,7 +87,7 @@ void layernorm_backward(Real* dinp, Real* dweight, Real* dbias, const Real* dout
       if (dweight) dweight[c0 + c] += gw[c];
       if (dbias) dbias[c0 + c] += gb[c];
     }
-  }
+  });
 }
 
 template void layernorm_forward<float>(float*, float*, float*, const float*, const float*, const float*, int, int);

@@ -1,4 +1,5 @@
-// Private helpers shared by the CPU ops: argument checks and the deterministic column sum.
+// Private helpers shared by the CPU ops: argument checks, the deterministic column-block
+// reductions and the input-gradient row write (assign or accumulate).
 // Determinism rule of every CPU op: a value is reduced by one thread in a fixed order, and which
 // thread does it never changes the order, so the bits do not depend on the thread count.
 #pragma once
@@ -41,15 +42,25 @@ void parallel_ranges(int64_t n, bool parallel, const Fn& fn) {
   }
 }
 
+// Runs fn(c0, w) on the columns [0, cols) in blocks of kColumnBlock (columns c0 .. c0 + w, the
+// last block shorter), the blocks in parallel when parallel and there are several. For the
+// per-column reductions: a column stays with one thread, which adds its rows in order, so the bits
+// do not depend on the thread count. fn must not throw (it runs inside an OpenMP region).
+template <class Fn>
+void for_each_column_block(int64_t cols, bool parallel, const Fn& fn) {
+  const int64_t nblocks = (cols + kColumnBlock - 1) / kColumnBlock;
+#pragma omp parallel for schedule(static) if (parallel && nblocks > 1)
+  for (int64_t blk = 0; blk < nblocks; ++blk) {
+    const int64_t c0 = blk * kColumnBlock;
+    fn(c0, std::min(kColumnBlock, cols - c0));
+  }
+}
+
 // acc[c] += sum over r of x[r * ld + c], for c < cols. Partitioned by column blocks, rows summed
 // in order: the same bits for any thread count.
 template <class Real>
 void add_column_sums(Real* acc, const Real* x, int64_t rows, int64_t cols, int64_t ld) {
-  const int64_t nblocks = (cols + kColumnBlock - 1) / kColumnBlock;
-#pragma omp parallel for schedule(static) if (rows * cols >= kParallelMinWork && nblocks > 1)
-  for (int64_t blk = 0; blk < nblocks; ++blk) {
-    const int64_t c0 = blk * kColumnBlock;
-    const int64_t w = std::min(kColumnBlock, cols - c0);
+  for_each_column_block(cols, rows * cols >= kParallelMinWork, [&](int64_t c0, int64_t w) {
     Real sum[kColumnBlock] = {};
     for (int64_t r = 0; r < rows; ++r) {
       const Real* xr = x + r * ld + c0;
@@ -57,6 +68,18 @@ void add_column_sums(Real* acc, const Real* x, int64_t rows, int64_t cols, int64
       for (int64_t c = 0; c < w; ++c) sum[c] += xr[c];
     }
     for (int64_t c = 0; c < w; ++c) acc[c0 + c] += sum[c];
+  });
+}
+
+// One row of an input gradient: dx[c] = g(c) for c < C, or dx[c] += g(c) when accumulating.
+template <class Real, class G>
+void write_grad_row(Real* dx, int C, bool accumulate, const G& g) {
+  if (accumulate) {
+#pragma omp simd
+    for (int c = 0; c < C; ++c) dx[c] += g(c);
+  } else {
+#pragma omp simd
+    for (int c = 0; c < C; ++c) dx[c] = g(c);
   }
 }
 

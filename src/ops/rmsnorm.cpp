@@ -2,7 +2,6 @@
 // second pass, so each sum is ordered by row whatever the thread count), as layernorm.cpp.
 #include "triax/ops/rmsnorm.h"
 
-#include <algorithm>
 #include <cmath>
 #include <utility>
 
@@ -58,20 +57,10 @@ void rmsnorm_backward(Real* dinp, Real* dweight, const Real* dout, const Real* i
 #pragma omp simd reduction(+ : sum_gx)
     for (int c = 0; c < C; ++c) sum_gx += d[c] * weight[c] * x[c];
     const Real k = static_cast<Real>(sum_gx / C) * s * s;
-    if (accumulate) {
-#pragma omp simd
-      for (int c = 0; c < C; ++c) dx[c] += s * (d[c] * weight[c] - x[c] * k);
-    } else {
-#pragma omp simd
-      for (int c = 0; c < C; ++c) dx[c] = s * (d[c] * weight[c] - x[c] * k);
-    }
+    detail::write_grad_row(dx, C, accumulate, [&](int c) { return s * (d[c] * weight[c] - x[c] * k); });
   }
   if (!dweight) return;
-  const int64_t nblocks = (C + detail::kColumnBlock - 1) / detail::kColumnBlock;
-#pragma omp parallel for schedule(static) if (work >= detail::kParallelMinWork && nblocks > 1)
-  for (int64_t blk = 0; blk < nblocks; ++blk) {
-    const int64_t c0 = blk * detail::kColumnBlock;
-    const int64_t w = std::min<int64_t>(detail::kColumnBlock, C - c0);
+  detail::for_each_column_block(C, work >= detail::kParallelMinWork, [&](int64_t c0, int64_t w) {
     Real gw[detail::kColumnBlock] = {};
     for (int n = 0; n < N; ++n) {
       const Real* x = inp + int64_t{n} * C + c0;
@@ -81,7 +70,7 @@ void rmsnorm_backward(Real* dinp, Real* dweight, const Real* dout, const Real* i
       for (int64_t c = 0; c < w; ++c) gw[c] += d[c] * (x[c] * s);
     }
     for (int64_t c = 0; c < w; ++c) dweight[c0 + c] += gw[c];
-  }
+  });
 }
 
 template void rmsnorm_forward<float>(float*, float*, const float*, const float*, int, int, double);

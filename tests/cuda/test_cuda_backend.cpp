@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "support/gpu_check.h"
 #include "triax/backend/backend.h"
 #include "triax/cuda/cuda_backend.h"
 #include "triax/ops/adamw.h"
@@ -28,6 +29,8 @@
 
 using namespace triax;
 using Catch::Matchers::Contains;
+
+const triax::test::gpu::CheckLine triax::test::gpu::kCheckLine{"op", 44, 9};
 
 namespace bt {
 
@@ -120,16 +123,7 @@ Pair out_pair(Ctx& x, DType gpu_dt, size_t n) {
   return p;
 }
 
-double rel_err(const std::vector<double>& got, const std::vector<double>& want) {
-  REQUIRE(got.size() == want.size());
-  double num = 0, den = 0;
-  for (size_t i = 0; i < got.size(); ++i) {
-    if (!std::isfinite(got[i]) && got[i] != want[i]) return std::numeric_limits<double>::infinity();
-    num = std::max(num, std::abs(got[i] - want[i]));
-    den = std::max(den, std::abs(want[i]));
-  }
-  return den > 0 ? num / den : num;
-}
+using test::gpu::rel_err;  // support/gpu_check.h
 
 double tol_for(DType dt) {
   switch (dt) {
@@ -140,11 +134,7 @@ double tol_for(DType dt) {
 }
 
 void report(const std::string& op, DType dt, double err, double tol) {
-  const bool ok = err <= tol;
-  fmt::print("op {:<44} {:<9} rel_err {:.3e}  tol {:.0e}  {}\n", op, dtype_name(dt), err, tol, ok ? "ok" : "FAIL");
-  std::fflush(stdout);
-  INFO(op << " (" << dtype_name(dt) << "): relative error " << err << " > " << tol);
-  CHECK(ok);
+  test::gpu::report(op, dtype_name(dt), err, tol);
 }
 
 // Compares the GPU tensor with the CPU one, then gives the CPU tensor the GPU's values: a later op

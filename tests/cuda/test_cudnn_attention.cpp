@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "support/cuda_buffer.h"
+#include "support/gpu_check.h"
 #include "triax/core/cuda_check.h"
 #include "triax/cuda/attention.h"
 #include "triax/cuda/cudnn_attention.h"
@@ -37,65 +38,29 @@ using namespace triax;
 using triax::test::DeviceBuffer;
 using Catch::Matchers::Contains;
 
+const triax::test::gpu::CheckLine triax::test::gpu::kCheckLine{"cudnn", 58, 4};
+
 namespace {
 
-class Stream {
- public:
-  Stream() { TRIAX_CHECK_CUDA(cudaStreamCreateWithFlags(&s_, cudaStreamNonBlocking)); }
-  ~Stream() { (void)cudaStreamDestroy(s_); }
-  Stream(const Stream&) = delete;
-  Stream& operator=(const Stream&) = delete;
-  operator cudaStream_t() const { return s_; }  // NOLINT: the calls' last argument
-  void sync() const { TRIAX_CHECK_CUDA(cudaStreamSynchronize(s_)); }
-
- private:
-  cudaStream_t s_ = nullptr;
-};
-
+// support/gpu_check.h, all but its rel_err (random_data only qualified: glibc's stdlib.h has a
+// struct of that name)
+namespace gpu = test::gpu;
+using test::gpu::fetch;
+using test::gpu::poison;
+using test::gpu::report;
+using test::gpu::Stream;
+using test::gpu::tname;
+using test::gpu::tol;
 using triax::testing::ScopedEnv;
 
-template <class T>
-void poison(DeviceBuffer<T>& b) {  // all bits set: NaN in fp32, bf16 and fp16
-  if (b.size()) TRIAX_CHECK_CUDA(cudaMemset(b.data(), 0xff, b.size() * sizeof(T)));
-  TRIAX_CHECK_CUDA(cudaDeviceSynchronize());
-}
-
-template <class T>
-const char* tname() {
-  return std::is_same_v<T, bf16> ? "bf16" : (std::is_same_v<T, f16> ? "fp16" : "fp32");
-}
-template <class T>
-double tol() {
-  return std::is_same_v<T, bf16> ? 1e-2 : 2e-3;
-}
 constexpr double kLseTol = 1e-4;
 
-template <class T>
-std::vector<double> fetch(const DeviceBuffer<T>& b, const Stream& s) {
-  s.sync();
-  const auto h = b.download();
-  std::vector<double> out(h.size());
-  for (size_t i = 0; i < h.size(); ++i) out[i] = static_cast<double>(static_cast<float>(h[i]));
-  return out;
-}
-
+// gpu_check.h's relative error, but inf wherever got is not finite, even where want is not either.
 double rel_err(const std::vector<double>& got, const std::vector<double>& want) {
-  REQUIRE(got.size() == want.size());
-  double num = 0, den = 0;
-  for (size_t i = 0; i < got.size(); ++i) {
-    if (!std::isfinite(got[i])) return std::numeric_limits<double>::infinity();
-    num = std::max(num, std::abs(got[i] - want[i]));
-    den = std::max(den, std::abs(want[i]));
-  }
-  return den > 0 ? num / den : num;
-}
-
-void report(const std::string& what, const char* type, double err, double tolerance) {
-  const bool ok = err <= tolerance;
-  fmt::print("cudnn {:<58} {:<4} rel_err {:.3e}  tol {:.0e}  {}\n", what, type, err, tolerance, ok ? "ok" : "FAIL");
-  std::fflush(stdout);
-  INFO(what << " (" << type << "): relative error " << err << " > " << tolerance);
-  CHECK(ok);
+  const double err = test::gpu::rel_err(got, want);
+  for (double g : got)
+    if (!std::isfinite(g)) return std::numeric_limits<double>::infinity();
+  return err;
 }
 
 // dQ, dK and dV of a (B, T, 3C) gradient, each checked on its own (a wrong dK would hide behind a
@@ -112,21 +77,6 @@ void report_dqkv(const std::string& what, const char* type, const std::vector<do
       }
     report(fmt::format("{} d{}", what, "qkv"[part]), type, rel_err(g, w), tolerance);
   }
-}
-
-template <class T>
-struct Data {
-  std::vector<T> dev;
-  std::vector<double> ref;
-};
-template <class T>
-Data<T> random_halves(size_t n, double lo, double hi) {
-  Data<T> d;
-  for (double x : test::random_vec(n, lo, hi)) {
-    d.dev.push_back(T(static_cast<float>(x)));
-    d.ref.push_back(static_cast<float>(d.dev.back()));
-  }
-  return d;
 }
 
 struct Shape {
@@ -211,7 +161,7 @@ TEMPLATE_TEST_CASE("cudnn attention forward/backward match ops::attention", "[cu
     REQUIRE_FALSE(why.has_value());
     const size_t n3 = static_cast<size_t>(B) * Tn * 3 * C, n1 = static_cast<size_t>(B) * Tn * C;
     const size_t nl = static_cast<size_t>(B) * NH * Tn;
-    auto qkv = random_halves<T>(n3, -2, 2), dout = random_halves<T>(n1, -1, 1);
+    auto qkv = gpu::random_data<T>(n3, -2, 2), dout = gpu::random_data<T>(n1, -1, 1);
     DeviceBuffer<T> dqkv_in(qkv.dev), ddout(dout.dev), out(n1), dqkv(n3);
     DeviceBuffer<float> lse(nl);
     std::vector<double> rout(n1), rlse(nl), rdqkv(n3);
@@ -252,7 +202,7 @@ TEMPLATE_TEST_CASE("cudnn attention and the CUDA kernels agree, and read each ot
     REQUIRE(cuda::cudnn_attention_supported(dtype_of<T>(), B, Tn, NH, C / NH));
     const size_t n3 = static_cast<size_t>(B) * Tn * 3 * C, n1 = static_cast<size_t>(B) * Tn * C;
     const size_t nl = static_cast<size_t>(B) * NH * Tn;
-    auto qkv = random_halves<T>(n3, -2, 2), dout = random_halves<T>(n1, -1, 1);
+    auto qkv = gpu::random_data<T>(n3, -2, 2), dout = gpu::random_data<T>(n1, -1, 1);
     DeviceBuffer<T> dq(qkv.dev), ddo(dout.dev), out_c(n1), out_k(n1), dqkv_c(n3), dqkv_k(n3);
     DeviceBuffer<float> lse_c(nl), lse_k(nl);
     poison(out_c);
@@ -299,7 +249,7 @@ TEMPLATE_TEST_CASE("cudnn grouped-query attention agrees with the CUDA kernels",
     REQUIRE_FALSE(why.has_value());
     const size_t W = size_t(C) + 2 * size_t(NKV) * g.HS, rows = size_t(B) * Tn;
     const size_t nq = rows * W, n1 = rows * C, nl = size_t(B) * NH * Tn;
-    auto qkv = random_halves<T>(nq, -2, 2), dout = random_halves<T>(n1, -1, 1);
+    auto qkv = gpu::random_data<T>(nq, -2, 2), dout = gpu::random_data<T>(n1, -1, 1);
     DeviceBuffer<T> dq(qkv.dev), ddo(dout.dev), out_c(n1), out_k(n1), dqkv_c(nq), dqkv_k(nq);
     DeviceBuffer<float> lse_c(nl), lse_k(nl);
     poison(out_c);
@@ -365,7 +315,7 @@ TEST_CASE("cudnn attention vs the CUDA kernels: time at the GPT-2 124M shape", "
   const int B = 8, Tn = 1024, C = 768, NH = 12;
   REQUIRE(cuda::cudnn_attention_supported(DType::bf16, B, Tn, NH, C / NH));
   const size_t n3 = static_cast<size_t>(B) * Tn * 3 * C, n1 = static_cast<size_t>(B) * Tn * C;
-  auto qkv = random_halves<bf16>(n3, -2, 2), dout = random_halves<bf16>(n1, -1, 1);
+  auto qkv = gpu::random_data<bf16>(n3, -2, 2), dout = gpu::random_data<bf16>(n1, -1, 1);
   DeviceBuffer<bf16> dq(qkv.dev), ddo(dout.dev), out(n1), dqkv(n3);
   DeviceBuffer<float> lse(static_cast<size_t>(B) * NH * Tn);
   auto time_ms = [&](auto&& f) {

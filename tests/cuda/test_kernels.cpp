@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "support/cuda_buffer.h"
+#include "support/gpu_check.h"
 #include "triax/core/cuda_check.h"
 #include "triax/cuda/adamw.h"
 #include "triax/ops/adamw.h"
@@ -52,115 +53,10 @@ using namespace triax;
 using triax::test::DeviceBuffer;
 using ops::Trans;
 
+const triax::test::gpu::CheckLine triax::test::gpu::kCheckLine{"kernel", 40, 5};
+
 namespace kt {
-
-// ---------------------------------------------------------------- helpers
-
-class Stream {
- public:
-  Stream() { TRIAX_CHECK_CUDA(cudaStreamCreateWithFlags(&s_, cudaStreamNonBlocking)); }
-  ~Stream() { (void)cudaStreamDestroy(s_); }
-  Stream(const Stream&) = delete;
-  Stream& operator=(const Stream&) = delete;
-  operator cudaStream_t() const { return s_; }  // NOLINT: used as the launchers' last argument
-  void sync() const { TRIAX_CHECK_CUDA(cudaStreamSynchronize(s_)); }
-
- private:
-  cudaStream_t s_ = nullptr;
-};
-
-// All bits set: NaN in fp32, bf16 and fp16 (so an element the kernel forgot shows as inf error).
-template <class T>
-void poison(DeviceBuffer<T>& b) {
-  if (b.size()) TRIAX_CHECK_CUDA(cudaMemset(b.data(), 0xff, b.size() * sizeof(T)));
-  TRIAX_CHECK_CUDA(cudaDeviceSynchronize());
-}
-
-template <class T>
-constexpr bool kHalf = std::is_same_v<T, bf16> || std::is_same_v<T, f16>;
-
-template <class T>
-double to_d(T x) {
-  if constexpr (kt::kHalf<T>) return static_cast<float>(x);
-  else return static_cast<double>(x);
-}
-template <class T>
-T from_d(double x) {
-  if constexpr (kt::kHalf<T>) return T(static_cast<float>(x));
-  else return static_cast<T>(x);
-}
-template <class T>
-const char* tname() {
-  if constexpr (std::is_same_v<T, float>) return "fp32";
-  else if constexpr (std::is_same_v<T, bf16>) return "bf16";
-  else return "fp16";
-}
-// The thresholds, by the type the kernel stores: fp16 keeps 10 mantissa bits to bf16's 7,
-// so it is held to 2e-3 where bf16 gets 1e-2.
-template <class T>
-constexpr double tol() {
-  if constexpr (std::is_same_v<T, float>) return 1e-5;
-  else if constexpr (std::is_same_v<T, f16>) return 2e-3;
-  else return 1e-2;
-}
-
-// Random values exactly representable in T, in both forms.
-template <class T>
-struct Data {
-  std::vector<T> dev;
-  std::vector<double> ref;
-};
-template <class T>
-Data<T> random_data(size_t n, double lo = -1.0, double hi = 1.0) {
-  const auto v = test::random_vec(n, lo, hi);
-  kt::Data<T> d;
-  d.dev.reserve(n);
-  d.ref.reserve(n);
-  for (double x : v) {
-    d.dev.push_back(kt::from_d<T>(x));
-    d.ref.push_back(kt::to_d(d.dev.back()));
-  }
-  return d;
-}
-
-template <class T>
-std::vector<double> to_double(const std::vector<T>& v) {
-  std::vector<double> out(v.size());
-  for (size_t i = 0; i < v.size(); ++i) out[i] = kt::to_d(v[i]);
-  return out;
-}
-
-template <class T>
-std::vector<double> fetch(const DeviceBuffer<T>& b, const kt::Stream& s) {
-  s.sync();
-  return kt::to_double(b.download());
-}
-
-double rel_err(const std::vector<double>& got, const std::vector<double>& want) {
-  REQUIRE(got.size() == want.size());
-  double num = 0, den = 0;
-  for (size_t i = 0; i < got.size(); ++i) {
-    if (!std::isfinite(got[i]) && got[i] != want[i]) return std::numeric_limits<double>::infinity();
-    num = std::max(num, std::abs(got[i] - want[i]));
-    den = std::max(den, std::abs(want[i]));
-  }
-  return den > 0 ? num / den : num;
-}
-
-void report(const std::string& kernel, const char* type, double err, double tolerance) {
-  const bool ok = err <= tolerance;
-  fmt::print("kernel {:<40} {:<5} rel_err {:.3e}  tol {:.0e}  {}\n", kernel, type, err, tolerance, ok ? "ok" : "FAIL");
-  std::fflush(stdout);
-  INFO(kernel << " (" << type << "): relative error " << err << " > " << tolerance);
-  CHECK(ok);
-}
-
-template <class T>
-void check(const std::string& kernel, const DeviceBuffer<T>& got, const std::vector<double>& want, const kt::Stream& s,
-           double tolerance = kt::tol<T>()) {
-  kt::report(kernel, kt::tname<T>(), kt::rel_err(kt::fetch(got, s), want), tolerance);
-}
-
+using namespace test::gpu;  // the helpers: support/gpu_check.h
 }  // namespace kt
 
 // ---------------------------------------------------------------- element-wise

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "support/cuda_buffer.h"
+#include "support/gpu_check.h"
 #include "triax/core/cuda_check.h"
 #include "triax/core/error.h"
 #include "triax/cuda/attention.h"
@@ -35,101 +36,13 @@
 using namespace triax;
 using triax::test::DeviceBuffer;
 
+const triax::test::gpu::CheckLine triax::test::gpu::kCheckLine{"llama", 56, 5};
+
 namespace lt {
 
-class Stream {
- public:
-  Stream() { TRIAX_CHECK_CUDA(cudaStreamCreateWithFlags(&s_, cudaStreamNonBlocking)); }
-  ~Stream() { (void)cudaStreamDestroy(s_); }
-  Stream(const Stream&) = delete;
-  Stream& operator=(const Stream&) = delete;
-  operator cudaStream_t() const { return s_; }  // NOLINT: the launchers' last argument
-  void sync() const { TRIAX_CHECK_CUDA(cudaStreamSynchronize(s_)); }
+using namespace test::gpu;  // support/gpu_check.h
 
- private:
-  cudaStream_t s_ = nullptr;
-};
-
-template <class T>
-void poison(DeviceBuffer<T>& b) {  // all bits set: NaN in fp32, bf16 and fp16
-  if (b.size()) TRIAX_CHECK_CUDA(cudaMemset(b.data(), 0xff, b.size() * sizeof(T)));
-  TRIAX_CHECK_CUDA(cudaDeviceSynchronize());
-}
-
-template <class T>
-constexpr bool kHalf = std::is_same_v<T, bf16> || std::is_same_v<T, f16>;
-template <class T>
-double to_d(T x) {
-  if constexpr (kHalf<T>) return static_cast<float>(x);
-  else return static_cast<double>(x);
-}
-template <class T>
-T from_d(double x) {
-  if constexpr (kHalf<T>) return T(static_cast<float>(x));
-  else return static_cast<T>(x);
-}
-template <class T>
-const char* tname() {
-  if constexpr (std::is_same_v<T, float>) return "fp32";
-  else if constexpr (std::is_same_v<T, bf16>) return "bf16";
-  else return "fp16";
-}
-template <class T>
-constexpr double tol() {
-  if constexpr (std::is_same_v<T, float>) return 1e-5;
-  else if constexpr (std::is_same_v<T, f16>) return 2e-3;
-  else return 1e-2;
-}
 constexpr double kGradTol = 1e-5;  // fp32 parameter gradients, any activation type
-
-template <class T>
-struct Data {
-  std::vector<T> dev;
-  std::vector<double> ref;
-};
-template <class T>
-Data<T> random_data(size_t n, double lo = -1.0, double hi = 1.0) {
-  Data<T> d;
-  for (double x : test::random_vec(n, lo, hi)) {
-    d.dev.push_back(from_d<T>(x));
-    d.ref.push_back(to_d(d.dev.back()));
-  }
-  return d;
-}
-
-template <class T>
-std::vector<double> fetch(const DeviceBuffer<T>& b, const Stream& s) {
-  s.sync();
-  const auto h = b.download();
-  std::vector<double> out(h.size());
-  for (size_t i = 0; i < h.size(); ++i) out[i] = to_d(h[i]);
-  return out;
-}
-
-double rel_err(const std::vector<double>& got, const std::vector<double>& want) {
-  REQUIRE(got.size() == want.size());
-  double num = 0, den = 0;
-  for (size_t i = 0; i < got.size(); ++i) {
-    if (!std::isfinite(got[i]) && got[i] != want[i]) return std::numeric_limits<double>::infinity();
-    num = std::max(num, std::abs(got[i] - want[i]));
-    den = std::max(den, std::abs(want[i]));
-  }
-  return den > 0 ? num / den : num;
-}
-
-void report(const std::string& what, const char* type, double err, double tolerance) {
-  const bool ok = err <= tolerance;
-  fmt::print("llama {:<56} {:<5} rel_err {:.3e}  tol {:.0e}  {}\n", what, type, err, tolerance, ok ? "ok" : "FAIL");
-  std::fflush(stdout);
-  INFO(what << " (" << type << "): relative error " << err << " > " << tolerance);
-  CHECK(ok);
-}
-
-template <class T>
-void check(const std::string& what, const DeviceBuffer<T>& got, const std::vector<double>& want, const Stream& s,
-           double tolerance = tol<T>()) {
-  report(what, tname<T>(), rel_err(fetch(got, s), want), tolerance);
-}
 
 // Bit-equality of a device buffer with an earlier download (the determinism checks).
 template <class T>

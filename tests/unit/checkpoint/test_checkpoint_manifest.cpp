@@ -17,6 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include "manifest_sample.h"
+#include "support/llama_checks.h"
 #include "triax/config/batch.h"
 
 using namespace triax;
@@ -273,19 +274,8 @@ TEST_CASE("checkpoint manifest: the model's block round-trips (version 3)", "[ch
   const std::string text = checkpoint_manifest_json(s.m);
   const CheckpointManifest p = parse_checkpoint_manifest(text, "m.json");
   const GptConfig& c = p.model;
-  CHECK(c.kv_heads() == 1);
-  CHECK(c.norm == Norm::rmsnorm);
-  CHECK(c.norm_eps == 1e-6);
-  CHECK(c.swiglu);
-  CHECK(c.positions == PositionEmbedding::rope);
-  CHECK(c.rope_theta == 500000.0);
-  CHECK(c.rope_scaling.llama3);
-  CHECK(c.rope_scaling.factor == 32.0);
-  CHECK(c.rope_scaling.low_freq_factor == 0.5);
-  CHECK(c.rope_scaling.high_freq_factor == 3.0);
-  CHECK(c.rope_scaling.original_max_positions == 4096);
-  CHECK(!c.bias);
-  CHECK(!c.tied_embeddings);
+  check_llama_block(c, {.kv_heads = 1, .norm_eps = 1e-6, .rope_theta = 500000.0,
+                        .rope_scaling = {true, 32.0, 0.5, 3.0, 4096}, .tied_embeddings = false});
   CHECK(checkpoint_manifest_json(p) == text);
   CHECK_NOTHROW(check_checkpoint_matches_run(p, s.m.model, 99, 8, "ck"));
   CHECK(load_sample(text, s));

@@ -6,6 +6,8 @@
 
 #include "triax/config/train_config.h"
 
+#include "support/llama_checks.h"
+
 #include <map>
 #include <sstream>
 #include <tuple>
@@ -324,35 +326,16 @@ TEST_CASE("train config: each Llama flag is parsed and overrides the preset's bl
                          "--rope-scaling-factor", "16", "--group-query-attention", "--num-query-groups", "2",
                          "--untie-embeddings-and-output-weights", "--disable-bias-linear"});
   const TrainConfig& c = cl.cfg;
-  CHECK(c.normalization == Norm::rmsnorm);
-  CHECK(c.norm_epsilon == 1e-6);
-  CHECK(c.swiglu == true);
-  CHECK(c.position_embedding == PositionEmbedding::rope);
-  CHECK(c.rotary_base == 250000.0);
-  CHECK(c.use_rope_scaling == true);
-  CHECK(c.rope_scaling_factor == 16.0);
-  CHECK(c.group_query_attention == true);
-  CHECK(c.num_query_groups == 2);
-  CHECK(c.untie_embeddings == true);
-  CHECK(c.disable_bias_linear == true);
+  test::check_llama_flags(c, {.norm_epsilon = 1e-6, .rotary_base = 250000.0, .rope_scaling_factor = 16.0,
+                              .num_query_groups = 2});
   // On GPT-2's tiny: the Llama block at tiny's shape (4 heads over 2 key/value heads).
   const ResolvedTrainConfig r = resolve_train_config(c, 2);
   const GptConfig& m = r.model;
   CHECK(m.n_layer == 8);
   CHECK(m.n_head == 4);
-  CHECK(m.kv_heads() == 2);
-  CHECK(m.norm == Norm::rmsnorm);
-  CHECK(m.norm_eps == 1e-6);
-  CHECK(m.swiglu);
-  CHECK(m.positions == PositionEmbedding::rope);
-  CHECK(m.rope_theta == 250000.0);
-  CHECK(m.rope_scaling.llama3);
-  CHECK(m.rope_scaling.factor == 16.0);
-  CHECK(m.rope_scaling.low_freq_factor == 1.0);  // Megatron's fixed values
-  CHECK(m.rope_scaling.high_freq_factor == 4.0);
-  CHECK(m.rope_scaling.original_max_positions == 8192);
-  CHECK(!m.tied_embeddings);
-  CHECK(!m.bias);
+  // low/high frequency factors and original positions: Megatron's fixed values
+  test::check_llama_block(m, {.kv_heads = 2, .norm_eps = 1e-6, .rope_theta = 250000.0,
+                              .rope_scaling = {true, 16.0, 1.0, 4.0, 8192}, .tied_embeddings = false});
   CHECK(!m.is_gpt2());
   CHECK(m.embedding_param() == "model.embed_tokens.weight");
   CHECK(m.lm_head_param() == "lm_head.weight");

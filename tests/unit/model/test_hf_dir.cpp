@@ -13,6 +13,7 @@
 #include "triax/io/safetensors.h"
 #include "triax/model/hf_dir.h"
 #include "triax/model/param_shards.h"
+#include "support/llama_checks.h"
 
 using namespace triax;
 using Catch::Matchers::Contains;
@@ -166,22 +167,11 @@ TEST_CASE("read_hf_config reads a LlamaForCausalLM config.json") {
   CHECK(c.ffn_size() == 176);
   CHECK(c.n_layer == 3);
   CHECK(c.n_head == 8);
-  CHECK(c.kv_heads() == 4);
   CHECK(c.vocab == 300);
   CHECK(c.padded_vocab(1) == 384);
   CHECK(c.max_seq == 128);
-  CHECK(c.norm == Norm::rmsnorm);
-  CHECK(c.norm_eps == 1e-6);
-  CHECK(c.swiglu);
-  CHECK(c.positions == PositionEmbedding::rope);
-  CHECK(c.rope_theta == 500000.0);
-  CHECK(c.rope_scaling.llama3);
-  CHECK(c.rope_scaling.factor == 8.0);
-  CHECK(c.rope_scaling.low_freq_factor == 1.0);
-  CHECK(c.rope_scaling.high_freq_factor == 4.0);
-  CHECK(c.rope_scaling.original_max_positions == 32);
-  CHECK_FALSE(c.tied_embeddings);
-  CHECK_FALSE(c.bias);
+  test::check_llama_block(c, {.kv_heads = 4, .norm_eps = 1e-6, .rope_theta = 500000.0,
+                              .rope_scaling = {true, 8.0, 1.0, 4.0, 32}, .tied_embeddings = false});
   CHECK_FALSE(c.is_gpt2());
 
   SECTION("optional keys take HF's defaults") {

@@ -10,6 +10,7 @@
 #include "triax/distributed/comm/self_comm.h"
 #include "triax/model/hf_dir.h"
 #include "triax/train/trainer.h"
+#include "support/llama_checks.h"
 
 using namespace triax;
 using Catch::Matchers::Contains;
@@ -66,17 +67,8 @@ TEST_CASE("--init-from an HF Llama directory: the model, the block flags and the
   CHECK(f.ffn == 48);
   CHECK(f.vocab == 67);
   CHECK(f.max_seq == 32);
-  CHECK(f.normalization == Norm::rmsnorm);
-  CHECK(f.norm_epsilon == 1e-6);
-  CHECK(f.swiglu == true);
-  CHECK(f.position_embedding == PositionEmbedding::rope);
-  CHECK(f.rotary_base == 20000.0);
-  CHECK(f.use_rope_scaling == true);
-  CHECK(f.rope_scaling_factor == 4.0);
-  CHECK(f.group_query_attention == true);
-  CHECK(f.num_query_groups == 4);
-  CHECK(f.untie_embeddings == true);
-  CHECK(f.disable_bias_linear == true);
+  test::check_llama_flags(f, {.norm_epsilon = 1e-6, .rotary_base = 20000.0, .rope_scaling_factor = 4.0,
+                              .num_query_groups = 4});
 
   Trainer t(std::shared_ptr<Communicator>(make_self_communicator()), run(dir));
   const GptConfig& got = t.model_config();

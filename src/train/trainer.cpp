@@ -126,10 +126,10 @@ void fill_block_from(TrainConfig& c, const GptConfig& f) {
   if (!c.use_rope_scaling) c.use_rope_scaling = f.rope_scaling.llama3;
   if (!c.rope_scaling_factor && f.rope_scaling.llama3 && c.use_rope_scaling == true)
     c.rope_scaling_factor = f.rope_scaling.factor;
-  if (!c.group_query_attention && !c.num_query_groups) {
-    c.group_query_attention = f.kv_heads() != f.n_head;
-    if (*c.group_query_attention) c.num_query_groups = f.kv_heads();
-  }
+  const bool groups = f.kv_heads() != f.n_head;
+  if (!c.group_query_attention && !c.num_query_groups) c.group_query_attention = groups;
+  // --group-query-attention alone takes the directory's groups, as it takes a preset's.
+  if (c.group_query_attention == true && !c.num_query_groups && groups) c.num_query_groups = f.kv_heads();
   if (!c.untie_embeddings) c.untie_embeddings = !f.tied_embeddings;
   if (!c.disable_bias_linear) c.disable_bias_linear = !f.bias;
 }

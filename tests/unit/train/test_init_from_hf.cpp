@@ -111,3 +111,20 @@ TEST_CASE("--init-from an HF Llama directory refuses a contradicting flag, namin
   CHECK_THROWS_WITH(Trainer(std::shared_ptr<Communicator>(make_self_communicator()), c),
                     Contains("heads=8") && Contains("heads=4"));
 }
+
+TEST_CASE("--init-from an HF Llama directory with --group-query-attention alone keeps the directory's groups") {
+  test::TempDir d;
+  const std::string dir = d.file("llama");
+  const GptConfig m = dir_model();  // 8 heads over 4 key/value heads
+  write_hf_dir(dir, m, dir_weights(m));
+  TrainConfig c = run(dir);
+  c.group_query_attention = true;  // as a preset with groups: the groups are config.json's
+  const TrainConfig f = with_init_from_shape(c);
+  CHECK(f.num_query_groups == 4);
+  Trainer t(std::shared_ptr<Communicator>(make_self_communicator()), c);
+  CHECK(t.model_config().kv_heads() == 4);
+  // A number that contradicts the directory is still refused on load, naming both models.
+  c.num_query_groups = 2;
+  CHECK_THROWS_WITH(Trainer(std::shared_ptr<Communicator>(make_self_communicator()), c),
+                    Contains("kv_heads=4") && Contains("kv_heads=2"));
+}

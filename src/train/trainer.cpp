@@ -122,10 +122,14 @@ void fill_block_from(TrainConfig& c, const GptConfig& f) {
   if (!c.norm_epsilon) c.norm_epsilon = f.norm_eps;
   if (!c.swiglu) c.swiglu = f.swiglu;
   if (!c.position_embedding) c.position_embedding = f.positions;
-  if (!c.rotary_base) c.rotary_base = f.rope_theta;
-  if (!c.use_rope_scaling) c.use_rope_scaling = f.rope_scaling.llama3;
-  if (!c.rope_scaling_factor && f.rope_scaling.llama3 && c.use_rope_scaling == true)
-    c.rope_scaling_factor = f.rope_scaling.factor;
+  // The rotary flags only under rope positions (a flag that turns them off is refused on load,
+  // naming both models, not for a rotary flag the command line never gave).
+  if (c.position_embedding == PositionEmbedding::rope) {
+    if (!c.rotary_base) c.rotary_base = f.rope_theta;
+    if (!c.use_rope_scaling) c.use_rope_scaling = f.rope_scaling.llama3;
+    if (!c.rope_scaling_factor && f.rope_scaling.llama3 && c.use_rope_scaling == true)
+      c.rope_scaling_factor = f.rope_scaling.factor;
+  }
   const bool groups = f.kv_heads() != f.n_head;
   if (!c.group_query_attention && !c.num_query_groups) c.group_query_attention = groups;
   // --group-query-attention alone takes the directory's groups, as it takes a preset's.

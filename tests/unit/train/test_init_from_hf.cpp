@@ -128,3 +128,19 @@ TEST_CASE("--init-from an HF Llama directory with --group-query-attention alone 
   CHECK_THROWS_WITH(Trainer(std::shared_ptr<Communicator>(make_self_communicator()), c),
                     Contains("kv_heads=4") && Contains("kv_heads=2"));
 }
+
+TEST_CASE("--init-from an HF Llama directory with --position-embedding-type learned_absolute names the positions") {
+  test::TempDir d;
+  const std::string dir = d.file("llama");
+  const GptConfig m = dir_model();
+  write_hf_dir(dir, m, dir_weights(m));
+  TrainConfig c = run(dir);
+  c.position_embedding = PositionEmbedding::learned_absolute;
+  // The rotary flags are config.json's only under rope positions: the refusal is the load's, naming
+  // both models, not one about a --rotary-base the command line never gave.
+  const TrainConfig f = with_init_from_shape(c);
+  CHECK_FALSE(f.rotary_base.has_value());
+  CHECK_FALSE(f.use_rope_scaling.has_value());
+  CHECK_THROWS_WITH(Trainer(std::shared_ptr<Communicator>(make_self_communicator()), c),
+                    Contains("positions=rope") && Contains("positions=learned_absolute"));
+}

@@ -165,7 +165,14 @@ namespace {
 // (the flags fix them at Megatron's 1, 4, 8192) and the vocabulary padding (128).
 ResolvedTrainConfig resolve_with_init_from(const TrainConfig& cfg, int world_size) {
   const TrainConfig c = with_init_from_shape(cfg);
-  ResolvedTrainConfig r = resolve_train_config(c, world_size);
+  ResolvedTrainConfig r;
+  try {
+    r = resolve_train_config(c, world_size);
+  } catch (const ConfigError& e) {
+    if (c.init_from.empty()) throw;
+    // The flags a message names include those the file filled in: say where they came from.
+    TRIAX_THROW(ConfigError, "{} (the model flags not given come from --init-from {})", e.what(), c.init_from);
+  }
   if (!c.init_from.empty() && is_hf_dir(c.init_from)) {
     const GptConfig f = read_hf_config(c.init_from);
     GptConfig& m = r.model;

@@ -144,3 +144,17 @@ TEST_CASE("--init-from an HF Llama directory with --position-embedding-type lear
   CHECK_THROWS_WITH(Trainer(std::shared_ptr<Communicator>(make_self_communicator()), c),
                     Contains("positions=rope") && Contains("positions=learned_absolute"));
 }
+
+TEST_CASE("--init-from an HF Llama directory: a configuration error says the flags it names came from the directory") {
+  test::TempDir d;
+  const std::string dir = d.file("llama");
+  const GptConfig m = dir_model();
+  write_hf_dir(dir, m, dir_weights(m));
+  TrainConfig c = run(dir);
+  c.group_query_attention = true;
+  c.num_query_groups = 3;
+  // The message lists "--model tiny --num-layers 2 ... --num-query-groups 3": only the last was given.
+  CHECK_THROWS_WITH(Trainer(std::shared_ptr<Communicator>(make_self_communicator()), c),
+                    Contains("8 query heads cannot be grouped over 3 key/value heads") &&
+                        Contains("the model flags not given come from --init-from " + dir));
+}

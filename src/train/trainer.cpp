@@ -8,6 +8,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <filesystem>
 #include <numeric>
 
 #include "triax/backend/emulated_backend.h"
@@ -145,6 +146,11 @@ TrainConfig with_init_from_shape(const TrainConfig& cfg) {
   TrainConfig c = cfg;
   // An HF model directory's config.json, or a GPT-2 weight file's tensors.
   const bool hf = is_hf_dir(cfg.init_from);
+  std::error_code ec;
+  if (!hf && std::filesystem::is_directory(cfg.init_from, ec))
+    TRIAX_THROW(IoError, "--init-from {}: a directory without config.json; --init-from takes a GPT-2 weight file "
+                "(HF safetensors or llm.c .bin) or an HF Llama model directory (config.json + model.safetensors "
+                "or model.safetensors.index.json)", cfg.init_from);
   const GptConfig f = hf ? read_hf_config(cfg.init_from) : WeightFile(cfg.init_from, cfg.heads.value_or(0)).config();
   // The file's shape fills what the flags leave open; a flag that disagrees is refused on load
   // with both shapes named (WeightFile::load, load_hf_dir).

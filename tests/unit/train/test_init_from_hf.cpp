@@ -158,3 +158,13 @@ TEST_CASE("--init-from an HF Llama directory: a configuration error says the fla
                     Contains("8 query heads cannot be grouped over 3 key/value heads") &&
                         Contains("the model flags not given come from --init-from " + dir));
 }
+
+TEST_CASE("--init-from a directory without config.json says what an HF model directory holds") {
+  test::TempDir d;
+  const std::string dir = d.file("weights");
+  std::filesystem::create_directory(dir);
+  // It read "weights: not a regular file" (the GPT-2 weight-file reader's word for a directory).
+  CHECK_THROWS_WITH(with_init_from_shape(run(dir)),
+                    Contains("--init-from " + dir + ": a directory without config.json") &&
+                        Contains("an HF Llama model directory"));
+}

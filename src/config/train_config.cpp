@@ -18,6 +18,7 @@
 #include <type_traits>
 
 #include "triax/core/checked_math.h"
+#include "triax/model/hf_dir.h"
 
 namespace triax {
 namespace {
@@ -877,6 +878,26 @@ std::string model_flags(const TrainConfig& cfg) {
   return s + fmt::format(" --tp {}", cfg.tp);
 }
 
+// --export-hf writes HF GPT2LMHeadModel safetensors (GPT-2's block, one tied embedding) or an HF
+// LlamaForCausalLM directory (RMSNorm, SwiGLU, rope): a model neither can hold is refused here,
+// before training, not by the writer after the last iteration.
+void check_export_hf(const TrainConfig& cfg, const GptConfig& m) {
+  if (cfg.export_hf.empty()) return;
+  require(cfg.moe_every == 0, "--export-hf {}: MoE layers (--moe-every {}) have no place in HF GPT2LMHeadModel or "
+          "LlamaForCausalLM; drop --export-hf or the MoE layers", cfg.export_hf, cfg.moe_every);
+  if (m.is_gpt2()) {
+    require(m.tied_embeddings, "--export-hf {}: HF GPT2LMHeadModel safetensors hold one tied embedding, but this "
+            "GPT-2 block has an untied head (--untie-embeddings-and-output-weights)", cfg.export_hf);
+    return;
+  }
+  try {
+    check_hf_llama(m);
+  } catch (const ConfigError& err) {
+    TRIAX_THROW(ConfigError, "--export-hf {}: {}: {} (an HF LlamaForCausalLM directory is written for a model "
+                "whose block is not GPT-2's)", cfg.export_hf, model_flags(cfg), err.what());
+  }
+}
+
 // The batch plan for dp ranks (the default: micro-batch 4, 2 x pp micro-batches), checked for
 // what the step holds in ints and for the pipeline schedule (which bounds pp x vpp x micro-batches).
 BatchPlan resolve_train_batch(const TrainConfig& cfg, int dp, int seq) {
@@ -953,6 +974,7 @@ ResolvedTrainConfig resolve_train_config(const TrainConfig& cfg, int world_size)
   e.layers = m.n_layer, e.heads = m.n_head, e.hidden = m.n_embd, e.ffn = m.ffn_size(), e.vocab = m.vocab,
   e.max_seq = m.max_seq;
   fill_block_flags(e, m);
+  check_export_hf(cfg, m);
   r.seq = cfg.seq.value_or(m.max_seq);
   require(r.seq <= m.max_seq, "--seq-length {} exceeds the model's position table: expected 1 <= seq-length <= {} "
           "(max-position-embeddings)", r.seq, m.max_seq);

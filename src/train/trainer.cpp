@@ -8,6 +8,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <filesystem>
 #include <numeric>
 
 #include "triax/backend/emulated_backend.h"
@@ -122,14 +123,18 @@ void fill_block_from(TrainConfig& c, const GptConfig& f) {
   if (!c.norm_epsilon) c.norm_epsilon = f.norm_eps;
   if (!c.swiglu) c.swiglu = f.swiglu;
   if (!c.position_embedding) c.position_embedding = f.positions;
-  if (!c.rotary_base) c.rotary_base = f.rope_theta;
-  if (!c.use_rope_scaling) c.use_rope_scaling = f.rope_scaling.llama3;
-  if (!c.rope_scaling_factor && f.rope_scaling.llama3 && c.use_rope_scaling == true)
-    c.rope_scaling_factor = f.rope_scaling.factor;
-  if (!c.group_query_attention && !c.num_query_groups) {
-    c.group_query_attention = f.kv_heads() != f.n_head;
-    if (*c.group_query_attention) c.num_query_groups = f.kv_heads();
+  // The rotary flags only under rope positions (a flag that turns them off is refused on load,
+  // naming both models, not for a rotary flag the command line never gave).
+  if (c.position_embedding == PositionEmbedding::rope) {
+    if (!c.rotary_base) c.rotary_base = f.rope_theta;
+    if (!c.use_rope_scaling) c.use_rope_scaling = f.rope_scaling.llama3;
+    if (!c.rope_scaling_factor && f.rope_scaling.llama3 && c.use_rope_scaling == true)
+      c.rope_scaling_factor = f.rope_scaling.factor;
   }
+  const bool groups = f.kv_heads() != f.n_head;
+  if (!c.group_query_attention && !c.num_query_groups) c.group_query_attention = groups;
+  // --group-query-attention alone takes the directory's groups, as it takes a preset's.
+  if (c.group_query_attention == true && !c.num_query_groups && groups) c.num_query_groups = f.kv_heads();
   if (!c.untie_embeddings) c.untie_embeddings = !f.tied_embeddings;
   if (!c.disable_bias_linear) c.disable_bias_linear = !f.bias;
 }
@@ -141,6 +146,11 @@ TrainConfig with_init_from_shape(const TrainConfig& cfg) {
   TrainConfig c = cfg;
   // An HF model directory's config.json, or a GPT-2 weight file's tensors.
   const bool hf = is_hf_dir(cfg.init_from);
+  std::error_code ec;
+  if (!hf && std::filesystem::is_directory(cfg.init_from, ec))
+    TRIAX_THROW(IoError, "--init-from {}: a directory without config.json; --init-from takes a GPT-2 weight file "
+                "(HF safetensors or llm.c .bin) or an HF Llama model directory (config.json + model.safetensors "
+                "or model.safetensors.index.json)", cfg.init_from);
   const GptConfig f = hf ? read_hf_config(cfg.init_from) : WeightFile(cfg.init_from, cfg.heads.value_or(0)).config();
   // The file's shape fills what the flags leave open; a flag that disagrees is refused on load
   // with both shapes named (WeightFile::load, load_hf_dir).
@@ -161,7 +171,14 @@ namespace {
 // (the flags fix them at Megatron's 1, 4, 8192) and the vocabulary padding (128).
 ResolvedTrainConfig resolve_with_init_from(const TrainConfig& cfg, int world_size) {
   const TrainConfig c = with_init_from_shape(cfg);
-  ResolvedTrainConfig r = resolve_train_config(c, world_size);
+  ResolvedTrainConfig r;
+  try {
+    r = resolve_train_config(c, world_size);
+  } catch (const ConfigError& e) {
+    if (c.init_from.empty()) throw;
+    // The flags a message names include those the file filled in: say where they came from.
+    TRIAX_THROW(ConfigError, "{} (the model flags not given come from --init-from {})", e.what(), c.init_from);
+  }
   if (!c.init_from.empty() && is_hf_dir(c.init_from)) {
     const GptConfig f = read_hf_config(c.init_from);
     GptConfig& m = r.model;

@@ -497,3 +497,25 @@ TEST_CASE("train config: the Llama presets resolve to their documented shapes", 
   CHECK_THROWS_WITH(resolve_train_config(c, 16), Contains("--model llama3-8b") && Contains("--tp 16") &&
                                                      Contains("8 key/value heads (query groups) cannot be split over tp=16"));
 }
+
+TEST_CASE("train config: --export-hf of a model no HF file holds is refused before training", "[config][llama]") {
+  // Each of these trained to the end and only then failed in the writer (after the last iteration).
+  CHECK_THROWS_WITH(resolve_flags({"--model", "tiny", "--normalization", "RMSNorm", "--export-hf", "out"}),
+                    Contains("--export-hf out") && Contains("GELU MLP") && Contains("--normalization RMSNorm"));
+  CHECK_THROWS_WITH(resolve_flags({"--model", "llama-tiny", "--position-embedding-type", "learned_absolute",
+                                   "--export-hf", "out"}),
+                    Contains("--export-hf out") && Contains("learned_absolute position embedding"));
+  CHECK_THROWS_WITH(resolve_flags({"--model", "llama-tiny", "--normalization", "LayerNorm", "--export-hf", "out"}),
+                    Contains("--export-hf out") && Contains("normalization must be RMSNorm"));
+  CHECK_THROWS_WITH(resolve_flags({"--model", "tiny", "--untie-embeddings-and-output-weights", "--export-hf", "o.st"}),
+                    Contains("--export-hf o.st") && Contains("untied head"));
+  CHECK_THROWS_WITH(resolve_flags({"--model", "llama-tiny", "--moe-every", "2", "--experts", "2", "--export-hf", "d"}),
+                    Contains("--export-hf d") && Contains("MoE layers (--moe-every 2)"));
+  CHECK_THROWS_WITH(resolve_flags({"--model", "tiny", "--moe-every", "2", "--experts", "2", "--export-hf", "d.st"}),
+                    Contains("MoE layers (--moe-every 2)"));
+  // What the writers take still resolves: GPT-2's tied block, the Llama block tied or untied.
+  CHECK_NOTHROW(resolve_flags({"--model", "tiny", "--export-hf", "o.st"}));
+  CHECK_NOTHROW(resolve_flags({"--model", "llama-tiny", "--export-hf", "d"}));
+  CHECK_NOTHROW(resolve_flags({"--model", "llama-tiny", "--untie-embeddings-and-output-weights=false", "--export-hf", "d"}));
+  CHECK_NOTHROW(resolve_flags({"--model", "llama-tiny", "--disable-bias-linear=false", "--export-hf", "d"}));
+}

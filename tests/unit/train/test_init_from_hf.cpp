@@ -103,3 +103,60 @@ TEST_CASE("--init-from an HF Llama directory refuses a contradicting flag, namin
   CHECK_THROWS_WITH(Trainer(std::shared_ptr<Communicator>(make_self_communicator()), c),
                     Contains("heads=8") && Contains("heads=4"));
 }
+
+TEST_CASE("--init-from an HF Llama directory with --group-query-attention alone keeps the directory's groups") {
+  test::TempDir d;
+  const std::string dir = d.file("llama");
+  const GptConfig m = dir_model();  // 8 heads over 4 key/value heads
+  write_hf_dir(dir, m, dir_weights(m));
+  TrainConfig c = run(dir);
+  c.group_query_attention = true;  // as a preset with groups: the groups are config.json's
+  const TrainConfig f = with_init_from_shape(c);
+  CHECK(f.num_query_groups == 4);
+  Trainer t(std::shared_ptr<Communicator>(make_self_communicator()), c);
+  CHECK(t.model_config().kv_heads() == 4);
+  // A number that contradicts the directory is still refused on load, naming both models.
+  c.num_query_groups = 2;
+  CHECK_THROWS_WITH(Trainer(std::shared_ptr<Communicator>(make_self_communicator()), c),
+                    Contains("kv_heads=4") && Contains("kv_heads=2"));
+}
+
+TEST_CASE("--init-from an HF Llama directory with --position-embedding-type learned_absolute names the positions") {
+  test::TempDir d;
+  const std::string dir = d.file("llama");
+  const GptConfig m = dir_model();
+  write_hf_dir(dir, m, dir_weights(m));
+  TrainConfig c = run(dir);
+  c.position_embedding = PositionEmbedding::learned_absolute;
+  // The rotary flags are config.json's only under rope positions: the refusal is the load's, naming
+  // both models, not one about a --rotary-base the command line never gave.
+  const TrainConfig f = with_init_from_shape(c);
+  CHECK_FALSE(f.rotary_base.has_value());
+  CHECK_FALSE(f.use_rope_scaling.has_value());
+  CHECK_THROWS_WITH(Trainer(std::shared_ptr<Communicator>(make_self_communicator()), c),
+                    Contains("positions=rope") && Contains("positions=learned_absolute"));
+}
+
+TEST_CASE("--init-from an HF Llama directory: a configuration error says the flags it names came from the directory") {
+  test::TempDir d;
+  const std::string dir = d.file("llama");
+  const GptConfig m = dir_model();
+  write_hf_dir(dir, m, dir_weights(m));
+  TrainConfig c = run(dir);
+  c.group_query_attention = true;
+  c.num_query_groups = 3;
+  // The message lists "--model tiny --num-layers 2 ... --num-query-groups 3": only the last was given.
+  CHECK_THROWS_WITH(Trainer(std::shared_ptr<Communicator>(make_self_communicator()), c),
+                    Contains("8 query heads cannot be grouped over 3 key/value heads") &&
+                        Contains("the model flags not given come from --init-from " + dir));
+}
+
+TEST_CASE("--init-from a directory without config.json says what an HF model directory holds") {
+  test::TempDir d;
+  const std::string dir = d.file("weights");
+  std::filesystem::create_directory(dir);
+  // It read "weights: not a regular file" (the GPT-2 weight-file reader's word for a directory).
+  CHECK_THROWS_WITH(with_init_from_shape(run(dir)),
+                    Contains("--init-from " + dir + ": a directory without config.json") &&
+                        Contains("an HF Llama model directory"));
+}

@@ -130,6 +130,10 @@ int main(int argc, char** argv) {
   app.add_flag("--allow-cross-node-tp", cross_node_tp, "allow tp groups larger than a node");
   app.add_option("--top-k", top_k, "layouts to show in search mode")->check(kPositive)->capture_default_str();
   app.add_flag("--json", json, "print one JSON object instead of tables");
+  std::string plot;
+  app.add_option("--plot", plot,
+                 "also write the predicted step-time breakdown (compute, bubble, exposed TP/PP/DP communication, "
+                 "optimizer) of the best layouts, or of the one layout, as a stacked bar chart to FILE.svg");
   app.add_option("--validate-sc21", validate_csv, "predict the rows of a Megatron-LM SC21 Table 1 CSV");
   app.add_option("--validate", validate_runs_csv,
                  "predict every published run of a CSV (data/validation/published_runs.csv) on --cluster: fit the "
@@ -149,6 +153,12 @@ int main(int argc, char** argv) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
     std::fprintf(stderr, "triax-plan: error: %s\nRun 'triax-plan --help' for the options.\n", e.what());
+    return 2;
+  }
+
+  if (!plot.empty() && (list || tune_mode || !validate_csv.empty() || !validate_runs_csv.empty())) {
+    std::fprintf(stderr, "triax-plan: error: --plot draws a search's best layouts or one layout's estimate; "
+                         "it does not go with --list, --tune, --validate or --validate-sc21\n");
     return 2;
   }
 
@@ -316,6 +326,7 @@ int main(int argc, char** argv) {
       l.zero1 = zero_opt->count() ? zero1 : base.zero1;
       const Estimate e = estimate(m, net, l, rules);
       fmt::print("{}\n", json ? estimate_json(e) : format_estimate(e));
+      if (!plot.empty()) write_breakdown_svg(plot, {e});
       return 0;
     }
 
@@ -339,6 +350,7 @@ int main(int argc, char** argv) {
     space.top_k = top_k;
     const SearchResult r = search(m, net, space);
     fmt::print("{}\n", json ? search_json(r) : format_search(r));
+    if (!plot.empty() && !r.best.empty()) write_breakdown_svg(plot, r.best);
     if (r.best.empty()) {
       if (!json) std::fprintf(stderr, "triax-plan: no layout of %s fits on %d GPUs of %s\n", m.name.c_str(), space.gpus,
                               cluster.name.c_str());

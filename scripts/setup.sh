@@ -11,6 +11,7 @@ pkgs=(build-essential cmake ninja-build pkg-config git
       libfmt-dev catch2 libopenblas-dev libopenblas0-openmp
       libtomlplusplus-dev nlohmann-json3-dev libcli11-dev libssl-dev python3 procps
       libcpp-httplib-dev prometheus slurm-wlm munge python3-yaml libgloo-dev
+      python3-matplotlib
       python3-torch python3-numpy)
 missing=()
 for p in "${pkgs[@]}"; do

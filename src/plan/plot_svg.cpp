@@ -74,7 +74,7 @@ std::string legend(const std::vector<const Term*>& terms, double x, double y) {
     out += fmt::format("  <rect x=\"{:.1f}\" y=\"{:.1f}\" width=\"12\" height=\"12\" fill=\"{}\"/>"
                        "<text x=\"{:.1f}\" y=\"{:.1f}\">{}</text>\n",
                        x, y - 10, t->colour, x + 16, y, t->label);
-    x += 16 + 7.0 * std::string(t->label).size() + 18;
+    x += 16 + 6.6 * static_cast<double>(std::string(t->label).size()) + 18;
   }
   return out + "</g>\n";
 }
@@ -112,7 +112,7 @@ std::string bar(const Estimate& e, int rank, const Frame& f, const std::vector<c
                        t->key, f.x(at), y, f.x(at + s) - f.x(at), h, t->colour, s, t->label, s);
     at += s;
   }
-  out += fmt::format("  <text x=\"{:.1f}\" y=\"{:.1f}\">{:.3g} s, MFU {:.0f}%</text>\n", f.x(at) + 6, y + h * 0.75,
+  out += fmt::format("  <text x=\"{:.1f}\" y=\"{:.1f}\">{:.4g} s, MFU {:.0f}%</text>\n", f.x(at) + 6, y + h * 0.75,
                      e.seconds_per_iteration, 100 * e.mfu);
   return out + "</g>\n";
 }

@@ -83,6 +83,7 @@ expect 1 "$tmp/str.jsonl:2: iteration 2: \"loss\" is \"high\", not a number" "$t
 
 expect 1 "$tmp/list.jsonl:2: a JSON list" "$tmp/m.jsonl" --compare "$tmp/list.jsonl" -o "$tmp/x.png"
 expect 2 "the extension must be .png or .svg" "$tmp/m.jsonl" -o "$tmp/x.pdf"
+expect 1 "$tmp/no/dir/x.png: cannot write" "$tmp/m.jsonl" -o "$tmp/no/dir/x.png"
 [ ! -e "$tmp/x.png" ] || fail "a plot was written for a bad input"
 
 # Without matplotlib (python -S: no site-packages) the script says so and exits 77.

@@ -82,7 +82,7 @@ std::string RunSummary::text(double wall_s) const {
   line("iterations", fmt::format("{} ({} to {} of --train-iters {})", iterations_, start_iteration_ + (iterations_ > 0),
                                  last_iteration_, train_iters_));
   line("tokens", fmt::format("{:.0f}", tokens_));
-  line("wall time", fmt::format("{} ({:.1f} s; iterations {:.1f} s)", format_duration(wall_s), wall_s, train_s_));
+  line("wall time", fmt::format("{} ({:.1f} s; iterations {:.3f} s)", format_duration(wall_s), wall_s, train_s_));
   line("mean throughput (tokens/s)", fmt::format("{:.0f}", tps));
   line("MFU", fmt::format("{:.2f}% ({:.4f} model TFLOP/s per rank of a peak {} TFLOP/s per rank: {})",
                           100 * tflops / peak_.tflops, tflops, peak_.tflops, peak_.source));

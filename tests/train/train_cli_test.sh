@@ -192,13 +192,13 @@ roundtrip)
   # The printed configuration is a --config file that repeats the run exactly.
   run -np 4 "$exe" --tp 2 --pp 2 --schedule zb-h1 --micro-batch-size 2 --num-layers 4 --seq-length 32 --lr 0.002 \
     --clip-grad 0.5 --recompute selective --train-iters 3 --lr-decay-style linear >"$tmp/a" 2>&1 || { tail -20 "$tmp/a"; fail "first run failed"; }
-  grep -v -e '^ iteration' -e '^\[triax ' "$tmp/a" >"$tmp/a.toml"  # log lines (a straggler warning) vary
+  grep -v -e '^ iteration' -e '^\[triax ' -e '^ run summary | ' "$tmp/a" >"$tmp/a.toml"  # log lines (a straggler warning) and the summary vary
   grep -q '^micro-batch-size = 2$' "$tmp/a.toml" || fail "no micro-batch-size line in the printed configuration"
   # Printed by sections: tp under [parallel], train-iters under [training].
   awk '/^\[/{sec=$0} /^tp = /{print sec}' "$tmp/a.toml" | grep -qx '\[parallel\]' || fail "tp is not under [parallel]"
   awk '/^\[/{sec=$0} /^train-iters = /{print sec}' "$tmp/a.toml" | grep -qx '\[training\]' || fail "train-iters is not under [training]"
   run -np 4 "$exe" --config "$tmp/a.toml" >"$tmp/b" 2>&1 || { tail -20 "$tmp/b"; fail "the printed configuration did not run: $(head -c 600 "$tmp/b")"; }
-  grep -v -e '^ iteration' -e '^\[triax ' "$tmp/b" >"$tmp/b.toml"
+  grep -v -e '^ iteration' -e '^\[triax ' -e '^ run summary | ' "$tmp/b" >"$tmp/b.toml"
   diff "$tmp/a.toml" "$tmp/b.toml" || fail "the configuration read back differs from the one printed"
   losses() { grep -o 'lm loss: [^|]*| grad norm: [^|]*' "$1"; }
   [ "$(losses "$tmp/a" | wc -l)" -eq 3 ] || fail "expected 3 iterations"

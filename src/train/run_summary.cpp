@@ -86,7 +86,7 @@ std::string RunSummary::text(double wall_s) const {
   line("mean throughput (tokens/s)", fmt::format("{:.0f}", tps));
   line("MFU", fmt::format("{:.2f}% ({:.4f} model TFLOP/s per rank of a peak {} TFLOP/s per rank: {})",
                           100 * tflops / peak_.tflops, tflops, peak_.tflops, peak_.source));
-  if (final_loss_) line("final lm loss", fmt::format("{:.6E}", *final_loss_));
+  if (final_loss_) line("last training loss", fmt::format("{:.6E}", *final_loss_));
   line("validation loss", final_valid_ ? fmt::format("final {:.6E} (iteration {}), best {:.6E} (iteration {})",
                                                      *final_valid_, final_valid_it_, *best_valid_, best_valid_it_)
                                        : std::string("none (no validation pass ran)"));

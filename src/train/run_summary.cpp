@@ -79,8 +79,10 @@ std::string RunSummary::text(double wall_s) const {
   std::string s;
   auto line = [&](std::string_view key, const std::string& value) { s += fmt::format(" run summary | {}: {}\n", key, value); };
   line("exit reason", exit_reason_);
-  line("iterations", fmt::format("{} ({} to {} of --train-iters {})", iterations_, start_iteration_ + (iterations_ > 0),
-                                 last_iteration_, train_iters_));
+  line("iterations", iterations_ > 0 ? fmt::format("{} ({} to {} of --train-iters {})", iterations_,
+                                                    start_iteration_ + 1, last_iteration_, train_iters_)
+                                     : fmt::format("0 (none run: at iteration {} of --train-iters {})",
+                                                   last_iteration_, train_iters_));
   line("tokens", fmt::format("{:.0f}", tokens_));
   line("wall time", fmt::format("{} ({:.1f} s; iterations {:.3f} s)", format_duration(wall_s), wall_s, train_s_));
   line("mean throughput (tokens/s)", fmt::format("{:.0f}", tps));

@@ -8,7 +8,9 @@ tokenised, assigned to train or validation by a seeded hash (--val-fraction), an
 Tokenisers: byte (the default, needs nothing: vocab 256, no end-of-text token), tiktoken:ENC
 (e.g. tiktoken:gpt2; llm.c's convention of an end-of-text token before each document) or
 hf:PATH (a Hugging Face tokenizers tokenizer.json). Python standard library only, beyond the
-tokeniser the user chose. The last line of stdout is a JSON summary.
+tokeniser the user chose. The last line of stdout is a JSON summary. Progress goes to stderr:
+tqdm's bar where tqdm is importable, otherwise a line every --progress-interval seconds (bytes
+read, tokens, tokens/s, ETA from the input's size), and a last line with the totals.
 
   scripts/prepare_data.py corpus/*.txt --out-dir data --name tiny --format megatron
   train_gpt --data data/tiny_train_text_document --valid-data data/tiny_val_text_document ...
@@ -20,6 +22,7 @@ import json
 import os
 import struct
 import sys
+import time
 
 LLMC_MAGIC, LLMC_VERSION, LLMC_HEADER_INTS = 20240520, 1, 256
 MEGATRON_MAGIC = b"MMIDIDX\x00\x00"
@@ -78,12 +81,79 @@ def make_tokenizer(spec):
     fail(f"unknown --tokenizer '{spec}' (byte, tiktoken:ENCODING or hf:PATH/tokenizer.json)")
 
 
+def hms(seconds):
+    s = int(round(max(0.0, seconds)))
+    return f"{s // 3600}:{s // 60 % 60:02}:{s % 60:02}"
+
+
+class Progress:
+    """Bytes of input read and tokens made, on stderr: tqdm's bar (mode tqdm), a plain line every
+    `interval` seconds (mode plain), or nothing (none); plain and tqdm end with a totals line."""
+
+    def __init__(self, total_bytes, mode, interval):
+        self.total, self.mode, self.interval = max(1, total_bytes), mode, interval
+        self.t0 = self.last = time.monotonic()
+        self.done = self.tokens = 0
+        self.bar = None
+        if mode == "tqdm":
+            try:
+                from tqdm import tqdm
+            except ImportError:
+                fail("--progress tqdm: the tqdm module is not importable (pip install tqdm, or --progress plain)")
+            self.bar = tqdm(total=total_bytes, unit="B", unit_scale=True, file=sys.stderr, desc="prepare_data")
+
+    def rate(self, now):
+        return self.tokens / max(now - self.t0, 1e-9)
+
+    def update(self, nbytes, ntokens):
+        self.done += nbytes
+        self.tokens += ntokens
+        now = time.monotonic()
+        if self.bar is not None:
+            self.bar.update(nbytes)
+            self.bar.set_postfix_str(f"{self.tokens} tokens, {self.rate(now):,.0f} tokens/s", refresh=False)
+        elif self.mode == "plain" and now - self.last >= self.interval:
+            self.last = now
+            eta = (now - self.t0) * (self.total - self.done) / max(self.done, 1)
+            print(f"prepare_data: {100.0 * self.done / self.total:5.1f}% of {self.total / 2**20:.2f} MiB read | "
+                  f"tokens: {self.tokens} | tokens/s: {self.rate(now):.0f} | ETA: {hms(eta)}", file=sys.stderr, flush=True)
+
+    def close(self):
+        if self.bar is not None:
+            self.bar.close()
+        if self.mode != "none":
+            now = time.monotonic()
+            print(f"prepare_data: done: {self.done / 2**20:.2f} MiB read, {self.tokens} tokens in {now - self.t0:.1f} s "
+                  f"(tokens/s: {self.rate(now):.0f})", file=sys.stderr, flush=True)
+
+
+def progress_mode(choice):
+    if choice != "auto":
+        return choice
+    try:
+        import tqdm  # noqa: F401
+        return "tqdm"
+    except ImportError:
+        return "plain"
+
+
+def input_bytes(paths):
+    total = 0
+    for path in paths:
+        try:
+            total += os.path.getsize(path)
+        except OSError as e:
+            fail(f"{path}: cannot read: {e.strerror}")
+    return total
+
+
 def documents(paths, jsonl_key):
+    """(where, text, bytes of input it took) of every document."""
     for path in paths:
         try:
             with open(path, "r", encoding="utf-8", errors="replace") as f:
                 if jsonl_key is None:
-                    yield path, f.read()
+                    yield path, f.read(), os.path.getsize(path)
                     continue
                 for lineno, line in enumerate(f, 1):
                     if not line.strip():
@@ -94,7 +164,7 @@ def documents(paths, jsonl_key):
                         fail(f"{path}:{lineno}: not a JSON line ({e})")
                     if jsonl_key not in obj:
                         fail(f"{path}:{lineno}: no key '{jsonl_key}'")
-                    yield f"{path}:{lineno}", obj[jsonl_key]
+                    yield f"{path}:{lineno}", obj[jsonl_key], len(line.encode("utf-8", "replace"))
         except OSError as e:
             fail(f"{path}: cannot read: {e.strerror}")
 
@@ -191,6 +261,10 @@ def main():
     ap.add_argument("--val-fraction", type=float, default=0.1, help="share of documents held out")
     ap.add_argument("--seed", type=int, default=1234, help="seed of the train/validation assignment")
     ap.add_argument("--shard-tokens", type=int, default=100_000_000, help="llm.c: tokens per shard")
+    ap.add_argument("--progress", choices=["auto", "tqdm", "plain", "none"], default="auto",
+                    help="progress on stderr: auto = tqdm where importable, else plain lines")
+    ap.add_argument("--progress-interval", type=float, default=5.0, metavar="S",
+                    help="plain progress: seconds between lines (default 5)")
     a = ap.parse_args()
     if not 0.0 <= a.val_fraction < 1.0:
         fail(f"--val-fraction {a.val_fraction} must be in [0, 1)")
@@ -210,10 +284,12 @@ def main():
     out = {"train": writer("train"), "val": writer("val")}
     stats = {s: {"documents": 0, "tokens": 0} for s in out}
     held = None  # the last document, for a validation set that the hash left empty
-    for i, (where, text) in enumerate(documents(a.inputs, a.jsonl)):
+    progress = Progress(input_bytes(a.inputs), progress_mode(a.progress), a.progress_interval)
+    for i, (where, text, nbytes) in enumerate(documents(a.inputs, a.jsonl)):
         ids = tok.encode(text)
         if tok.eot is not None:
             ids = [tok.eot] + ids
+        progress.update(nbytes, len(ids))
         if not ids:
             continue
         if max(ids) >= tok.vocab:
@@ -246,6 +322,7 @@ def main():
     if stats["train"]["tokens"] == 0:
         fail("no tokens for the training split (are the inputs empty?)")
     files = {s: w.close() for s, w in out.items()}
+    progress.close()
     if stats["val"]["tokens"] == 0:
         files["val"] = []
     summary = {"tokenizer": tok.name, "vocab": tok.vocab, "format": a.format,

@@ -10,10 +10,13 @@
 #include <nlohmann/json.hpp>
 
 #include <cerrno>
+#include <csignal>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
+#include <optional>
 #include <thread>
 
 #include <triax/core/log.h>
@@ -25,8 +28,10 @@
 #include <triax/model/hf_dir.h>
 #include <triax/model/weight_file.h>
 #include <triax/checkpoint/checkpoint.h>
+#include <triax/checkpoint/manifest.h>
 #include <triax/config/train_config.h>
 #include <triax/train/metrics_exporter.h>
+#include <triax/train/run_summary.h>
 #include <triax/train/trainer.h>
 
 #if defined(TRIAX_HAVE_MPI)
@@ -76,6 +81,14 @@ void print_line(std::string_view text, std::string_view fields_json = {}) {
   }
 }
 
+// The end-of-run summary on rank 0's standard output (one JSON record under TRIAX_LOG_FORMAT=json).
+void print_summary(const triax::RunSummary& s, std::chrono::steady_clock::time_point wall0) {
+  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall0).count();
+  std::string text = s.text(wall);
+  if (!text.empty() && text.back() == '\n') text.pop_back();
+  print_line(text, s.json(wall));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -100,6 +113,9 @@ int main(int argc, char** argv) {
   // The bootstrap outlives the try: an error on one rank must reach end_job (MPI_Abort) while
   // MPI is still up, not wait in MPI_Finalize for ranks blocked in a collective.
   std::unique_ptr<triax::Bootstrap> boot;
+  // Rank 0's end-of-run summary, from the first iteration on; printed on every exit that prints.
+  std::optional<triax::RunSummary> summary;
+  const auto wall0 = std::chrono::steady_clock::now();
   const auto started = std::chrono::system_clock::now();  // dumps older than this are another job's
   try {
     boot = triax::Bootstrap::create();
@@ -144,6 +160,7 @@ int main(int argc, char** argv) {
     std::unique_ptr<triax::MetricsExporter> exporter;
     triax::Checkpointer checkpoints(trainer);
     checkpoints.resume();
+    summary.emplace(trainer);
     std::FILE* jsonl = nullptr;
     struct Closer {
       std::FILE*& f;
@@ -152,10 +169,13 @@ int main(int argc, char** argv) {
       }
     } closer{jsonl};
     if (rank == 0) {
-      if (triax::log::format() == triax::log::Format::json)
+      const std::string run = triax::describe_run(trainer);
+      if (triax::log::format() == triax::log::Format::json) {
+        print_line("run", nlohmann::json{{"run", run}}.dump());
         print_line("resolved configuration", nlohmann::json{{"config", trainer.resolved_config()}}.dump());
-      else
-        write_all(stdout, trainer.resolved_config(), "standard output");
+      } else {
+        write_all(stdout, run + trainer.resolved_config(), "standard output");
+      }
       if (!c.metrics_jsonl.empty()) {
         jsonl = std::fopen(c.metrics_jsonl.c_str(), "w");
         if (!jsonl)
@@ -184,16 +204,29 @@ int main(int argc, char** argv) {
         exporter->observe(m, {trainer.last_step().compute_s, trainer.last_step().p2p_wait_s,
                               trainer.last_report().sync.exposed_s + trainer.last_report().gather_s});
       }
+      summary->add(m);
       if (rank != 0) return;
       print_line(m.log_line(), m.json());
       if (jsonl) write_all(jsonl, m.json() + "\n", "--metrics-jsonl " + c.metrics_jsonl);
     }, [&](const triax::EvalMetrics& e) {
       if (exporter) exporter->observe_eval(e);
+      summary->add(e);
       if (rank != 0) return;
       print_line(e.log_line(), e.json());
       if (jsonl) write_all(jsonl, e.json() + "\n", "--metrics-jsonl " + c.metrics_jsonl);
-    }, [&] { return checkpoints.after_iteration(); });
+    }, [&] {
+      const bool stop = checkpoints.after_iteration();
+      if (const int64_t it = checkpoints.last_save().iteration; it > 0)
+        summary->set_checkpoint((std::filesystem::path(c.save) / triax::checkpoint_dir_name(it)).string());
+      if (stop)
+        summary->set_exit_reason(fmt::format("{}: the state of iteration {} was saved, the run stopped early",
+                                             triax::stop_signal_received() == SIGTERM ? "SIGTERM" : "SIGUSR1",
+                                             trainer.iteration()));
+      return stop;
+    });
     checkpoints.finish();
+    if (const int64_t it = checkpoints.last_save().iteration; it > 0)  // the last save is committed now
+      summary->set_checkpoint((std::filesystem::path(c.save) / triax::checkpoint_dir_name(it)).string());
     if (!c.export_hf.empty()) {
       // Under ZeRO-1 with a compute copy the step gathers only the copy; the export reads every
       // master of the stage (a DP collective, so every rank calls it; nothing to do otherwise).
@@ -212,6 +245,7 @@ int main(int argc, char** argv) {
       throw triax::IoError(fmt::format("--metrics-jsonl {}: closing failed: {}", c.metrics_jsonl, std::strerror(errno)));
     }
     jsonl = nullptr;
+    if (rank == 0) print_summary(*summary, wall0);
     if (exporter && exporter->port() >= 0 && c.metrics_linger > 0)
       std::this_thread::sleep_for(std::chrono::duration<double>(c.metrics_linger));
   } catch (const std::exception& e) {
@@ -226,6 +260,17 @@ int main(int argc, char** argv) {
         dynamic_cast<const triax::TimeoutError*>(&e))
       f.abort_job = true;
     if (boot) triax::explain_failure(kProgram, f, e, boot->rank(), boot->world_size(), started);
+    if (summary && boot && boot->rank() == 0) {
+      // What the run did before the error (the message above says what went wrong).
+      const bool skips = std::string_view(e.what()).find("--max-skipped-iterations") != std::string_view::npos;
+      summary->set_exit_reason(fmt::format("{} (exit {}, {})", skips ? "max skipped iterations reached" : "error",
+                                           f.exit_code, triax::exit_code_name(f.exit_code)));
+      try {
+        print_summary(*summary, wall0);
+      } catch (const std::exception&) {
+        // standard output is gone: the error above is the report
+      }
+    }
     end_job(f, boot);
   }
   return 0;

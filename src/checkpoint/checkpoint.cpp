@@ -627,6 +627,7 @@ int64_t Checkpointer::resume() {
   }
   for (size_t k = 0; k < found.size(); ++k) {
     const auto& [iteration, dir] = found[k];
+    const auto t_load = std::chrono::steady_clock::now();
     std::string err;
     double verdict = kLoaded;
     std::optional<CheckpointReader> rd;
@@ -661,6 +662,14 @@ int64_t Checkpointer::resume() {
                     "checked, its manifest's integrity cannot be", dir, kManifestDigestName);
       }
       announce_resume(dir, m);
+      if (root) {
+        // Every rank read its share of the files: the whole checkpoint over rank 0's load time.
+        uint64_t total = 0;
+        for (const auto& f : m.files) total += f.bytes;
+        const double secs = since(t_load);
+        log::info("loaded checkpoint {} ({:.2f} MiB in {} files) in {:.1f} ms ({:.0f} MiB/s)", dir,
+                  total / 1048576.0, m.files.size(), secs * 1e3, total / 1048576.0 / std::max(secs, 1e-9));
+      }
       return m.iteration;
     }
     if (verdict == kDamaged) damaged_dirs_.push_back(dir);

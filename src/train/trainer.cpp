@@ -34,14 +34,20 @@
 
 namespace triax {
 
+std::string format_duration(double seconds) {
+  const auto s = static_cast<int64_t>(std::llround(std::max(0.0, seconds)));
+  return fmt::format("{}:{:02}:{:02}", s / 3600, s / 60 % 60, s % 60);
+}
+
 std::string IterationMetrics::log_line() const {
   return fmt::format(
       " iteration {:>8}/{:>8} | consumed samples: {:>12} | elapsed time per iteration (ms): {:.1f} | "
       "throughput (tokens/s): {:.0f} | TFLOP/s per rank: {:.4f} | learning rate: {:.6E} | global batch size: {:>5} | "
       "lm loss: {:.6E} | grad norm: {:.3f} | number of skipped iterations: {:>3} | "
-      "dp exposed (ms): {:.2f} | p2p wait (ms): {:.2f} |{}",
+      "dp exposed (ms): {:.2f} | p2p wait (ms): {:.2f} |{} ETA: {} |",
       iteration, train_iters, consumed_samples, elapsed_ms, tokens_per_s, tflops, lr, global_batch, loss, grad_norm,
-      skipped, dp_exposed_ms, p2p_wait_ms, moe ? fmt::format(" load balancing loss: {:.6E} |", moe_aux_loss) : "");
+      skipped, dp_exposed_ms, p2p_wait_ms, moe ? fmt::format(" load balancing loss: {:.6E} |", moe_aux_loss) : "",
+      format_duration(eta_s));
 }
 
 std::string IterationMetrics::json() const {
@@ -63,6 +69,7 @@ std::string IterationMetrics::json() const {
   j["p2p_wait_ms"] = p2p_wait_ms;
   j["compute_ms"] = compute_ms;
   j["peak_mem_bytes"] = peak_mem_bytes;
+  j["eta_s"] = eta_s;
   if (step_skipped) {
     j["step_skipped"] = true;
     j["nonfinite_rank"] = nonfinite_rank;
@@ -462,6 +469,9 @@ IterationMetrics Trainer::step(bool record_events) {
   mt.p2p_wait_ms = maxes[3] * 1e3;
   mt.compute_ms = maxes[4] * 1e3;
   mt.peak_mem_bytes = static_cast<int64_t>(maxes[5]);
+  step_s_sum_ += maxes[0];
+  ++steps_run_;
+  mt.eta_s = step_s_sum_ / static_cast<double>(steps_run_) * static_cast<double>(std::max<int64_t>(0, cfg_.train_iters - iteration_));
   check_step(mt, rep, std::span<const double>(sums).subspan(2));
   watchdog_->progress();
   return mt;

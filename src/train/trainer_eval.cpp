@@ -2,6 +2,7 @@
 // executor with a forward-only schedule (make_forward_only), and its Megatron-style report.
 #include <nlohmann/json.hpp>
 
+#include <chrono>
 #include <cmath>
 
 #include "triax/core/error.h"
@@ -10,8 +11,8 @@
 namespace triax {
 
 std::string EvalMetrics::log_line() const {
-  const std::string body = fmt::format(" validation loss at iteration {} | lm loss value: {:.6E} | lm loss PPL: {:.6E} | ",
-                                       iteration, loss, ppl);
+  const std::string body = fmt::format(" validation loss at iteration {} | lm loss value: {:.6E} | lm loss PPL: {:.6E} | "
+                                       "tokens: {} | time (s): {:.2f} | ", iteration, loss, ppl, tokens, seconds);
   const std::string rule(body.size() + 1, '-');
   return fmt::format("{}\n{}\n{}", rule, body, rule);
 }
@@ -22,6 +23,8 @@ std::string EvalMetrics::json() const {
   j["valid_loss"] = loss;
   j["valid_ppl"] = ppl;
   j["valid_samples"] = samples;
+  j["valid_tokens"] = tokens;
+  j["valid_s"] = seconds;
   return j.dump();
 }
 
@@ -47,6 +50,7 @@ EvalMetrics Trainer::evaluate() {
   if (!eval_schedule_ || eval_schedule_->micro_batches != m) eval_schedule_ = make_forward_only(cfg_.pp, cfg_.vpp, m);
   const int d = grid_->coord().dp;
   const bool reporter = grid_->is_last_stage() && grid_->coord().tp == 0;
+  const auto t0 = std::chrono::steady_clock::now();
   double sum[1] = {0.0};
   for (int64_t k = 0; k < cfg_.eval_iters; ++k) {
     const int64_t base = k * plan.global_batch;
@@ -58,11 +62,15 @@ EvalMetrics Trainer::evaluate() {
   }
   for (auto& ch : chunks_) ch->take_aux_loss();  // evaluation forwards are no part of the training loss
   grid_->world().all_reduce(std::span<double>(sum), ReduceOp::sum).wait();
+  double seconds[1] = {std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()};
+  grid_->world().all_reduce(std::span<double>(seconds), ReduceOp::max).wait();
   EvalMetrics e;
   e.iteration = iteration_;
   e.loss = sum[0] / static_cast<double>(cfg_.eval_iters);
   e.ppl = std::exp(std::min(20.0, e.loss));
   e.samples = cfg_.eval_iters * plan.global_batch;
+  e.tokens = e.samples * T_;
+  e.seconds = seconds[0];
   return e;
 }
 

@@ -50,6 +50,33 @@ assert len(data) == 2 * s2["train"]["tokens"]
 print("prepared:", s1["train"], s1["val"]["tokens"])
 PY
 
+# Progress on stderr: a plain line per document at --progress-interval 0 (the percentage of the
+# input read rising to 100, the tokens so far, tokens/s, ETA), then the totals; stdout stays the summary.
+python3 "$prep" "$tmp"/corpus/*.txt --out-dir "$tmp/p" --val-fraction 0.2 --progress plain --progress-interval 0 \
+  >"$tmp/p.json" 2>"$tmp/p.err" || fail "prepare_data --progress plain failed"
+python3 - "$tmp/p.err" "$tmp/p.json" "$total" <<'PY' || { cat "$tmp/p.err"; fail "progress lines"; }
+import json, re, sys
+lines = open(sys.argv[1]).read().splitlines()
+total = int(sys.argv[3])
+json.loads(open(sys.argv[2]).read().splitlines()[-1])  # stdout: still the JSON summary
+pat = re.compile(r"^prepare_data: +([0-9.]+)% of ([0-9.]+) MiB read \| tokens: (\d+) \| tokens/s: (\d+) \| ETA: \d+:\d\d:\d\d$")
+rows = [pat.match(l) for l in lines[:-1]]
+assert len(rows) == 12 and all(rows), lines  # one per document
+pct = [float(m.group(1)) for m in rows]
+tokens = [int(m.group(3)) for m in rows]
+assert pct == sorted(pct) and pct[-1] == 100.0 and tokens == sorted(tokens) and tokens[-1] == total, (pct, tokens)
+done = re.match(r"^prepare_data: done: [0-9.]+ MiB read, (\d+) tokens in [0-9.]+ s \(tokens/s: \d+\)$", lines[-1])
+assert done and int(done.group(1)) == total, lines[-1]  # byte tokenizer: one token per byte
+print("ok: progress", pct[0], "...", pct[-1])
+PY
+if python3 -c "import tqdm" 2>/dev/null; then
+  python3 "$prep" "$tmp"/corpus/*.txt --out-dir "$tmp/p" --progress tqdm >/dev/null 2>"$tmp/t.err" || fail "--progress tqdm failed"
+  grep -q "prepare_data: done: " "$tmp/t.err" || fail "no totals line under tqdm"
+else
+  out=$(python3 "$prep" "$tmp"/corpus/*.txt --out-dir "$tmp/p" --progress tqdm 2>&1) && fail "--progress tqdm without tqdm accepted"
+  grep -q "the tqdm module is not importable" <<<"$out" || fail "no clear message for --progress tqdm without tqdm: $out"
+fi
+
 # Bad input: a tokenizer that is not installed, or unknown, fails with a clear message.
 out=$(python3 "$prep" "$tmp"/corpus/doc1.txt --out-dir "$tmp/x" --tokenizer nonesuch 2>&1) && fail "unknown tokenizer accepted"
 grep -q "unknown --tokenizer 'nonesuch'" <<<"$out" || fail "no clear tokenizer error: $out"
@@ -67,6 +94,25 @@ for k in 1 2; do
   grep -q "shuffled per epoch" "$tmp/out$k" || fail "run $k: the data line does not say it is shuffled"
   grep -qE "^ validation loss at iteration 20 \| lm loss value: [0-9.]+E[+-][0-9]+ \| lm loss PPL: [0-9.]+E[+-][0-9]+ \|" \
     "$tmp/out$k" || { grep -i valid "$tmp/out$k"; fail "run $k: no Megatron validation line"; }
+  # Each pass says what it scored (eval-iters 2 x the global batch x seq 16, checked below) and how long it took.
+  [ "$(grep -cE "^ validation loss at iteration (20|40) \| .* \| tokens: [0-9]+ \| time \(s\): [0-9.]+ \| $" "$tmp/out$k")" -eq 2 ] ||
+    { grep -i "validation loss" "$tmp/out$k"; fail "run $k: the validation passes do not say their tokens and time"; }
+  # The summary's final and best validation loss are the JSONL's last and lowest.
+  python3 - "$tmp/m$k.jsonl" "$tmp/out$k" <<'PY' || fail "run $k: the summary's validation loss"
+import json, re, sys
+ev = [json.loads(l) for l in open(sys.argv[1]) if "valid_loss" in l]
+line = re.search(r"^ run summary \| validation loss: final (\S+) \(iteration (\d+)\), best (\S+) \(iteration (\d+)\)$",
+                 open(sys.argv[2]).read(), re.M)
+assert line, "no validation loss in the run summary"
+best = min(ev, key=lambda r: r["valid_loss"])
+logged = [int(t) for t in re.findall(r"^ validation loss at iteration \d+ \| .* \| tokens: (\d+) \|", open(sys.argv[2]).read(), re.M)]
+assert logged == [r["valid_tokens"] for r in ev] == [r["valid_samples"] * 16 for r in ev], (logged, ev)
+assert all(r["valid_samples"] == 2 * r2["global_batch_size"] for r in ev
+           for r2 in [json.loads(l) for l in open(sys.argv[1]) if '"global_batch_size"' in l][:1]), ev
+assert float(line.group(1)) == float(f"{ev[-1]['valid_loss']:.6E}") and int(line.group(2)) == ev[-1]["iteration"], line.group(0)
+assert float(line.group(3)) == float(f"{best['valid_loss']:.6E}") and int(line.group(4)) == best["iteration"], line.group(0)
+print("ok:", line.group(0))
+PY
   python3 - "$tmp/m$k.jsonl" <<'PY' || fail "run $k: metrics"
 import json, math, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]

@@ -51,6 +51,34 @@ expect_refusal() {
   echo "ok: exit $code within $secs s, one '$pattern' for: $*"
 }
 
+# check_summary OUT REASON ITERS CHECKPOINT: the end-of-run summary, once, consistent with the run:
+# tokens = iterations x global batch x seq-length (the resolved configuration above it), tokens/s
+# = tokens / the iterations' time, a 0-100 % MFU, and the exit reason and last checkpoint given.
+check_summary() {
+  python3 - "$@" <<'PY' || fail "run summary check"
+import re, sys
+out, reason, iters, ckpt = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
+text = open(out).read()
+rows = dict(re.findall(r"^ run summary \| ([^:]+): (.*)$", text, re.M))
+assert text.count(" run summary | exit reason: ") == 1, "the summary is not printed exactly once"
+gb = int(re.search(r"^global-batch-size = (\d+)", text, re.M).group(1))
+seq = int(re.search(r"^seq-length = (\d+)", text, re.M).group(1))
+assert rows["exit reason"] == reason, rows
+assert rows["iterations"].startswith(f"{iters} ("), rows["iterations"]
+tokens = int(rows["tokens"])
+assert tokens == iters * gb * seq, (tokens, iters, gb, seq)
+train_s = float(re.search(r"iterations ([0-9.]+) s\)", rows["wall time"]).group(1))
+wall_s = float(re.search(r"\(([0-9.]+) s;", rows["wall time"]).group(1))
+assert 0 < train_s <= wall_s + 0.1, rows["wall time"]
+tps = float(rows["mean throughput (tokens/s)"])
+assert abs(tps - tokens / train_s) <= 0.02 * tps + 1, (tps, tokens, train_s)
+mfu = float(re.match(r"([0-9.]+)% \(", rows["MFU"]).group(1))
+assert 0 < mfu < 100 and "peak 0.097 TFLOP/s per rank" in rows["MFU"], rows["MFU"]
+assert rows["last checkpoint"] == ckpt, rows["last checkpoint"]
+print(f"ok: summary: {rows}")
+PY
+}
+
 case $case_ in
 hostile)
   # Sizes whose products overflowed (issue 24 item 6: SIGFPE, "-2147483648 virtual stages",
@@ -164,13 +192,13 @@ roundtrip)
   # The printed configuration is a --config file that repeats the run exactly.
   run -np 4 "$exe" --tp 2 --pp 2 --schedule zb-h1 --micro-batch-size 2 --num-layers 4 --seq-length 32 --lr 0.002 \
     --clip-grad 0.5 --recompute selective --train-iters 3 --lr-decay-style linear >"$tmp/a" 2>&1 || { tail -20 "$tmp/a"; fail "first run failed"; }
-  grep -v -e '^ iteration' -e '^\[triax ' "$tmp/a" >"$tmp/a.toml"  # log lines (a straggler warning) vary
+  grep -v -e '^ iteration' -e '^\[triax ' -e '^ run summary | ' "$tmp/a" >"$tmp/a.toml"  # log lines (a straggler warning) and the summary vary
   grep -q '^micro-batch-size = 2$' "$tmp/a.toml" || fail "no micro-batch-size line in the printed configuration"
   # Printed by sections: tp under [parallel], train-iters under [training].
   awk '/^\[/{sec=$0} /^tp = /{print sec}' "$tmp/a.toml" | grep -qx '\[parallel\]' || fail "tp is not under [parallel]"
   awk '/^\[/{sec=$0} /^train-iters = /{print sec}' "$tmp/a.toml" | grep -qx '\[training\]' || fail "train-iters is not under [training]"
   run -np 4 "$exe" --config "$tmp/a.toml" >"$tmp/b" 2>&1 || { tail -20 "$tmp/b"; fail "the printed configuration did not run: $(head -c 600 "$tmp/b")"; }
-  grep -v -e '^ iteration' -e '^\[triax ' "$tmp/b" >"$tmp/b.toml"
+  grep -v -e '^ iteration' -e '^\[triax ' -e '^ run summary | ' "$tmp/b" >"$tmp/b.toml"
   diff "$tmp/a.toml" "$tmp/b.toml" || fail "the configuration read back differs from the one printed"
   losses() { grep -o 'lm loss: [^|]*| grad norm: [^|]*' "$1"; }
   [ "$(losses "$tmp/a" | wc -l)" -eq 3 ] || fail "expected 3 iterations"
@@ -253,7 +281,31 @@ first, last = rows[0]["loss"], rows[-1]["loss"]
 print(f"loss {first:.4f} -> {last:.4f}")
 assert last < first - 0.5, (first, last)
 assert [r["iteration"] for r in rows] == list(range(1, 31))
+# the ETA to --train-iters: the remaining iterations at the mean time so far, 0 at the last
+assert all(r["eta_s"] >= 0 for r in rows) and rows[-1]["eta_s"] == 0, [r["eta_s"] for r in rows]
+mean = sum(r["elapsed_ms"] for r in rows[:10]) / 10 / 1e3
+assert abs(rows[9]["eta_s"] - 20 * mean) <= 1e-6 * max(1.0, 20 * mean), (rows[9]["eta_s"], 20 * mean)
 PY
+  check_summary "$tmp/out" completed 30 "none (no --save)"
+  grep -q "^# run: layout 8 ranks = tp 2 x pp 2 x dp 2 (vpp 1, ep 1), schedule 1f1b, ZeRO-1 off" "$tmp/out" &&
+    grep -q "^# run: model tiny: .*params=" "$tmp/out" && grep -q "^# run: data synthetic" "$tmp/out" &&
+    grep -q "^# run: metrics to standard output (one line per iteration), --metrics-jsonl $tmp/m.jsonl; checkpoints not saved" "$tmp/out" ||
+    { head -5 "$tmp/out"; fail "the first lines do not say what the run is"; }
+  [ "$(grep -c ' ETA: [0-9]*:[0-9][0-9]:[0-9][0-9] |$' "$tmp/out")" -eq 30 ] || fail "not every iteration line ends with an ETA"
+  grep -q "iteration       30/      30 .* ETA: 0:00:00 |$" "$tmp/out" || fail "the last iteration's ETA is not 0:00:00"
+  ;;
+summary)
+  # The summary of a run that saves, and of its resume: the checkpoint save and load print bytes
+  # and MiB/s, the summary names the last checkpoint; iterations and tokens are this run's.
+  run -np 2 "$exe" --dp 2 --train-iters 4 --save-interval 2 --save "$tmp/ck" >"$tmp/out" 2>&1 || { tail -20 "$tmp/out"; fail "train_gpt failed"; }
+  [ "$(grep -cE "saved checkpoint $tmp/ck/iter_000000[24] \([0-9.]+ MiB in [0-9]+ files\).* \([0-9]+ MiB/s\)" "$tmp/out")" -eq 2 ] ||
+    { grep checkpoint "$tmp/out"; fail "no save line with its MiB and MiB/s for each of the two saves"; }
+  check_summary "$tmp/out" completed 4 "$tmp/ck/iter_0000004"
+  run -np 2 "$exe" --dp 2 --train-iters 7 --save "$tmp/ck" --load "$tmp/ck" >"$tmp/out2" 2>&1 || { tail -20 "$tmp/out2"; fail "the resume failed"; }
+  grep -qE "loaded checkpoint $tmp/ck/iter_0000004 \([0-9.]+ MiB in [0-9]+ files\) in [0-9.]+ ms \([0-9]+ MiB/s\)" "$tmp/out2" ||
+    { grep checkpoint "$tmp/out2"; fail "no load line with its MiB and MiB/s"; }
+  grep -q "^ run summary | iterations: 3 (5 to 7 of --train-iters 7)$" "$tmp/out2" || { grep "run summary" "$tmp/out2"; fail "the resumed run's iterations"; }
+  check_summary "$tmp/out2" completed 3 "$tmp/ck/iter_0000007"
   ;;
 config)
   # A sectioned file (docs/TRAINING.md), overridden by a flag; then the same values as flags, and
@@ -282,7 +334,7 @@ TOML
     --train-iters 3 --lr 0.002 >"$tmp/flags" 2>&1 || { tail -20 "$tmp/flags"; fail "the same run from flags failed"; }
   grep -v '^\[' "$tmp/c.toml" | grep -v '^$' >"$tmp/flat.toml"
   run -np 4 "$exe" --config "$tmp/flat.toml" --train-iters 3 >"$tmp/flat" 2>&1 || { tail -20 "$tmp/flat"; fail "the flat file failed"; }
-  conf() { grep -v -e '^ iteration' -e '^\[triax ' "$1"; }
+  conf() { grep -v -e '^ iteration' -e '^\[triax ' -e '^ run summary | ' "$1"; }  # the summary's times vary
   losses() { grep -o 'lm loss: [^|]*| grad norm: [^|]*' "$1"; }
   diff <(conf "$tmp/out") <(conf "$tmp/flags") || fail "the sectioned file and the same flags resolve differently"
   diff <(losses "$tmp/out") <(losses "$tmp/flags") || fail "the sectioned file and the same flags trained differently"

@@ -26,6 +26,9 @@
 
 namespace triax {
 
+// seconds as "H:MM:SS" (rounded; negative as 0): the ETA and the run summary's times.
+std::string format_duration(double seconds);
+
 struct IterationMetrics {
   int64_t iteration = 0;          // 1-based
   int64_t train_iters = 0;
@@ -54,6 +57,8 @@ struct IterationMetrics {
   double loss_zscore = 0;         // against the recent window (NaN until known)
   bool loss_spike = false;
   std::vector<int> stragglers;    // world ranks persistently slower than the median
+  // Seconds to --train-iters at the mean iteration time of this run so far (0 at the last).
+  double eta_s = 0;
   // "iteration 3/50 | consumed samples: 96 | elapsed time per iteration (ms): ..." (Megatron's names)
   std::string log_line() const;
   std::string json() const;
@@ -65,6 +70,8 @@ struct EvalMetrics {
   double loss = 0;
   double ppl = 0;         // exp(loss), capped at exp(20) like Megatron
   int64_t samples = 0;
+  int64_t tokens = 0;     // samples x seq-length
+  double seconds = 0;     // the pass's wall time (the slowest rank)
   // Megatron's block: a rule, " validation loss at iteration N | lm loss value: ... | lm loss PPL: ... |", a rule.
   std::string log_line() const;
   std::string json() const;  // {"iteration":N,"valid_loss":...,"valid_ppl":...,"valid_samples":...}
@@ -120,6 +127,10 @@ class Trainer {
   const StepReport& last_report() const { return last_report_; }
   const Schedule& last_schedule() const { return *schedule_; }
   int64_t iteration() const { return iteration_; }
+  int seq_length() const { return T_; }
+  // Model FLOPs per token of a training step (forward + backward: 6 N + 6 L h T), what the
+  // iteration line's TFLOP/s counts.
+  double flops_per_token() const { return flops_per_token_; }
   const Dataset& train_data() const { return *data_; }
   int64_t consumed_samples() const { return consumed_; }
   Optimizer& optimizer() { return *optimizer_; }
@@ -169,6 +180,8 @@ class Trainer {
   StepResult last_;
   StepReport last_report_;
   double flops_per_token_ = 0;
+  double step_s_sum_ = 0;  // this run's iteration times (the ETA's mean)
+  int64_t steps_run_ = 0;
   int moe_layers_ = 0;
   // Faults (docs/FAULTS.md).
   FaultInjector faults_;

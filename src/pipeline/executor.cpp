@@ -9,6 +9,7 @@
 
 #include "triax/backend/comm_ops.h"
 #include "triax/core/clock.h"
+#include "triax/core/trace.h"
 
 namespace triax {
 namespace {
@@ -35,7 +36,14 @@ struct Instr {
   Stage& ch;
   bool first, last;
   double start = 0, waited = 0, cpu0 = 0;
+  double tr0 = 0;  // the same start on the timeline's clock (--profile-steps; 0 while off)
 };
+
+// The timeline's name of a compute instruction: "forward mb 3", "backward mb 0 chunk 1".
+std::string span_name(const PipeInstr& in, int chunks) {
+  return chunks > 1 ? fmt::format("{} mb {} chunk {}", pipe_op_name(in.op), in.mb, in.chunk)
+                    : fmt::format("{} mb {}", pipe_op_name(in.op), in.mb);
+}
 
 // One step of one stage: the buffers and in-flight messages of every micro-batch in the list, and
 // what the step measures. PipelineExecutor::run makes one per call and hands it each instruction.
@@ -82,6 +90,7 @@ class StepState {
     const int tag = message_tag(sch_, stage_, in);
     x.start = since(t0_);
     x.cpu0 = record_ && is_compute(in.op) ? thread_cpu_s() : 0;
+    if (trace::on()) x.tr0 = trace::now_us();
     switch (in.op) {
       case PipeOp::recv_activation: post_recv(act_in_, recv_act_, k, in.peer, tag); break;
       case PipeOp::recv_grad: post_recv(grad_in_, recv_grad_, k, in.peer, tag); break;
@@ -93,12 +102,15 @@ class StepState {
       case PipeOp::backward_weight: backward_weight(i, x); break;
     }
     if (record_ && is_compute(in.op)) res_.events.push_back({in, x.start, since(t0_), x.waited, thread_cpu_s() - x.cpu0});
+    if (trace::on() && is_compute(in.op))
+      trace::record(trace::Lane::compute, span_name(in, sch_.chunks), x.tr0, trace::now_us(), in.mb, in.chunk);
     progress();
   }
 
   // Completes the sends still in flight (their wait counted from w0) and checks that every
   // received tensor was consumed.
   StepResult finish(Clock::time_point w0) {
+    trace::Span span(trace::Lane::p2p, "wait sends");
     for (auto& p : sends_) p.work.wait();
     sends_.clear();
     res_.p2p_wait_s += since(w0);
@@ -125,6 +137,7 @@ class StepState {
   void restart(Instr& x) {
     x.start = since(t0_);
     if (record_) x.cpu0 = thread_cpu_s();
+    if (trace::on()) x.tr0 = trace::now_us();
   }
 
   void post_recv(std::map<Key, Tensor>& bufs, std::map<Key, Work>& works, Key k, int peer, int tag) {
@@ -133,13 +146,16 @@ class StepState {
     works[k] = recv(pp_, be_, buf, peer, tag);
   }
 
-  double wait_recv(std::map<Key, Work>& works, Key k, const char* what) {
+  double wait_recv(std::map<Key, Work>& works, Key k, const char* what, const char* span_name) {
     auto it = works.find(k);
     if (it == works.end())
       TRIAX_THROW(CommError, "pipeline stage {}: {} of micro-batch {} chunk {} was never received", stage_, what, k.mb,
                   k.chunk);
     const auto w0 = Clock::now();
-    it->second.wait();
+    {
+      trace::Span span(trace::Lane::p2p, span_name, k.mb, k.chunk);
+      it->second.wait();
+    }
     const double waited = since(w0);
     res_.p2p_wait_s += waited;
     works.erase(it);
@@ -150,6 +166,8 @@ class StepState {
     auto it = from.find(k);
     if (it == from.end())
       TRIAX_THROW(CommError, "pipeline stage {}: nothing to send for micro-batch {} chunk {}", stage_, k.mb, k.chunk);
+    trace::Span span(trace::Lane::p2p, &from == &act_out_ ? "send activation" : "send gradient", k.mb, k.chunk,
+                     static_cast<int64_t>(it->second.nbytes()));
     Pending p{send(pp_, be_, it->second, peer, tag), std::move(it->second)};
     from.erase(it);
     sends_.push_back(std::move(p));
@@ -167,7 +185,7 @@ class StepState {
     const bool first = x.first, last = x.last;
     Tensor x_in;
     if (!first) {
-      x.waited = wait_recv(recv_act_, k, "the activation");
+      x.waited = wait_recv(recv_act_, k, "the activation", "wait recv activation");
       x_in = act_in_[k];
       restart(x);
     }
@@ -192,7 +210,7 @@ class StepState {
     const Key k = x.k;
     Tensor dx_out;
     if (!x.last) {
-      x.waited = wait_recv(recv_grad_, k, "the output gradient");
+      x.waited = wait_recv(recv_grad_, k, "the output gradient", "wait recv gradient");
       dx_out = grad_in_[k];
       restart(x);
     }

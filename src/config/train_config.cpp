@@ -961,11 +961,16 @@ std::optional<std::pair<int64_t, int64_t>> parse_profile_steps(const std::string
   return std::pair<int64_t, int64_t>{a, b};
 }
 
-ResolvedTrainConfig resolve_train_config(const TrainConfig& cfg, int world_size) {
-  check_ranges(cfg);
+// --profile-steps and --profile-dir: a well-formed window, and somewhere to write it.
+static void check_profile(const TrainConfig& cfg) {
   parse_profile_steps(cfg.profile_steps);
   require(cfg.profile_steps.empty() || !cfg.profile_dir.empty(),
           "--profile-steps {} needs --profile-dir DIR (where the timeline files go)", cfg.profile_steps);
+}
+
+ResolvedTrainConfig resolve_train_config(const TrainConfig& cfg, int world_size) {
+  check_ranges(cfg);
+  check_profile(cfg);
   ResolvedTrainConfig r;
   TrainConfig& e = r.explicit_cfg;
   e = cfg;

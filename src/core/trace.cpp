@@ -44,6 +44,15 @@ void start() {
   detail::g_on = true;
 }
 
+void start_at(double origin_s) {
+  std::lock_guard lk(g_mu);
+  g_events.clear();
+  g_origin = Clock::time_point(std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(origin_s)));
+  detail::g_on = true;
+}
+
+double steady_now_s() { return std::chrono::duration<double>(Clock::now().time_since_epoch()).count(); }
+
 void set_step(int64_t step) {
   std::lock_guard lk(g_mu);
   g_step = step;

@@ -6,9 +6,11 @@
 
 #include <chrono>
 #include <ctime>
+#include <thread>
 
 #include "triax/backend/comm_ops.h"
 #include "triax/core/clock.h"
+#include "triax/core/env.h"
 #include "triax/core/trace.h"
 
 namespace triax {
@@ -50,8 +52,8 @@ std::string span_name(const PipeInstr& in, int chunks) {
 class StepState {
  public:
   StepState(const Schedule& sch, const std::vector<Stage*>& chunks, Communicator& pp, int B, int T, int C,
-            const MicroBatchFn& data, GradReadySink* grads, float dloss, bool record)
-      : sch_(sch), chunks_(chunks), pp_(pp), be_(chunks.front()->backend()), data_(data), grads_(grads),
+            const MicroBatchFn& data, GradReadySink* grads, float dloss, bool record, int64_t pad_us)
+      : pad_us_(pad_us), sch_(sch), chunks_(chunks), pp_(pp), be_(chunks.front()->backend()), data_(data), grads_(grads),
         dloss_(dloss), record_(record), stage_(pp.rank()), B_(B), T_(T),
         // Hidden states crossing stages: (B*T, C), or this rank's B*T/tp rows under sequence parallelism.
         N_(static_cast<size_t>(chunks.front()->io_rows(B, T)) * C) {
@@ -101,6 +103,10 @@ class StepState {
       case PipeOp::backward_input: backward(i, x); break;
       case PipeOp::backward_weight: backward_weight(i, x); break;
     }
+    // TRIAX_PIPELINE_PAD_US: a fixed extra duration per compute (a full backward twice), inside
+    // its busy interval; it sleeps, so ranks sharing cores all "compute" at once.
+    if (pad_us_ > 0 && is_compute(in.op))
+      std::this_thread::sleep_for(std::chrono::microseconds(in.op == PipeOp::backward ? 2 * pad_us_ : pad_us_));
     if (record_ && is_compute(in.op)) res_.events.push_back({in, x.start, since(t0_), x.waited, thread_cpu_s() - x.cpu0});
     if (trace::on() && is_compute(in.op))
       trace::record(trace::Lane::compute, span_name(in, sch_.chunks), x.tr0, trace::now_us(), in.mb, in.chunk);
@@ -237,6 +243,7 @@ class StepState {
     armed_ = false;
   }
 
+  int64_t pad_us_;
   const Schedule& sch_;
   const std::vector<Stage*>& chunks_;
   Communicator& pp_;
@@ -260,7 +267,8 @@ class StepState {
 
 PipelineExecutor::PipelineExecutor(std::vector<Stage*> chunks, Communicator& pp, int micro_batch, int seq,
                                    int hidden)
-    : chunks_(std::move(chunks)), pp_(pp), B_(micro_batch), T_(seq), C_(hidden) {
+    : chunks_(std::move(chunks)), pp_(pp), B_(micro_batch), T_(seq), C_(hidden),
+      pad_us_(env_int("TRIAX_PIPELINE_PAD_US", 0, 10'000'000, 0)) {
   if (chunks_.empty()) TRIAX_THROW(ConfigError, "a pipeline stage needs at least one model chunk");
   for (auto* c : chunks_)
     if (&c->backend() != &chunks_.front()->backend())
@@ -277,7 +285,7 @@ StepResult PipelineExecutor::run(const Schedule& sch, const MicroBatchFn& data, 
     TRIAX_THROW(ConfigError, "schedule '{}' has {} chunks per stage but this stage holds {}", sch.label(), sch.chunks,
                 chunks_.size());
   const auto& list = sch.lists.at(static_cast<size_t>(stage));
-  StepState step(sch, chunks_, pp_, B_, T_, C_, data, grads, dloss, record);
+  StepState step(sch, chunks_, pp_, B_, T_, C_, data, grads, dloss, record, pad_us_);
   // The hook refers to this call's step: cleared on every way out (an exception included).
   struct HookGuard {
     std::vector<Stage*>& chunks;

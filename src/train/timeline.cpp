@@ -9,6 +9,7 @@
 #include <map>
 #include <optional>
 #include <nlohmann/json.hpp>
+#include <span>
 #include <sstream>
 #include <tuple>
 
@@ -44,6 +45,14 @@ std::map<int64_t, std::vector<ComputeSpan>> compute_spans(const nlohmann::json& 
     out[a.at("step").get<int64_t>()].push_back(
         {c.pp, a.value("mb", 0), a.value("chunk", 0), *op, e.at("ts").get<double>(), e.at("dur").get<double>()});
   }
+  return out;
+}
+
+std::vector<ComputeSpan> spans_of(const Schedule& schedule, const SimResult& sim) {
+  std::vector<ComputeSpan> out;
+  for (int st = 0; st < schedule.stages; ++st)
+    for (const auto& t : sim.timeline.at(static_cast<size_t>(st)))
+      out.push_back({st, t.instr.mb, t.instr.chunk, t.instr.op, t.start, t.end - t.start});
   return out;
 }
 
@@ -84,17 +93,8 @@ StepBubble step_bubble(const Schedule& schedule, const std::vector<ComputeSpan>&
     auto it = sum.find({stage, in.chunk, in.op});
     return it == sum.end() ? 0.0 : it->second.first / it->second.second;
   };
-  const SimResult sim = simulate_schedule(schedule, cost, 0.0);
-  std::vector<ComputeSpan> sim_spans;
-  for (int st = 0; st < static_cast<int>(sim.timeline.size()); ++st)
-    for (const auto& t : sim.timeline[static_cast<size_t>(st)])
-      sim_spans.push_back({st, t.instr.mb, t.instr.chunk, t.instr.op, t.start, t.end - t.start});
-  b.simulated = window_bubble(sim_spans, schedule.stages);
-  try {
-    b.theory = theoretical_bubble(schedule.kind, schedule.stages, schedule.chunks, schedule.micro_batches);
-  } catch (const ConfigError&) {
-    b.theory = std::numeric_limits<double>::quiet_NaN();
-  }
+  b.simulated = window_bubble(spans_of(schedule, simulate_schedule(schedule, cost, 0.0)), schedule.stages);
+  b.theory = window_bubble(spans_of(schedule, simulate_schedule(schedule)), schedule.stages);
   return b;
 }
 
@@ -109,8 +109,16 @@ void Timeline::before_step(int64_t it, ProcessGrid& grid) {
     std::error_code ec;
     std::filesystem::create_directories(dir_, ec);
     if (ec) TRIAX_THROW(IoError, "--profile-dir {}: cannot create it: {}", dir_, ec.message());
+    // One time axis: rank 0's origin for the ranks on its host (one steady clock), each rank's own
+    // right after the barrier elsewhere (off by the barrier's exit skew).
     grid.world().barrier().wait();
-    trace::start();
+    double origin[1] = {grid.world().rank() == 0 ? trace::steady_now_s() : 0.0};
+    grid.world().all_reduce(std::span<double>(origin), ReduceOp::sum).wait();
+    const auto& hosts = grid.hosts();
+    const bool same_host = hosts.size() > static_cast<size_t>(grid.world().rank()) && !hosts.empty() &&
+                           hosts[static_cast<size_t>(grid.world().rank())] == hosts[0];
+    if (same_host) trace::start_at(origin[0]);
+    else trace::start();
   }
   if (trace::on()) trace::set_step(it);
 }
@@ -134,12 +142,13 @@ void Timeline::after_step(int64_t it, bool last, ProcessGrid& grid, const Schedu
   for (const auto& [step, spans] : compute_spans(doc, grid.layout())) {
     const StepBubble b = step_bubble(schedule, spans, step);
     steps.push_back({{"step", step}, {"measured_bubble", b.measured}, {"simulated_bubble", b.simulated},
-                     {"theory_bubble", std::isnan(b.theory) ? nlohmann::json() : nlohmann::json(b.theory)}});
+                     {"uniform_bubble", b.theory}});
     summary += fmt::format(" {}: {:.3f} (simulated {:.3f})", step, b.measured, b.simulated);
   }
   doc["otherData"] = {{"schedule", schedule.label()}, {"pp", schedule.stages}, {"vpp", schedule.chunks},
                       {"micro_batches", schedule.micro_batches}, {"world", W},
-                      {"clock", "steady clock of each rank from its origin after a world barrier at the first step"},
+                      {"clock", "steady clock; origin: rank 0's at the first step for the ranks on its host, each rank's own "
+                                "right after a world barrier elsewhere"},
                       {"bubble_definition", "idle/compute of pipeline tp 0 dp 0; idle of a stage = its first-to-last "
                                             "compute window minus its compute"},
                       {"steps", steps}};

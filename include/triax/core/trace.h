@@ -30,8 +30,12 @@ extern bool g_on;
 }
 inline bool on() { return detail::g_on; }
 
-// Clears the events and starts recording with origin = now.
+// Clears the events and starts recording with origin = now, or with the origin at origin_s
+// (seconds since the steady clock's epoch: another process's origin on the same host).
 void start();
+void start_at(double origin_s);
+// Now on the steady clock, seconds since its epoch (what start_at takes).
+double steady_now_s();
 // The iteration that the following events belong to (their "step" argument).
 void set_step(int64_t step);
 // Stops recording (the events stay until the next start()).

@@ -2,8 +2,9 @@
 // Every rank records iterations A..B with the core recorder (triax/core/trace.h) and writes
 // DIR/trace_rank{R}.json; rank 0 then merges them into DIR/trace.json, one track per rank named
 // "rank R (tp t, pp p, dp d)", with the measured and simulated pipeline bubble of each recorded
-// step in "otherData". Time axis: each rank's steady clock from its own origin, taken right after
-// a world barrier at the start of iteration A (ranks agree to the barrier's exit skew).
+// step in "otherData". Time axis: the steady clock from rank 0's origin (taken after a world
+// barrier at the start of iteration A) on the ranks of rank 0's host, which share that clock;
+// ranks on other hosts take their own origin right after the barrier (off by its exit skew).
 #pragma once
 #include <cstdint>
 #include <string>
@@ -18,7 +19,9 @@ namespace triax {
 // a stage's idle time is its window from its first compute start to its last compute end minus
 // the compute inside it. measured: from the trace; simulated: simulate_schedule of the same
 // schedule with each (stage, chunk, op)'s mean measured duration of that step and no latency;
-// theory: the closed form with uniform costs (NaN where it has none).
+// theory: the simulator with uniform costs (F 1, full backward 2, B 1, W 1; for GPipe and 1F1B
+// this window bubble is (p-1)/(2m), half the makespan-based (p-1)/m, as stage s starts s forward
+// steps late and ends s backward steps early).
 struct StepBubble {
   int64_t step = 0;
   double measured = 0, simulated = 0, theory = 0;

@@ -120,11 +120,17 @@ void Timeline::before_step(int64_t it, ProcessGrid& grid) {
     if (same_host) trace::start_at(origin[0]);
     else trace::start();
   }
-  if (trace::on()) trace::set_step(it);
+  if (trace::on()) {
+    trace::set_step(it);
+    step_t0_ = trace::now_us();
+  }
 }
 
 void Timeline::after_step(int64_t it, bool last, ProcessGrid& grid, const Schedule& schedule) {
-  if (!trace::on() || done_ || (it < last_ && !last)) return;
+  if (!trace::on() || done_) return;
+  if (step_t0_ >= 0) trace::record(trace::Lane::step, fmt::format("iteration {}", it), step_t0_, trace::now_us());
+  step_t0_ = -1;
+  if (it < last_ && !last) return;
   trace::stop();
   done_ = true;
   const int rank = grid.world().rank(), W = grid.world().size();

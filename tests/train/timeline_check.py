@@ -3,7 +3,7 @@
 
 - It parses as JSON with a traceEvents array; every rank 0..R-1 has a track named
   "rank R (tp t, pp p, dp d)", compute spans in every recorded step (2m per stage for 1F1B:
-  m forwards, m backwards), p2p and optimizer spans.
+  m forwards, m backwards), p2p and optimizer spans, and one "iteration N" span per recorded step.
 - One time axis: a micro-batch's forward on stage s+1 starts after it ended on stage s, and its
   backward on stage s starts after it ended on stage s+1, up to SKEW_US (the ranks' origins are
   taken right after one barrier, so they differ by its exit skew).
@@ -79,6 +79,9 @@ def main():
         for cat in ("compute", "p2p", "optimizer"):
             if not any(e["pid"] == r and e["cat"] == cat for e in spans):
                 fail(f"rank {r} has no {cat} spans")
+        its = sorted(int(e["name"].split()[1]) for e in spans if e["pid"] == r and e["cat"] == "step")
+        if its != steps:
+            fail(f"rank {r}: step spans for iterations {its}, expected {steps}")
     other = doc.get("otherData", {})
     stored = {s["step"]: s for s in other.get("steps", [])}
     m, p = a.micro_batches, a.pp

@@ -54,6 +54,7 @@ class Timeline {
   int64_t first_ = 0, last_ = 0;
   std::string dir_;
   bool done_ = false;
+  double step_t0_ = -1;  // the recorded iteration's start on the timeline (-1: none open)
 };
 
 }  // namespace triax

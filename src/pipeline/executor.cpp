@@ -13,6 +13,10 @@
 #include "triax/core/env.h"
 #include "triax/core/trace.h"
 
+#if defined(TRIAX_HAVE_CUDA)
+#include "triax/cuda/nvtx.h"
+#endif
+
 namespace triax {
 namespace {
 using Clock = std::chrono::steady_clock;
@@ -40,6 +44,23 @@ struct Instr {
   double start = 0, waited = 0, cpu0 = 0;
   double tr0 = 0;  // the same start on the timeline's clock (--profile-steps; 0 while off)
 };
+
+#if defined(TRIAX_HAVE_CUDA)
+// The NVTX range of an instruction (Nsight Systems): the timeline's points without its numbers.
+const char* nvtx_name(PipeOp op) {
+  switch (op) {
+    case PipeOp::forward: return "pipeline forward";
+    case PipeOp::backward: return "pipeline backward";
+    case PipeOp::backward_input: return "pipeline backward_input";
+    case PipeOp::backward_weight: return "pipeline backward_weight";
+    case PipeOp::send_activation: return "pipeline send activation";
+    case PipeOp::send_grad: return "pipeline send gradient";
+    case PipeOp::recv_activation: return "pipeline post recv activation";
+    case PipeOp::recv_grad: return "pipeline post recv gradient";
+  }
+  return "pipeline";
+}
+#endif
 
 // The timeline's name of a compute instruction: "forward mb 3", "backward mb 0 chunk 1".
 std::string span_name(const PipeInstr& in, int chunks) {
@@ -90,6 +111,9 @@ class StepState {
     Instr x{in, k, *chunks_.at(static_cast<size_t>(in.chunk)), sch_.is_first_virtual(stage_, in.chunk),
             sch_.is_last_virtual(stage_, in.chunk)};
     const int tag = message_tag(sch_, stage_, in);
+#if defined(TRIAX_HAVE_CUDA)
+    cuda::NvtxRange nvtx(nvtx_name(in.op));  // the whole instruction, its receive wait included
+#endif
     x.start = since(t0_);
     x.cpu0 = record_ && is_compute(in.op) ? thread_cpu_s() : 0;
     if (trace::on()) x.tr0 = trace::now_us();
@@ -159,6 +183,9 @@ class StepState {
                   k.chunk);
     const auto w0 = Clock::now();
     {
+#if defined(TRIAX_HAVE_CUDA)
+      cuda::NvtxRange nvtx(span_name);
+#endif
       trace::Span span(trace::Lane::p2p, span_name, k.mb, k.chunk);
       it->second.wait();
     }

@@ -21,6 +21,9 @@ if(TRIAX_WITH_MPI AND TRIAX_BUILD_EXAMPLES)
   triax_add_train_script_tests(cli train_cli_test.sh train
     CASES main_job config errors moe config_file roundtrip ranges one_message writes inputs hostile huge_shapes memory
           textfile late precision summary)
+  # train.timeline.*: --profile-steps (docs/OBSERVE.md, Timeline): the merged trace of a pp 4 1F1B
+  # run and its bubble against the schedule simulator; malformed windows refused.
+  triax_add_train_script_tests(timeline timeline_test.sh timeline CASES pp4_1f1b errors)
   triax_add_train_script_tests(checkpoint checkpoint_test.sh checkpoint
     CASES exact reshard moe llama moe_llama kill9 sigterm sigusr1 bad prune wide batch startup init init_checked export_hf ARGS $<TARGET_FILE:gpt_eval> ${TRIAX_HF_PYTHON})
 endif()

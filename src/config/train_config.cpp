@@ -517,6 +517,11 @@ void metrics_options(Options& t) {
                          TRIAX_FIELD(metrics_textfile)));
   t.push_back(real_opt("metrics-linger", "keep serving /metrics this many seconds after the last iteration",
                        TRIAX_FIELD(metrics_linger), {0, 86400}));
+  t.push_back(string_opt("profile-steps",
+                         "record a timeline of iterations A:B (1-based, inclusive) into --profile-dir (Chrome trace)",
+                         TRIAX_FIELD(profile_steps)));
+  t.push_back(string_opt("profile-dir", "directory of the timeline: trace_rank{R}.json per rank, merged trace.json",
+                         TRIAX_FIELD(profile_dir)));
 }
 
 void faults_options(Options& t) {
@@ -938,8 +943,34 @@ DType resolve_compute_dtype(const TrainConfig& cfg) {
 
 }  // namespace
 
+std::optional<std::pair<int64_t, int64_t>> parse_profile_steps(const std::string& text) {
+  if (text.empty()) return std::nullopt;
+  const auto colon = text.find(':');
+  long long a = 0, b = 0;
+  size_t ea = 0, eb = 0;
+  try {
+    if (colon == std::string::npos) throw std::invalid_argument("no colon");
+    a = std::stoll(text.substr(0, colon), &ea);
+    b = std::stoll(text.substr(colon + 1), &eb);
+  } catch (const std::exception&) {
+    ea = eb = std::string::npos;
+  }
+  if (colon == std::string::npos || ea != colon || eb != text.size() - colon - 1 || a < 1 || b < a)
+    TRIAX_THROW(ConfigError, "--profile-steps '{}': expected A:B, the first and last iteration to record with "
+                "1 <= A <= B (e.g. 3:4)", text);
+  return std::pair<int64_t, int64_t>{a, b};
+}
+
+// --profile-steps and --profile-dir: a well-formed window, and somewhere to write it.
+static void check_profile(const TrainConfig& cfg) {
+  parse_profile_steps(cfg.profile_steps);
+  require(cfg.profile_steps.empty() || !cfg.profile_dir.empty(),
+          "--profile-steps {} needs --profile-dir DIR (where the timeline files go)", cfg.profile_steps);
+}
+
 ResolvedTrainConfig resolve_train_config(const TrainConfig& cfg, int world_size) {
   check_ranges(cfg);
+  check_profile(cfg);
   ResolvedTrainConfig r;
   TrainConfig& e = r.explicit_cfg;
   e = cfg;

@@ -4,6 +4,8 @@
 // predecessors, never the other way round.
 #include "triax/optim/grad_buffer.h"
 
+#include "triax/core/trace.h"
+
 #include "triax/backend/comm_ops.h"
 
 #include <algorithm>
@@ -298,6 +300,21 @@ void GradBuffer::progress() {
   progress_s_ += since(a);
 }
 
+// The step's buckets on the timeline (--profile-steps): each from its start to when this rank saw
+// it complete, and the exposed wait of finish() (its last exposed_s seconds).
+void GradBuffer::trace_buckets(double exposed_s) const {
+  const double tr_now = trace::now_us(), s_now = now_s();
+  auto at = [&](double s) { return tr_now - (s_now - s) * 1e6; };
+  trace::record(trace::Lane::dp, "dp sync wait (exposed)", tr_now - exposed_s * 1e6, tr_now);
+  for (size_t b = 0; b < buckets_.size(); ++b) {
+    const auto& t = timings_[b];
+    if (t.start_s < 0 || t.done_s < 0) continue;
+    trace::record(trace::Lane::dp,
+                  fmt::format("dp {} bucket {}", opts_.sync == GradSync::all_reduce ? "all-reduce" : "reduce-scatter", b),
+                  at(t.start_s), at(t.done_s), -1, -1, static_cast<int64_t>(buckets_[b].size() * sizeof(float)));
+  }
+}
+
 GradSyncStats GradBuffer::finish() {
   if (!step_open_) open_step();
   const auto enter = std::chrono::steady_clock::now();
@@ -328,6 +345,7 @@ GradSyncStats GradBuffer::finish() {
     st.bytes += buckets_[b].size() * sizeof(float);
   }
   if (!buckets_.empty()) st.comm_span_s = last - first;
+  if (trace::on()) trace_buckets(st.exposed_s);
   reset();  // the timings stay readable until the next step opens
   return st;
 }

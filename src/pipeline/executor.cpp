@@ -6,9 +6,16 @@
 
 #include <chrono>
 #include <ctime>
+#include <thread>
 
 #include "triax/backend/comm_ops.h"
 #include "triax/core/clock.h"
+#include "triax/core/env.h"
+#include "triax/core/trace.h"
+
+#if defined(TRIAX_HAVE_CUDA)
+#include "triax/cuda/nvtx.h"
+#endif
 
 namespace triax {
 namespace {
@@ -35,15 +42,39 @@ struct Instr {
   Stage& ch;
   bool first, last;
   double start = 0, waited = 0, cpu0 = 0;
+  double tr0 = 0;  // the same start on the timeline's clock (--profile-steps; 0 while off)
 };
+
+#if defined(TRIAX_HAVE_CUDA)
+// The NVTX range of an instruction (Nsight Systems): the timeline's points without its numbers.
+const char* nvtx_name(PipeOp op) {
+  switch (op) {
+    case PipeOp::forward: return "pipeline forward";
+    case PipeOp::backward: return "pipeline backward";
+    case PipeOp::backward_input: return "pipeline backward_input";
+    case PipeOp::backward_weight: return "pipeline backward_weight";
+    case PipeOp::send_activation: return "pipeline send activation";
+    case PipeOp::send_grad: return "pipeline send gradient";
+    case PipeOp::recv_activation: return "pipeline post recv activation";
+    case PipeOp::recv_grad: return "pipeline post recv gradient";
+  }
+  return "pipeline";
+}
+#endif
+
+// The timeline's name of a compute instruction: "forward mb 3", "backward mb 0 chunk 1".
+std::string span_name(const PipeInstr& in, int chunks) {
+  return chunks > 1 ? fmt::format("{} mb {} chunk {}", pipe_op_name(in.op), in.mb, in.chunk)
+                    : fmt::format("{} mb {}", pipe_op_name(in.op), in.mb);
+}
 
 // One step of one stage: the buffers and in-flight messages of every micro-batch in the list, and
 // what the step measures. PipelineExecutor::run makes one per call and hands it each instruction.
 class StepState {
  public:
   StepState(const Schedule& sch, const std::vector<Stage*>& chunks, Communicator& pp, int B, int T, int C,
-            const MicroBatchFn& data, GradReadySink* grads, float dloss, bool record)
-      : sch_(sch), chunks_(chunks), pp_(pp), be_(chunks.front()->backend()), data_(data), grads_(grads),
+            const MicroBatchFn& data, GradReadySink* grads, float dloss, bool record, int64_t pad_us)
+      : pad_us_(pad_us), sch_(sch), chunks_(chunks), pp_(pp), be_(chunks.front()->backend()), data_(data), grads_(grads),
         dloss_(dloss), record_(record), stage_(pp.rank()), B_(B), T_(T),
         // Hidden states crossing stages: (B*T, C), or this rank's B*T/tp rows under sequence parallelism.
         N_(static_cast<size_t>(chunks.front()->io_rows(B, T)) * C) {
@@ -80,8 +111,12 @@ class StepState {
     Instr x{in, k, *chunks_.at(static_cast<size_t>(in.chunk)), sch_.is_first_virtual(stage_, in.chunk),
             sch_.is_last_virtual(stage_, in.chunk)};
     const int tag = message_tag(sch_, stage_, in);
+#if defined(TRIAX_HAVE_CUDA)
+    cuda::NvtxRange nvtx(nvtx_name(in.op));  // the whole instruction, its receive wait included
+#endif
     x.start = since(t0_);
     x.cpu0 = record_ && is_compute(in.op) ? thread_cpu_s() : 0;
+    if (trace::on()) x.tr0 = trace::now_us();
     switch (in.op) {
       case PipeOp::recv_activation: post_recv(act_in_, recv_act_, k, in.peer, tag); break;
       case PipeOp::recv_grad: post_recv(grad_in_, recv_grad_, k, in.peer, tag); break;
@@ -92,13 +127,20 @@ class StepState {
       case PipeOp::backward_input: backward(i, x); break;
       case PipeOp::backward_weight: backward_weight(i, x); break;
     }
+    // TRIAX_PIPELINE_PAD_US: a fixed extra duration per compute (a full backward twice), inside
+    // its busy interval; it sleeps, so ranks sharing cores all "compute" at once.
+    if (pad_us_ > 0 && is_compute(in.op))
+      std::this_thread::sleep_for(std::chrono::microseconds(in.op == PipeOp::backward ? 2 * pad_us_ : pad_us_));
     if (record_ && is_compute(in.op)) res_.events.push_back({in, x.start, since(t0_), x.waited, thread_cpu_s() - x.cpu0});
+    if (trace::on() && is_compute(in.op))
+      trace::record(trace::Lane::compute, span_name(in, sch_.chunks), x.tr0, trace::now_us(), in.mb, in.chunk);
     progress();
   }
 
   // Completes the sends still in flight (their wait counted from w0) and checks that every
   // received tensor was consumed.
   StepResult finish(Clock::time_point w0) {
+    trace::Span span(trace::Lane::p2p, "wait sends");
     for (auto& p : sends_) p.work.wait();
     sends_.clear();
     res_.p2p_wait_s += since(w0);
@@ -125,6 +167,7 @@ class StepState {
   void restart(Instr& x) {
     x.start = since(t0_);
     if (record_) x.cpu0 = thread_cpu_s();
+    if (trace::on()) x.tr0 = trace::now_us();
   }
 
   void post_recv(std::map<Key, Tensor>& bufs, std::map<Key, Work>& works, Key k, int peer, int tag) {
@@ -133,13 +176,19 @@ class StepState {
     works[k] = recv(pp_, be_, buf, peer, tag);
   }
 
-  double wait_recv(std::map<Key, Work>& works, Key k, const char* what) {
+  double wait_recv(std::map<Key, Work>& works, Key k, const char* what, const char* span_name) {
     auto it = works.find(k);
     if (it == works.end())
       TRIAX_THROW(CommError, "pipeline stage {}: {} of micro-batch {} chunk {} was never received", stage_, what, k.mb,
                   k.chunk);
     const auto w0 = Clock::now();
-    it->second.wait();
+    {
+#if defined(TRIAX_HAVE_CUDA)
+      cuda::NvtxRange nvtx(span_name);
+#endif
+      trace::Span span(trace::Lane::p2p, span_name, k.mb, k.chunk);
+      it->second.wait();
+    }
     const double waited = since(w0);
     res_.p2p_wait_s += waited;
     works.erase(it);
@@ -150,6 +199,8 @@ class StepState {
     auto it = from.find(k);
     if (it == from.end())
       TRIAX_THROW(CommError, "pipeline stage {}: nothing to send for micro-batch {} chunk {}", stage_, k.mb, k.chunk);
+    trace::Span span(trace::Lane::p2p, &from == &act_out_ ? "send activation" : "send gradient", k.mb, k.chunk,
+                     static_cast<int64_t>(it->second.nbytes()));
     Pending p{send(pp_, be_, it->second, peer, tag), std::move(it->second)};
     from.erase(it);
     sends_.push_back(std::move(p));
@@ -167,7 +218,7 @@ class StepState {
     const bool first = x.first, last = x.last;
     Tensor x_in;
     if (!first) {
-      x.waited = wait_recv(recv_act_, k, "the activation");
+      x.waited = wait_recv(recv_act_, k, "the activation", "wait recv activation");
       x_in = act_in_[k];
       restart(x);
     }
@@ -192,7 +243,7 @@ class StepState {
     const Key k = x.k;
     Tensor dx_out;
     if (!x.last) {
-      x.waited = wait_recv(recv_grad_, k, "the output gradient");
+      x.waited = wait_recv(recv_grad_, k, "the output gradient", "wait recv gradient");
       dx_out = grad_in_[k];
       restart(x);
     }
@@ -219,6 +270,7 @@ class StepState {
     armed_ = false;
   }
 
+  int64_t pad_us_;
   const Schedule& sch_;
   const std::vector<Stage*>& chunks_;
   Communicator& pp_;
@@ -242,7 +294,8 @@ class StepState {
 
 PipelineExecutor::PipelineExecutor(std::vector<Stage*> chunks, Communicator& pp, int micro_batch, int seq,
                                    int hidden)
-    : chunks_(std::move(chunks)), pp_(pp), B_(micro_batch), T_(seq), C_(hidden) {
+    : chunks_(std::move(chunks)), pp_(pp), B_(micro_batch), T_(seq), C_(hidden),
+      pad_us_(env_int("TRIAX_PIPELINE_PAD_US", 0, 10'000'000, 0)) {
   if (chunks_.empty()) TRIAX_THROW(ConfigError, "a pipeline stage needs at least one model chunk");
   for (auto* c : chunks_)
     if (&c->backend() != &chunks_.front()->backend())
@@ -259,7 +312,7 @@ StepResult PipelineExecutor::run(const Schedule& sch, const MicroBatchFn& data, 
     TRIAX_THROW(ConfigError, "schedule '{}' has {} chunks per stage but this stage holds {}", sch.label(), sch.chunks,
                 chunks_.size());
   const auto& list = sch.lists.at(static_cast<size_t>(stage));
-  StepState step(sch, chunks_, pp_, B_, T_, C_, data, grads, dloss, record);
+  StepState step(sch, chunks_, pp_, B_, T_, C_, data, grads, dloss, record, pad_us_);
   // The hook refers to this call's step: cleared on every way out (an exception included).
   struct HookGuard {
     std::vector<Stage*>& chunks;

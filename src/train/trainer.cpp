@@ -15,6 +15,7 @@
 #include "triax/core/env.h"
 #include "triax/core/gpu_count.h"
 #include "triax/core/log.h"
+#include "triax/core/trace.h"
 #include "triax/core/memory_limit.h"
 #include "triax/train/memory_plan.h"
 #include "triax/model/hf_dir.h"
@@ -419,7 +420,10 @@ IterationMetrics Trainer::step(bool record_events) {
   last_ = executor_->run(*schedule_, data, &optimizer_->grad_buffer(), dloss, record_events);
   watchdog_->set_phase(fmt::format("iteration {}: optimizer step (DP gradient sync, norm, AdamW)", it));
   faults_.maybe_hang(it);
-  const StepReport rep = optimizer_->step(lr);
+  const StepReport rep = [&] {
+    trace::Span span(trace::Lane::optimizer, "optimizer step (DP sync, grad norm, AdamW)");
+    return optimizer_->step(lr);
+  }();
   last_report_ = rep;
   const double elapsed = std::chrono::duration<double>(Clock::now() - t0).count();
   watchdog_->set_phase(fmt::format("iteration {}: metrics all-reduce", it));
@@ -537,8 +541,13 @@ void Trainer::restore_progress(int64_t iteration, int64_t consumed_samples) {
 void Trainer::train(const std::function<void(const IterationMetrics&)>& on_iteration,
                     const std::function<void(const EvalMetrics&)>& on_eval,
                     const std::function<bool()>& should_stop) {
+  if (!timeline_) timeline_ = std::make_unique<Timeline>(cfg_.profile_steps, cfg_.profile_dir);
   while (iteration_ < cfg_.train_iters) {
+    timeline_->before_step(iteration_ + 1, *grid_);
     const auto m = step();
+    // A stop request (should_stop) ends the window early: the file is written at the next check.
+    timeline_->after_step(iteration_, iteration_ >= cfg_.train_iters, *grid_, *schedule_);
+    trace::set_step(-1);  // evaluation and callbacks are not part of a step's bubble
     if (on_iteration) on_iteration(m);
     if (cfg_.eval_interval > 0 && iteration_ % cfg_.eval_interval == 0) {
       watchdog_->set_phase(fmt::format("evaluation after iteration {}", iteration_));
@@ -546,7 +555,10 @@ void Trainer::train(const std::function<void(const IterationMetrics&)>& on_itera
       watchdog_->progress();
       if (on_eval) on_eval(e);
     }
-    if (should_stop && should_stop()) break;
+    if (should_stop && should_stop()) {
+      timeline_->after_step(iteration_, true, *grid_, *schedule_);
+      break;
+    }
   }
 }
 

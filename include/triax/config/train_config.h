@@ -9,6 +9,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "triax/core/enum_names.h"
@@ -123,6 +124,10 @@ struct TrainConfig {
   std::string metrics_bind = "0.0.0.0";
   std::string metrics_textfile;
   double metrics_linger = 0;
+  // Timeline (docs/OBSERVE.md): iterations A..B ("A:B", 1-based, inclusive; "" off) recorded per rank
+  // into profile_dir/trace_rank{R}.json and merged by rank 0 into profile_dir/trace.json.
+  std::string profile_steps;
+  std::string profile_dir;
   // Checkpoints (docs/CHECKPOINTS.md): save the whole training state under `save` every
   // save_interval iterations (0: only at the end and on SIGTERM/SIGUSR1), keeping the newest
   // keep_last (0: all); resume from the newest complete checkpoint under `load`; start from
@@ -224,5 +229,7 @@ struct ResolvedTrainConfig {
   DType compute = DType::f32;
 };
 ResolvedTrainConfig resolve_train_config(const TrainConfig& cfg, int world_size);
+// --profile-steps "A:B" as (A, B), nullopt for ""; ConfigError naming the text otherwise.
+std::optional<std::pair<int64_t, int64_t>> parse_profile_steps(const std::string& text);
 
 }  // namespace triax

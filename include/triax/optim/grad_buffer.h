@@ -177,6 +177,7 @@ class GradBuffer final : public GradReadySink {
   void start_bucket(size_t b, bool in_finish);
   void start_tied(size_t b);
   void poll();
+  void trace_buckets(double exposed_s) const;
   void reset();
   void open_step();
 

@@ -68,6 +68,7 @@ class PipelineExecutor {
   std::vector<Stage*> chunks_;
   Communicator& pp_;
   int B_, T_, C_;
+  int64_t pad_us_ = 0;  // TRIAX_PIPELINE_PAD_US (docs/ENVIRONMENT.md): test padding of every compute
 };
 
 }  // namespace triax

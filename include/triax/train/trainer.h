@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "triax/train/timeline.h"
 #include "triax/backend/backend.h"
 #include "triax/distributed/grid.h"
 #include "triax/model/gpt.h"
@@ -175,6 +176,7 @@ class Trainer {
   ScheduleKind kind_;
   std::optional<Schedule> schedule_;
   std::vector<int> stage_layers_;  // per virtual stage
+  std::unique_ptr<Timeline> timeline_;  // --profile-steps (built on first use in train())
   int T_ = 0;
   int64_t iteration_ = 0, consumed_ = 0;
   StepResult last_;

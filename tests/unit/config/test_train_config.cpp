@@ -56,6 +56,7 @@ TrainConfig unusual() {
   c.bf16 = true, c.fp16 = true;  // printed and read back only: resolution refuses the pair (and both on a cpu backend)
   c.stall_timeout = 12.5, c.max_skipped_iterations = 4, c.straggler_factor = 1.5, c.loss_spike_zscore = 3.5;
   c.metrics_port = 9400, c.metrics_bind = "127.0.0.1", c.metrics_textfile = "triax.prom", c.metrics_linger = 2.5;
+  c.profile_steps = "2:3", c.profile_dir = "prof dir";
   c.save = "ck pts", c.save_interval = 25, c.keep_last = 5, c.load = "old/ckpts";
   c.init_from = "gpt2.safetensors", c.export_hf = "out.safetensors";
   return c;

@@ -2,8 +2,8 @@
 # -DTRIAX_BUILD_BENCHMARKS=OFF). install.lean_build configures that tree beside this one with
 # Catch2 made unfindable, checks that it holds only the library and the example programs, builds it
 # within a bound and trains two iterations with its train_gpt (lean_build_test.sh).
-# The bound, 20 min: a cold lean build on 2 idle cores takes about 5 (README), a compiler cache
-# (ccache) serves most of it, and the rest is room for a loaded machine.
+# The bound, 20 min: a cold lean build is 7.7 min of CPU, about 4 on 2 idle cores (README); ccache
+# serves most of it where present, and the rest is room for a loaded machine.
 if(TRIAX_BUILD_EXAMPLES)
   file(GLOB _lean_examples CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/examples/*/CMakeLists.txt)
   list(LENGTH _lean_examples _lean_num_examples)

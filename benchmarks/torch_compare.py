@@ -910,7 +910,7 @@ def main():
         if os.path.exists(system) and os.path.realpath(sys.executable) != os.path.realpath(system):
             os.execv(system, [system] + sys.argv)
         print("torch_compare: SKIPPED: PyTorch is not installed (Debian: apt-get install python3-torch; "
-              "scripts/setup.sh installs it)")
+              "scripts/test.sh installs it)")
         return SKIP
     if not os.path.exists(args.triax):
         print(f"torch_compare: {args.triax} not found (build the torch_compare_triax target)")

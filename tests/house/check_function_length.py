@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """The house rule "no function over ~100 lines": measures every function in src/ with lizard (the
-PyPI code-metrics tool: it parses C++ functions, lambdas and strings properly; scripts/setup.sh
+PyPI code-metrics tool: it parses C++ functions, lambdas and strings properly; scripts/test.sh
 installs it) and fails on each one longer than the limit that tests/house/long_functions.txt does
 not list with a reason. An entry whose function is gone or no longer too long fails as well, so the
 list never outlives what it excuses.
@@ -60,7 +60,7 @@ def main():
         import lizard  # noqa: F401
     except ImportError:
         print("check_function_length: the 'lizard' Python package is missing: "
-              "python3 -m pip install lizard==1.24.3 (scripts/setup.sh does)")
+              "python3 -m pip install lizard==1.24.3 (scripts/test.sh does)")
         return 2
 
     allow, problems = load_allow(args.allow)

@@ -309,7 +309,7 @@ class TrainerEngine final : public Engine {
     c.pp = l.pp;
     c.schedule = parse_schedule_kind(l.schedule);
     c.pipeline_layers = l.stage_layers;
-    c.zero1 = l.zero1;
+    c.zero = (l.zero1) ? 1 : 0;
     c.global_batch = m.B;
     c.num_micro_batches = l.micro_batches ? l.micro_batches : (l.pp > 1 ? 2 * l.pp : 1);
     c.train_iters = int64_t{1} << 40;  // the driver decides how many steps; nothing decays
@@ -339,7 +339,7 @@ class TrainerEngine final : public Engine {
     j["micro_batches"] = *c.num_micro_batches;
     j["schedule"] = std::string(schedule_kind_name(c.schedule));
     j["stage_layers"] = c.pipeline_layers;
-    j["zero1"] = c.zero1;
+    j["zero1"] = (c.zero == 1);
     j["bucket_mb"] = c.bucket_mb;
     j["overlap_grad_reduce"] = c.overlap_grad_reduce;
     j["threads_per_rank"] = omp_get_max_threads();

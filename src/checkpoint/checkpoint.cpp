@@ -327,9 +327,9 @@ CheckpointManifest Checkpointer::stage_shard(const std::string& file) {
     if (info.spec.split == TpSplit::none && coord.tp != 0) continue;
     if (is_tied_embedding(t_.model_config(), info.spec.name) && coord.pp != 0) continue;
     std::vector<std::array<size_t, 3>> runs;
-    if (!opt.zero1()) {
+    if (!opt.sharded_state()) {
       if ((info.spec.expert ? edp_rank : coord.dp) == 0) runs.push_back({0, info.numel, info.offset});
-    } else {
+    } else if (opt.replica_writer()) {  // HSDP: the first replica group writes the shards
       for (const auto& r : opt.ranges()) {
         const size_t b = std::max(r.flat_offset, info.offset), e = std::min(r.flat_offset + r.count, info.offset + info.numel);
         if (b < e) runs.push_back({b - info.offset, e - info.offset, r.state_offset + (b - r.flat_offset)});
@@ -385,7 +385,7 @@ void Checkpointer::save() {
   part.seed = cfg.seed;
   part.seq = *cfg.seq;
   part.model = t_.model_config();
-  part.tp = cfg.tp, part.pp = cfg.pp, part.dp = t_.grid().dp().size(), part.vpp = cfg.vpp, part.zero1 = opt.zero1();
+  part.tp = cfg.tp, part.pp = cfg.pp, part.dp = t_.grid().dp().size(), part.vpp = cfg.vpp, part.zero1 = opt.zero_level() == 1;
   part.schedule = std::string(schedule_kind_name(cfg.schedule));
   part.config_toml = to_toml(cfg);
   part.batch = CheckpointBatch{*cfg.global_batch, *cfg.micro_batch, *cfg.num_micro_batches, cfg.rampup,
@@ -547,7 +547,7 @@ Restored read_state(CheckpointReader& rd, Trainer& t, const std::string& dir) {
     };
     r.params.push_back(local(StateKind::param));
     const auto lm = local(StateKind::exp_avg), lv = local(StateKind::exp_avg_sq);
-    if (!opt.zero1()) {
+    if (!opt.sharded_state()) {
       std::copy(lm.begin(), lm.end(), r.m.begin() + static_cast<std::ptrdiff_t>(info.offset));
       std::copy(lv.begin(), lv.end(), r.v.begin() + static_cast<std::ptrdiff_t>(info.offset));
       continue;
@@ -594,7 +594,7 @@ void Checkpointer::announce_resume(const std::string& dir, const CheckpointManif
   if (!root) return;
   log::info("resumed from {}: iteration {}, {} consumed samples (written at tp {} pp {} dp {}{}, loaded at tp "
             "{} pp {} dp {}{})", dir, m.iteration, m.consumed_samples, m.tp, m.pp, m.dp, m.zero1 ? " zero1" : "",
-            cfg.tp, cfg.pp, t_.grid().dp().size(), cfg.zero1 ? " zero1" : "");
+            cfg.tp, cfg.pp, t_.grid().dp().size(), cfg.zero > 0 ? fmt::format(" zero{}", cfg.zero) : std::string());
   if (!m.batch)
     log::warn("{} (format version 1) does not record its batch settings: this run uses {} (give the original run's "
               "--global-batch-size to keep its batch)", dir, now);

@@ -428,6 +428,21 @@ void model_options(Options& t) {
   t.push_back(real_opt("moe-aux-coef", "weight of the load-balancing loss", TRIAX_FIELD(moe_aux_coef), {0, 1e6}));
 }
 
+// --zero1: Megatron's old spelling, the same as --zero 1 (false: --zero 0). Never written back to
+// TOML: the `zero` key carries the level.
+ConfigOption zero1_alias_opt() {
+  ConfigOption o;
+  o.key = "zero1";
+  o.help = "alias of --zero 1";
+  o.alias_of = "zero";
+  o.range = "true or false";
+  o.arity = 0;
+  o.set = [](TrainConfig& c, const OptionInput& in) { c.zero = read_bool(in) ? 1 : 0; };
+  o.check = [](const TrainConfig&) { return std::string(); };
+  o.toml = [](const TrainConfig&) -> std::optional<std::string> { return std::nullopt; };
+  return o;
+}
+
 void parallel_options(Options& t) {
   t.push_back(int_opt("tp", "tensor-parallel size", TRIAX_FIELD(tp), 1, kMaxInt));
   t.push_back(int_opt("pp", "pipeline-parallel size", TRIAX_FIELD(pp), 1, kMaxInt));
@@ -442,7 +457,12 @@ void parallel_options(Options& t) {
   t.push_back(bool_opt("sequence-parallel", "split LayerNorm/residual regions over TP by tokens",
                        TRIAX_FIELD(sequence_parallel)));
   t.push_back(enum_opt("recompute", "activation recomputation", TRIAX_FIELD(recompute)));
-  t.push_back(bool_opt("zero1", "ZeRO-1 distributed optimizer", TRIAX_FIELD(zero1)));
+  t.push_back(int_opt("zero", "ZeRO level: 0 none, 1 optimizer state, 2 + gradients, 3 + parameters sharded over dp",
+                      TRIAX_FIELD(zero), 0, 3));
+  t.push_back(zero1_alias_opt());
+  t.push_back(int_opt("zero-shard-size", "HSDP: with --zero 2 or 3, shard inside groups of this many DP ranks "
+                      "(divides dp) and all-reduce across the groups; 0: one group of all dp", TRIAX_FIELD(zero_shard_size),
+                      0, kMaxInt));
   t.push_back(real_opt("bucket-mb", "DP gradient bucket size (MiB)", TRIAX_FIELD(bucket_mb), {0, 1 << 20, true, false}));
   t.push_back(bool_opt("no-overlap-grad-reduce", "reduce gradients after backward instead of during it",
                        TRIAX_FIELD(overlap_grad_reduce), /*invert=*/true));
@@ -986,6 +1006,11 @@ ResolvedTrainConfig resolve_train_config(const TrainConfig& cfg, int world_size)
     r.dp = static_cast<int>(W / tp_pp);
   }
   e.dp = r.dp;
+  if (cfg.zero_shard_size > 0) {
+    require(cfg.zero >= 2, "--zero-shard-size {} (HSDP) needs --zero 2 or 3, not --zero {}", cfg.zero_shard_size, cfg.zero);
+    require(r.dp % cfg.zero_shard_size == 0, "--zero-shard-size {} does not divide the data-parallel size {}",
+            cfg.zero_shard_size, r.dp);
+  }
 
   GptConfig& m = r.model;
   m = GptConfig::preset(cfg.model);

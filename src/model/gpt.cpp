@@ -85,7 +85,10 @@ void GptChunk::ensure(Tensor& t, size_t n, DType dtype) {
 // Parameter i's compute view (ParamStore::weight_t: the bf16/fp16 compute copy under mixed
 // precision, else the master) or, with grad, its gradient's; made on first use; both caches
 // follow the store's size.
-const Tensor& GptChunk::view(size_t i, bool grad) {
+Tensor GptChunk::view(size_t i, bool grad) {
+  // A sharded store (ZeRO-2/3) serves views that move (gathered units, per-pass gradient buffers):
+  // fetched on every use and never cached, so no old unit buffer stays alive through a cache.
+  if (store_.views_move()) return grad ? store_.grad_t(i) : store_.weight_t(i);
   if (pview_.size() != store_.size() || gview_.size() != store_.size()) {
     pview_.assign(store_.size(), Tensor());
     gview_.assign(store_.size(), Tensor());
@@ -95,32 +98,26 @@ const Tensor& GptChunk::view(size_t i, bool grad) {
   return v;
 }
 
-const Tensor& GptChunk::P(size_t i) { return view(i, false); }
-const Tensor& GptChunk::G(size_t i) { return view(i, true); }
+Tensor GptChunk::P(size_t i) { return view(i, false); }
+Tensor GptChunk::G(size_t i) { return view(i, true); }
 
 // The views of a fused weight span its parts in the flat buffers (adjacent by construction,
 // checked in add_fused).
 Tensor GptChunk::P(ParamRef r) {
   if (r.count == 1) return P(r.first);
+  if (store_.views_move()) return store_.weights_of(r.first, r.count);
   if (fpview_.size() != store_.size()) fpview_.assign(store_.size(), Tensor());
   Tensor& v = fpview_[r.first];
-  if (!v.defined()) {
-    const auto& a = store_.info(r.first);
-    const auto& z = store_.info(r.first + r.count - 1);
-    v = store_.weights_t().slice(static_cast<int64_t>(a.offset), static_cast<int64_t>(z.offset + z.numel));
-  }
+  if (!v.defined()) v = store_.weights_of(r.first, r.count);
   return v;
 }
 
 Tensor GptChunk::G(ParamRef r) {
   if (r.count == 1) return G(r.first);
+  if (store_.views_move()) return store_.grads_of(r.first, r.count);
   if (fgview_.size() != store_.size()) fgview_.assign(store_.size(), Tensor());
   Tensor& v = fgview_[r.first];
-  if (!v.defined()) {
-    const auto& a = store_.info(r.first);
-    const auto& z = store_.info(r.first + r.count - 1);
-    v = store_.grads_range(a.offset, z.offset + z.numel);
-  }
+  if (!v.defined()) v = store_.grads_of(r.first, r.count);
   return v;
 }
 
@@ -155,6 +152,7 @@ GptChunk::GptChunk(const GptConfig& cfg, const ChunkSpec& spec, Communicator& tp
   v0_ = tp.rank() * (vp_ / tps);
   v1_ = v0_ + vp_ / tps;
   if (spec.embedding) {
+    store_.begin_unit("embedding");
     wte_ = add_param(cfg.embedding_param(), {vp_, C_}, TpSplit::rows, true, Init::vocab_normal);
     owns_wte_ = true;
     if (cfg.positions == PositionEmbedding::learned_absolute)
@@ -199,6 +197,7 @@ void GptChunk::register_layer(int l, const ChunkMoe& moe) {
   const auto single = [](size_t i) { return ParamRef{i, 1}; };
   Layer L{};
   L.index = l;
+  store_.begin_unit(fmt::format("layer {}", l));  // the ZeRO-3 gather unit (its experts form their own)
   if (cfg.is_gpt2()) {
     const std::string p = fmt::format("transformer.h.{}.", l);
     L.ln1w = add_param(p + "ln_1.weight", {C}, TpSplit::none, false, Init::ones);
@@ -261,6 +260,7 @@ void GptChunk::register_layer(int l, const ChunkMoe& moe) {
 void GptChunk::register_head(bool wte_norm_owner) {
   const GptConfig& cfg = cfg_;
   const std::string norm = cfg.is_gpt2() ? "transformer.ln_f." : "model.norm.";
+  store_.begin_unit("head");
   lnf_w_ = add_param(norm + "weight", {C_}, TpSplit::none, false, Init::ones);
   if (cfg.norm_kind_has_bias()) lnf_b_ = add_param(norm + "bias", {C_}, TpSplit::none, false, Init::zeros);
   if (!cfg.tied_embeddings) {
@@ -282,6 +282,7 @@ void GptChunk::register_head(bool wte_norm_owner) {
   head_marks_wte_ = !found || spec_.embedding;
   if (spec_.embedding) head_marks_wte_ = false;  // this chunk's own embedding backward marks it
   if (!found) {
+    store_.begin_unit("tied embedding");  // its own unit: the pipeline sums it over both stages
     ParamSpec ps{name, {vp_, C_}, TpSplit::rows, true, wte_norm_owner};
     wte_ = store_.add(ps, shard_shape({vp_, C_}, TpSplit::rows, tp_.size(), ps.name));
     owned_.push_back(wte_);

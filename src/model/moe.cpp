@@ -712,7 +712,8 @@ void MoeMlp::backward(int sl, const float* dy, float* dx, float dloss) {
   be_.copy_to_host(dx, dxt, n * sizeof(float));
 }
 
-const Tensor& MoeMlp::P(size_t i) {
+Tensor MoeMlp::P(size_t i) {
+  if (store_.views_move()) return store_.weight_t(i);  // ZeRO-2/3: views move, never cached
   auto it = pview_.find(i);
   if (it == pview_.end()) it = pview_.emplace(i, store_.weight_t(i)).first;  // the compute view
   return it->second;
@@ -720,6 +721,7 @@ const Tensor& MoeMlp::P(size_t i) {
 
 Tensor MoeMlp::PN(size_t i, int n) {
   if (i == kNone) return Tensor();
+  if (store_.views_move()) return store_.weights_of(i, static_cast<size_t>(n));
   auto it = pnview_.find({i, n});
   if (it == pnview_.end()) {
     const auto& first = store_.info(i);
@@ -733,6 +735,7 @@ Tensor MoeMlp::PN(size_t i, int n) {
 
 Tensor MoeMlp::GN(size_t i, int n) {
   if (i == kNone) return Tensor();
+  if (store_.views_move()) return store_.grads_of(i, static_cast<size_t>(n));
   auto it = gnview_.find({i, n});
   if (it == gnview_.end()) {
     const auto& first = store_.info(i);
@@ -744,7 +747,8 @@ Tensor MoeMlp::GN(size_t i, int n) {
   return it->second;
 }
 
-const Tensor& MoeMlp::G(size_t i) {
+Tensor MoeMlp::G(size_t i) {
+  if (store_.views_move()) return store_.grad_t(i);
   auto it = gview_.find(i);
   if (it == gview_.end()) it = gview_.emplace(i, store_.grad_t(i)).first;
   return it->second;

@@ -28,25 +28,51 @@ double local_grad_sumsq(ParamStore& store) {
   return owned_plus_nonfinite(h[0], h[1]);
 }
 
-double local_grad_sumsq(ParamStore& store, const GradBuffer& zero) {
+GradShard shard_of(const GradBuffer& zero) {
   if (zero.options().sync != GradSync::reduce_scatter)
-    TRIAX_THROW(ConfigError, "local_grad_sumsq: the GradBuffer does not reduce-scatter (not ZeRO-1)");
+    TRIAX_THROW(ConfigError, "the GradBuffer does not reduce-scatter (not ZeRO-1)");
+  return GradShard{zero.shard_grads_t(), &zero.shard_segments(), true};
+}
+
+namespace {
+double shard_sumsq(ParamStore& store, const GradShard& sh) {
   Backend& be = store.backend();
   const Tensor acc = accumulators(be, 2);
-  const Tensor& g = zero.shard_grads_t();
-  for (const auto& seg : zero.shard_segments()) {
+  const Tensor& g = sh.grads;
+  for (const auto& seg : *sh.segments) {
     const auto o = static_cast<int64_t>(seg.shard_offset);
     be.sum_squares_into(acc, store.info(seg.param).spec.norm_owner ? 0 : 1, g.slice(o, o + static_cast<int64_t>(seg.count)));
   }
   const auto h = read(be, acc);
-  return owned_plus_nonfinite(h[0], h[1]);
+  const double v = owned_plus_nonfinite(h[0], h[1]);
+  return sh.counts || !std::isfinite(v) ? v : 0.0;
+}
+double world_sum(ProcessGrid& grid, double mine) {
+  double buf[1] = {mine};
+  grid.world().all_reduce(std::span<double>(buf), ReduceOp::sum).wait();
+  return buf[0];
+}
+}  // namespace
+
+double local_grad_sumsq(ParamStore& store, const GradBuffer& zero) { return shard_sumsq(store, shard_of(zero)); }
+
+double global_grad_norm(ParamStore& store, ProcessGrid& grid, const GradShard& shard) {
+  return std::sqrt(world_sum(grid, shard_sumsq(store, shard)));
+}
+
+bool any_nonfinite_grad(ParamStore& store, ProcessGrid& grid, const GradShard& shard) {
+  Backend& be = store.backend();
+  const Tensor acc = accumulators(be, 1);
+  if (shard.grads.defined() && shard.grads.numel() > 0) be.count_nonfinite_into(acc, 0, shard.grads);
+  double buf[1] = {read(be, acc)[0]};
+  grid.world().all_reduce(std::span<double>(buf), ReduceOp::max).wait();
+  return buf[0] > 0;
 }
 
 double global_grad_norm(ParamStore& store, ProcessGrid& grid, const GradBuffer* zero) {
+  if (zero) return global_grad_norm(store, grid, shard_of(*zero));
   double mine;
-  if (zero) {
-    mine = local_grad_sumsq(store, *zero);
-  } else {
+  {
     // Dense parameters: DP replicas agree, DP rank 0 counts them. MoE experts: the ranks of one
     // expert-data-parallel group agree, and the EP groups hold different experts, so the first
     // EP group (expert_dp rank 0) counts them. With ep = 1 both are DP rank 0.
@@ -63,19 +89,14 @@ double global_grad_norm(ParamStore& store, ProcessGrid& grid, const GradBuffer* 
     mine = (grid.coord().dp == 0 || !std::isfinite(d) ? d : 0.0) +
            (grid.expert_dp().rank() == 0 || !std::isfinite(e) ? e : 0.0);
   }
-  double buf[1] = {mine};
-  grid.world().all_reduce(std::span<double>(buf), ReduceOp::sum).wait();
-  return std::sqrt(buf[0]);
+  return std::sqrt(world_sum(grid, mine));
 }
 
 bool any_nonfinite_grad(ParamStore& store, ProcessGrid& grid, const GradBuffer* zero) {
+  if (zero) return any_nonfinite_grad(store, grid, shard_of(*zero));
   Backend& be = store.backend();
   const Tensor acc = accumulators(be, 1);
-  if (zero) {
-    if (zero->options().sync != GradSync::reduce_scatter)
-      TRIAX_THROW(ConfigError, "any_nonfinite_grad: the GradBuffer does not reduce-scatter (not ZeRO-1)");
-    if (zero->shard_size() > 0) be.count_nonfinite_into(acc, 0, zero->shard_grads_t());
-  } else if (store.padded_numel() > 0) {
+  if (store.padded_numel() > 0) {
     be.count_nonfinite_into(acc, 0, store.grads_t());
   }
   double buf[1] = {read(be, acc)[0]};

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cmath>
 #include <limits>
+#include <optional>
 
 #include "triax/core/clock.h"
 #include "triax/optim/grad_norm.h"
@@ -13,25 +14,105 @@ namespace triax {
 
 GradBufferOptions Optimizer::sync_options(const OptimizerConfig& cfg, ProcessGrid& grid) {
   GradBufferOptions o = cfg.grad_sync;
-  o.sync = cfg.zero1 ? GradSync::reduce_scatter : GradSync::all_reduce;
+  o.sync = cfg.zero == 1 ? GradSync::reduce_scatter : GradSync::all_reduce;
   if (o.tied_param && !o.embedding) o.embedding = grid.embedding();
   if (!o.expert_dp) o.expert_dp = &grid.expert_dp();  // used only if the store holds MoE experts
   return o;
 }
 
-Optimizer::Optimizer(ParamStore& store, ProcessGrid& grid, const OptimizerConfig& cfg)
-    : store_(store), grid_(grid), cfg_(cfg), grads_(store, grid.dp(), sync_options(cfg, grid)) {
+ZeroGroups make_zero_groups(ProcessGrid& grid, int zero_shard_size) {
+  Communicator& dp = grid.dp();
+  const int n = zero_shard_size <= 0 ? dp.size() : zero_shard_size;
+  if (dp.size() % n != 0)
+    TRIAX_THROW(ConfigError, "--zero-shard-size {} does not divide the data-parallel size {}", n, dp.size());
+  ZeroGroups g;
+  if (n == dp.size()) {
+    g.shard = &dp;
+    return g;
+  }
+  if (grid.ep().size() > 1)
+    TRIAX_THROW(ConfigError, "--zero-shard-size {} (HSDP) with expert parallelism (ep {}) is not supported: shard "
+                "over all of dp", n, grid.ep().size());
+  // Consecutive DP ranks shard together (a node when DP ranks of one node are adjacent).
+  g.shard_owned = dp.split(dp.rank() / n, dp.rank(), "dp_shard");
+  g.replicate = dp.split(dp.rank() % n, dp.rank(), "dp_replicate");
+  g.shard = g.shard_owned.get();
+  return g;
+}
+
+ShardSpec zero_shard_spec(int zero, const ZeroGroups& g, ProcessGrid& grid, bool force_compute_copy) {
+  if (!g.shard) TRIAX_THROW(ConfigError, "ZeRO-{}: no shard group (make_zero_groups)", zero);
+  ShardSpec s;
+  s.level = zero;
+  s.group = g.shard->size();
+  s.rank = g.shard->rank();
+  // Experts shard over expert-DP when experts are split over EP ranks, else like every parameter.
+  const bool split = grid.ep().size() > 1;
+  s.expert_group = split ? grid.expert_dp().size() : s.group;
+  s.expert_rank = split ? grid.expert_dp().rank() : s.rank;
+  s.force_compute_copy = force_compute_copy;
+  return s;
+}
+
+Optimizer::Optimizer(ParamStore& store, ProcessGrid& grid, const OptimizerConfig& cfg, ZeroGroups groups)
+    : store_(store), grid_(grid), cfg_(cfg), groups_(std::move(groups)) {
   validate(cfg_.adamw);
   if (!std::isfinite(cfg_.max_grad_norm))
     TRIAX_THROW(ConfigError, "max_grad_norm = {} must be finite (<= 0 disables clipping)", cfg_.max_grad_norm);
-  cfg_.grad_sync = grads_.options();
-  ranges_ = cfg_.zero1 ? update_ranges(store_, grads_) : update_ranges(store_);
-  const size_t state = cfg_.zero1 ? grads_.shard_size() : store_.padded_numel();
+  if (cfg_.zero < 0 || cfg_.zero > 3) TRIAX_THROW(ConfigError, "--zero {} is not a ZeRO level (0, 1, 2 or 3)", cfg_.zero);
+  if (cfg_.zero <= 1 && cfg_.zero_shard_size > 0 && cfg_.zero_shard_size != grid.dp().size())
+    TRIAX_THROW(ConfigError, "--zero-shard-size {} needs --zero 2 or 3 (ZeRO-{} shards over all of dp)",
+                cfg_.zero_shard_size, cfg_.zero);
   Backend& be = store_.backend();
+  size_t state = store_.padded_numel();
+  if (cfg_.zero >= 2) {
+    if (store_.zero_level() != cfg_.zero)
+      TRIAX_THROW(ConfigError, "ZeRO-{}: the parameter store is laid out for level {} (ParamStore::finalize_sharded)",
+                  cfg_.zero, store_.zero_level());
+    if (!groups_.shard) groups_ = make_zero_groups(grid, cfg_.zero_shard_size);
+    ZeroShardingOptions o = cfg_.sharding;
+    o.overlap = o.overlap && cfg_.grad_sync.overlap;
+    o.tied_param = cfg_.grad_sync.tied_param;
+    o.embedding = cfg_.grad_sync.embedding ? cfg_.grad_sync.embedding : grid.embedding();
+    o.replicate = groups_.replicate.get();
+    if (grid.ep().size() > 1) {
+      o.expert_shard = &grid.expert_dp();
+      o.expert_scale = static_cast<double>(grid.expert_dp().size()) / grid.dp().size();
+    }
+    zs_ = std::make_unique<ZeroSharding>(store_, *groups_.shard, o);
+    ranges_ = update_ranges(store_, store_.shard_segments());
+    state = store_.shard_size();
+  } else {
+    grads_ = std::make_unique<GradBuffer>(store, grid.dp(), sync_options(cfg, grid));
+    cfg_.grad_sync = grads_->options();
+    ranges_ = cfg_.zero == 1 ? update_ranges(store_, *grads_) : update_ranges(store_);
+    if (cfg_.zero == 1) state = grads_->shard_size();
+  }
   m_ = be.zeros(Shape{static_cast<int64_t>(state)}, DType::f32);
   v_ = be.zeros(Shape{static_cast<int64_t>(state)}, DType::f32);
   if (cfg_.loss_scaler) scaler_.emplace(*cfg_.loss_scaler);
 }
+
+Optimizer::~Optimizer() = default;
+
+GradReadySink& Optimizer::grad_sink() {
+  if (zs_) return *zs_;
+  return *grads_;
+}
+
+GradBuffer& Optimizer::grad_buffer() {
+  if (!grads_) TRIAX_THROW(ConfigError, "Optimizer::grad_buffer: ZeRO-{} has no GradBuffer (use sharding())", cfg_.zero);
+  return *grads_;
+}
+
+ZeroSharding& Optimizer::sharding() {
+  if (!zs_) TRIAX_THROW(ConfigError, "Optimizer::sharding: ZeRO-{} does not shard gradients (levels 2 and 3 do)", cfg_.zero);
+  return *zs_;
+}
+
+double Optimizer::presync_nonfinite() const { return grads_ ? grads_->presync_nonfinite() : 0.0; }
+
+bool Optimizer::replica_writer() const { return !groups_.replicate || groups_.replicate->rank() == 0; }
 
 void Optimizer::set_step_counts(int64_t applied, int64_t skipped) {
   if (applied < 0 || skipped < 0)
@@ -72,9 +153,12 @@ void Optimizer::state_from_host(int moment, std::span<const float> values) {
 StepReport Optimizer::step(double lr) {
   if (!(std::isfinite(lr) && lr >= 0.0)) TRIAX_THROW(ConfigError, "learning rate {} must be finite and >= 0", lr);
   StepReport rep;
-  rep.sync = grads_.finish();
+  rep.sync = zs_ ? zs_->finish() : grads_->finish();
+  if (zs_) rep.zero3 = zs_->take_gather_stats();
   const auto t0 = std::chrono::steady_clock::now();
-  const GradBuffer* zero = cfg_.zero1 ? &grads_ : nullptr;
+  std::optional<GradShard> shard;
+  if (zs_) shard = GradShard{zs_->shard_grads_t(), &store_.shard_segments(), zs_->counts_in_norm()};
+  else if (cfg_.zero == 1) shard = shard_of(*grads_);
   auto skip = [&] {
     ++skipped_;
     rep.skipped = true;
@@ -86,38 +170,51 @@ StepReport Optimizer::step(double lr) {
   rep.loss_scale = loss_scale();
   if (scaler_) {
     // Every rank learns of an overflow anywhere (world all-reduce) and updates its scaler alike.
-    rep.overflow = !scaler_->update(any_nonfinite_grad(store_, grid_, zero));
+    rep.overflow = !scaler_->update(shard ? any_nonfinite_grad(store_, grid_, *shard) : any_nonfinite_grad(store_, grid_));
     if (rep.overflow) {
       rep.grad_norm = std::numeric_limits<double>::infinity();
       return skip();
     }
   }
-  rep.grad_norm = global_grad_norm(store_, grid_, zero) / rep.loss_scale;  // of the unscaled gradients
+  // Of the unscaled gradients.
+  rep.grad_norm = (shard ? global_grad_norm(store_, grid_, *shard) : global_grad_norm(store_, grid_)) / rep.loss_scale;
   if (!std::isfinite(rep.grad_norm)) return skip();
   rep.clip_coef = clip_coefficient(rep.grad_norm, cfg_.max_grad_norm);
   ++applied_;
-  const AdamWStep s{static_cast<float>(lr), applied_, static_cast<float>(rep.clip_coef / rep.loss_scale)};
-  Backend& be = store_.backend();
-  const Tensor params = store_.params_t();
-  const Tensor grads = cfg_.zero1 ? grads_.shard_grads_t() : store_.grads_t();
-  // The compute copy (when the store has one) receives the updated weights in the same pass.
-  const Tensor copy = store_.has_compute_copy() ? store_.weights_t() : Tensor();
-  auto at = [](const Tensor& t, size_t off, size_t n) {
-    return t.defined() ? t.slice(static_cast<int64_t>(off), static_cast<int64_t>(off + n)) : Tensor();
-  };
-  for (const auto& r : ranges_)
-    be.adamw(at(params, r.flat_offset, r.count), at(grads, r.state_offset, r.count), at(m_, r.state_offset, r.count),
-             at(v_, r.state_offset, r.count), cfg_.adamw, r.decay ? cfg_.adamw.weight_decay : 0.0f, s,
-             at(copy, r.flat_offset, r.count));
+  update(AdamWStep{static_cast<float>(lr), applied_, static_cast<float>(rep.clip_coef / rep.loss_scale)});
   rep.update_s = since(t0);
-  if (cfg_.zero1) rep.gather_s = zero_all_gather_params(grads_, staging_);
+  if (cfg_.zero == 1) rep.gather_s = zero_all_gather_params(*grads_, staging_);
+  if (cfg_.zero == 2) rep.gather_s = zs_->gather_weights();
+  if (cfg_.zero == 3) zs_->weights_changed();  // the next forward gathers the updated units
   rep.applied_steps = applied_;
   rep.skipped_steps = skipped_;
   return rep;
 }
 
+// Fused AdamW over ranges_: the masters at flat offsets (their shard offsets under ZeRO-3, where
+// params_t() is the shard), gradients and moments at state offsets; the compute copy (when the
+// store has one) receives the updated weights in the same pass.
+void Optimizer::update(const AdamWStep& s) {
+  Backend& be = store_.backend();
+  const Tensor params = store_.params_t();
+  const Tensor grads = zs_ ? zs_->shard_grads_t() : cfg_.zero == 1 ? grads_->shard_grads_t() : store_.grads_t();
+  const Tensor copy = store_.has_compute_copy() ? store_.weights_t() : Tensor();
+  const bool shard_masters = cfg_.zero == 3;
+  auto at = [](const Tensor& t, size_t off, size_t n) {
+    return t.defined() ? t.slice(static_cast<int64_t>(off), static_cast<int64_t>(off + n)) : Tensor();
+  };
+  for (const auto& r : ranges_) {
+    const size_t po = shard_masters ? r.state_offset : r.flat_offset;
+    be.adamw(at(params, po, r.count), at(grads, r.state_offset, r.count), at(m_, r.state_offset, r.count),
+             at(v_, r.state_offset, r.count), cfg_.adamw, r.decay ? cfg_.adamw.weight_decay : 0.0f, s,
+             at(copy, r.flat_offset, r.count));
+  }
+}
+
 double Optimizer::gather_master_weights() {
-  return cfg_.zero1 ? zero_all_gather_masters(grads_, staging_masters_) : 0.0;
+  if (cfg_.zero == 1) return zero_all_gather_masters(*grads_, staging_masters_);
+  if (cfg_.zero == 2) return zs_->gather_masters();
+  return 0.0;
 }
 
 }  // namespace triax

@@ -30,8 +30,12 @@ std::vector<UpdateRange> update_ranges(const ParamStore& store) {
 std::vector<UpdateRange> update_ranges(const ParamStore& store, const GradBuffer& zero) {
   if (zero.options().sync != GradSync::reduce_scatter)
     TRIAX_THROW(ConfigError, "update_ranges: the GradBuffer does not reduce-scatter (not ZeRO-1)");
+  return update_ranges(store, zero.shard_segments());
+}
+
+std::vector<UpdateRange> update_ranges(const ParamStore& store, std::span<const ShardSegment> segments) {
   std::vector<UpdateRange> out;
-  for (const auto& s : zero.shard_segments())
+  for (const auto& s : segments)
     push_merged(out, {s.flat_offset, s.shard_offset, s.count, store.info(s.param).spec.weight_decay});
   return out;
 }

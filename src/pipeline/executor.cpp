@@ -97,7 +97,8 @@ class StepState {
 
   // The chunks' gradient-ready hook: marks reach the sink only inside an armed pass.
   void grad_ready(size_t idx) {
-    if (!armed_ || !grads_) return;
+    // ZeRO-2/3 (every_backward) reduce each unit per backward pass, so every pass marks.
+    if (!grads_ || !(armed_ || grads_->every_backward())) return;
     grads_->mark_ready(idx);
     // On the CPU backend a started all-reduce moves only while this rank is inside MPI: drive
     // the buckets already in flight at every parameter, or they all wait for finish() (the last

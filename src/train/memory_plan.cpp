@@ -78,7 +78,7 @@ RankMemory predict_rank_memory(const ResolvedTrainConfig& r, int stage) {
   }
   m.weights = 4 * m.params;
   m.grads = 4 * m.params;
-  m.moments = 8 * m.params / (c.zero1 ? r.dp : 1);
+  m.moments = 8 * m.params / (c.zero >= 1 ? r.dp : 1);
   const int mbs = static_cast<int>(std::min<int64_t>(r.batch.num_micro_batches, std::numeric_limits<int>::max()));
   m.in_flight = activation_bound(c.schedule, P, V, mbs, stage);
   m.per_micro_batch = 4 * largest_chunk;
@@ -122,7 +122,7 @@ void refuse_if_over_memory(const ResolvedTrainConfig& r, const std::vector<int>&
   if (need_state > room)
     advice = fmt::format("use more --tp / --pp (now {} / {}){}, or a smaller model (--model {}, --num-layers {}, "
                          "--hidden-size {}, --vocab-size {}{})",
-                         c.tp, c.pp, c.zero1 ? "" : ", --zero1", c.model, r.model.n_layer, r.model.n_embd,
+                         c.tp, c.pp, c.zero >= 1 ? "" : ", --zero 1 (or 2, 3)", c.model, r.model.n_layer, r.model.n_embd,
                          r.model.vocab, c.moe_every > 0 ? fmt::format(", --experts {}", c.experts) : std::string());
   else if (largest.working > largest.activations)
     advice = fmt::format("lower --micro-batch-size (now {}) or --vocab-size (now {}), or use more --tp",
@@ -136,7 +136,7 @@ void refuse_if_over_memory(const ResolvedTrainConfig& r, const std::vector<int>&
               "needs {}. To fit: {}",
               need * kMiB, stages_on_host.size(), stages_on_host.size() == 1 ? "" : "s", host,
               static_cast<double>(*limit.bytes) * kMiB, limit.source, largest.stage,
-              describe_rank_memory(largest, c.zero1), advice);
+              describe_rank_memory(largest, c.zero >= 1), advice);
 }
 
 }  // namespace triax

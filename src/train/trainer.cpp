@@ -92,9 +92,9 @@ std::string describe_start_up_oom(const ResolvedTrainConfig& r, int world_size, 
   return fmt::format(
       "rank {}: out of memory while allocating the model, optimizer and pipeline buffers of {} (tp {} pp {} dp {}, "
       "micro-batch {} x seq {}): this rank needs about {} (memory model, docs/PLANNER.md); {}. Use a smaller model, "
-      "more tp/pp, --zero1 or --recompute full",
+      "more tp/pp, --zero 1/2/3 or --recompute full",
       rank, r.model.describe(), c.tp, c.pp, r.dp, r.batch.micro_batch, r.seq,
-      describe_rank_memory(predict_rank_memory(r, stage), c.zero1),
+      describe_rank_memory(predict_rank_memory(r, stage), c.zero >= 1),
       limit.bytes ? fmt::format("{:.0f} MiB are available ({})", static_cast<double>(*limit.bytes) / (1 << 20), limit.source)
                   : std::string("the available memory is unknown"));
 }
@@ -322,7 +322,13 @@ void Trainer::build_model(const ResolvedTrainConfig& r) {
   }
   // A compute copy exists when the backend computes in another type than the masters (or a test
   // forces one); init_params and the weight-file load refresh it.
-  store_->finalize(cfg.zero1 ? static_cast<size_t>(r.dp) : 1, opts_.force_compute_copy);
+  // ZeRO-2/3 lay every unit out over the shard group (HSDP: --zero-shard-size ranks of dp).
+  if (cfg.zero >= 2) {
+    zero_groups_ = make_zero_groups(*grid_, cfg.zero_shard_size);
+    store_->finalize_sharded(zero_shard_spec(cfg.zero, zero_groups_, *grid_, opts_.force_compute_copy));
+  } else {
+    store_->finalize(cfg.zero == 1 ? static_cast<size_t>(r.dp) : 1, opts_.force_compute_copy);
+  }
   for (auto& ch : chunks_) ch->init_params(cfg.seed);
   if (cfg.init_from.empty()) return;
   if (is_hf_dir(cfg.init_from))
@@ -336,7 +342,8 @@ void Trainer::build_optimizer(const ResolvedTrainConfig& r) {
   OptimizerConfig oc;
   oc.adamw = cfg.adamw;
   oc.max_grad_norm = cfg.clip_grad;
-  oc.zero1 = cfg.zero1;
+  oc.zero = cfg.zero;
+  oc.zero_shard_size = cfg.zero_shard_size;
   oc.grad_sync.bucket_bytes = static_cast<size_t>(cfg.bucket_mb * 1024 * 1024);
   oc.grad_sync.overlap = cfg.overlap_grad_reduce;
   // The tied embedding's two copies (first and last stage) add their gradients.
@@ -345,7 +352,7 @@ void Trainer::build_optimizer(const ResolvedTrainConfig& r) {
   // fp16 needs the dynamic loss scale (float16's range); bf16 has float32's exponent range.
   if (r.compute == DType::f16) oc.loss_scaler = LossScalerConfig{};
   if (opts_.loss_scaler) oc.loss_scaler = *opts_.loss_scaler;
-  optimizer_ = std::make_unique<Optimizer>(*store_, *grid_, oc);
+  optimizer_ = std::make_unique<Optimizer>(*store_, *grid_, oc, std::move(zero_groups_));
 
   std::vector<Stage*> ptrs;
   for (auto& ch : chunks_) ptrs.push_back(ch.get());
@@ -417,7 +424,7 @@ IterationMetrics Trainer::step(bool record_events) {
   faults_.at_step_start(it);
   // The loss gradient carries the loss scale (1 unless fp16's scaler is on; a power of two, exact).
   const float dloss = static_cast<float>(optimizer_->loss_scale()) / static_cast<float>(m);
-  last_ = executor_->run(*schedule_, data, &optimizer_->grad_buffer(), dloss, record_events);
+  last_ = executor_->run(*schedule_, data, &optimizer_->grad_sink(), dloss, record_events);
   watchdog_->set_phase(fmt::format("iteration {}: optimizer step (DP gradient sync, norm, AdamW)", it));
   faults_.maybe_hang(it);
   const StepReport rep = [&] {
@@ -495,7 +502,7 @@ void Trainer::check_step(IterationMetrics& mt, const StepReport& rep, std::span<
   } else if (rep.skipped) {
     ++consecutive_skips_;
     const NonFiniteGrad where =
-        locate_nonfinite_grad(*store_, grid_->world(), optimizer_->grad_buffer().presync_nonfinite());
+        locate_nonfinite_grad(*store_, grid_->world(), optimizer_->presync_nonfinite());
     mt.nonfinite_rank = where.rank;
     mt.nonfinite_param = where.param;
     if (r0)

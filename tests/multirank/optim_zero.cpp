@@ -47,7 +47,7 @@ TEST_CASE("ZeRO-1 gives the parameters of plain data parallelism") {
     cfg.adamw.weight_decay = 0.1f;
     cfg.grad_sync.bucket_bytes = bucket_bytes;
     Optimizer a(plain, *grid, cfg);
-    cfg.zero1 = true;
+    cfg.zero = 1;
     Optimizer z(zs, *grid, cfg);
     CHECK(static_cast<size_t>(z.exp_avg().numel()) == zs.padded_numel() / static_cast<size_t>(dpn));
     if (dpn > 1) {
@@ -184,7 +184,7 @@ TEST_CASE("a NaN gradient on one rank makes every rank skip the step") {
     auto s = make_store(params_for(*grid), static_cast<size_t>(shape.dp));
     fill_normal(s.flat_params().subspan(0, s.numel()), 8, static_cast<uint64_t>(grid->coord().pp));
     OptimizerConfig cfg;
-    cfg.zero1 = zero;
+    cfg.zero = (zero) ? 1 : 0;
     cfg.grad_sync.bucket_bytes = 64;
     Optimizer opt(s, *grid, cfg);
     rank_grads(s, grid->coord().dp, 1);

@@ -52,7 +52,7 @@ TEST_CASE("every 3D layout, schedule and ZeRO-1 setting trains the serial model"
           cfg.dp = dp;
           cfg.schedule = parse_schedule_kind(sched);
           cfg.vpp = vpp;
-          cfg.zero1 = zero1;
+          cfg.zero = (zero1) ? 1 : 0;
           // Recompute modes change memory, never the math: exercise them across layouts.
           cfg.recompute = (runs % 3 == 0) ? Recompute::none : (runs % 3 == 1) ? Recompute::selective : Recompute::full;
           // Sequence parallelism, likewise, on every other TP layout.
@@ -120,11 +120,11 @@ TEST_CASE("the Llama block trains the serial model in every 3D layout", "[train]
         cfg.dp = W / (tp * pp);
         cfg.schedule = parse_schedule_kind(sched);
         cfg.vpp = vpp;
-        cfg.zero1 = runs % 2 == 1;
+        cfg.zero = (runs % 2 == 1) ? 1 : 0;
         cfg.recompute = (runs % 3 == 0) ? Recompute::none : (runs % 3 == 1) ? Recompute::selective : Recompute::full;
         cfg.sequence_parallel = tp > 1 && runs % 2 == 0;
         INFO("llama tp " << tp << " pp " << pp << " dp " << W / (tp * pp) << " " << sched << " vpp " << vpp << " zero1 "
-                         << cfg.zero1 << " recompute " << recompute_name(cfg.recompute) << " sp "
+                         << (cfg.zero == 1) << " recompute " << recompute_name(cfg.recompute) << " sp "
                          << cfg.sequence_parallel);
         const Result got = train(test::world_ptr(), cfg);
         compare(cfg, got, test::world().rank() % tp);

@@ -52,7 +52,7 @@ TEST_CASE("3D steps through the checking backend equal the plain backend bit for
     cfg.dp = dp;
     cfg.schedule = parse_schedule_kind(l.schedule);
     cfg.vpp = l.vpp;
-    cfg.zero1 = l.zero1;
+    cfg.zero = (l.zero1) ? 1 : 0;
     cfg.sequence_parallel = l.sp;
     cfg.recompute = parse_recompute(l.recompute);
     cfg.moe_every = l.moe_every;

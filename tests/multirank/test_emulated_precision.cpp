@@ -179,7 +179,7 @@ TEST_CASE("bf16 tp 2 and pp 2 on the emulated backend match the one-process bf16
   // dp 2 with ZeRO-1: the bf16 compute copy is what the all-gather moves.
   TrainConfig z = base;
   z.dp = 2;
-  z.zero1 = true;
+  z.zero = 1;
   INFO("dp 2 ZeRO-1");
   const Result rz = train_gathered(world_ptr(), z);
   check_close(rz, one, 0.001);

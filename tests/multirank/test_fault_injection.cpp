@@ -62,7 +62,7 @@ TEST_CASE("nan before the DP sync is named at its origin, with ZeRO-1 and with t
   for (const auto& [zero1, tp] : {std::pair{false, 1}, std::pair{true, 1}, std::pair{true, 2}, std::pair{false, 2}}) {
     CAPTURE(zero1, tp);
     TrainConfig c = tiny();
-    c.zero1 = zero1;
+    c.zero = (zero1) ? 1 : 0;
     c.tp = tp;
     Trainer t(w, c);
     REQUIRE_FALSE(t.step().step_skipped);

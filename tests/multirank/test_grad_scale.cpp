@@ -81,8 +81,8 @@ std::vector<double> synced_grad(Trainer& t, size_t p, std::vector<bool>& have) {
   const ParamStore& st = t.store();
   const auto& info = st.info(p);
   std::vector<double> g(info.numel, 0.0);
-  have.assign(info.numel, !t.config().zero1);
-  if (!t.config().zero1) {
+  have.assign(info.numel, !(t.config().zero == 1));
+  if (!(t.config().zero == 1)) {
     for (size_t i = 0; i < info.numel; ++i) g[i] = st.flat_grads()[info.offset + i];
     return g;
   }
@@ -105,7 +105,7 @@ void check_layout(const Layout& l) {
   cfg.vpp = l.vpp;
   cfg.dp = dp;
   cfg.schedule = parse_schedule_kind(l.schedule);
-  cfg.zero1 = l.zero1;
+  cfg.zero = (l.zero1) ? 1 : 0;
   cfg.sequence_parallel = l.sp;
   cfg.micro_batch = l.micro_batch;
   cfg.global_batch = kSamples;
@@ -181,7 +181,7 @@ TEST_CASE("the executor overlaps the DP gradient sync with backward in every sch
       cfg.dp = 2;
       cfg.schedule = parse_schedule_kind(s.name);
       cfg.vpp = s.vpp;
-      cfg.zero1 = zero1;
+      cfg.zero = (zero1) ? 1 : 0;
       cfg.bucket_mb = 0.01;
       cfg.overlap_grad_reduce = true;
       Trainer t(test::world_ptr(), cfg);

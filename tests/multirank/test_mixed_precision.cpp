@@ -76,7 +76,7 @@ TrainConfig config(int tp, int pp, int dp, bool zero1) {
   c.tp = tp;
   c.pp = pp;
   c.dp = dp;
-  c.zero1 = zero1;
+  c.zero = (zero1) ? 1 : 0;
   return c;
 }
 
@@ -91,7 +91,7 @@ TEST_CASE("a forced compute copy trains bit for bit like the masters alone", "[m
   if (W == 4) layouts = {config(1, 1, 4, true), config(2, 1, 2, true), config(1, 2, 2, true), config(2, 2, 1, false)};
   REQUIRE_FALSE(layouts.empty());
   for (const auto& cfg : layouts) {
-    INFO("tp " << cfg.tp << " pp " << cfg.pp << " dp " << *cfg.dp << " zero1 " << cfg.zero1);
+    INFO("tp " << cfg.tp << " pp " << cfg.pp << " dp " << *cfg.dp << " zero1 " << (cfg.zero == 1));
     const Run plain = train(cfg, false);
     const Run copy = train(cfg, true);
     CHECK_FALSE(plain.had_copy);
@@ -191,7 +191,7 @@ TEST_CASE("fp16 loss scaler: a non-finite gradient on one rank skips the step on
     for (auto* s : {&scaled, &ref}) fill_normal(s->flat_params().subspan(0, s->numel()), 8, 8);
     scaled.refresh_compute_copy();
     OptimizerConfig cfg;
-    cfg.zero1 = zero1;
+    cfg.zero = (zero1) ? 1 : 0;
     cfg.max_grad_norm = 1.0;
     cfg.grad_sync.bucket_bytes = 200;
     Optimizer b(ref, *grid, cfg);
@@ -248,7 +248,7 @@ TEST_CASE("the Trainer's loss scaler: a power-of-two scale keeps fp32's bits; a 
   sc.init_scale = 1024;
   sc.growth_interval = 2;  // grows within the run
   for (const auto& cfg : layouts) {
-    INFO("tp " << cfg.tp << " pp " << cfg.pp << " dp " << *cfg.dp << " zero1 " << cfg.zero1);
+    INFO("tp " << cfg.tp << " pp " << cfg.pp << " dp " << *cfg.dp << " zero1 " << (cfg.zero == 1));
     const Run plain = train(cfg, false);
     TrainerOptions opts;
     opts.loss_scaler = sc;

@@ -116,7 +116,7 @@ TEST_CASE("expert gradient sync refuses what it cannot do", "[moe][optim]") {
     // The optimizer wires grid.expert_dp() by itself: plain DP works, ZeRO-1 is refused.
     OptimizerConfig oc;
     CHECK_NOTHROW(Optimizer(s, *grid, oc));
-    oc.zero1 = true;
+    oc.zero = 1;
     CHECK_THROWS_WITH(Optimizer(zp, *grid, oc), Catch::Contains("ZeRO-1"));
   }
 }

@@ -56,7 +56,7 @@ inline const Result& serial(TrainConfig cfg) {
   cfg.dp = 1;
   cfg.ep = 1;
   cfg.schedule = ScheduleKind::one_f_one_b;
-  cfg.zero1 = false;
+  cfg.zero = 0;
   cfg.sequence_parallel = false;
   cfg.recompute = Recompute::none;
   cfg.moe_chunks = 1;

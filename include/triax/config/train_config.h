@@ -79,7 +79,10 @@ struct TrainConfig {
   LrDecay lr_decay = LrDecay::cosine;
   AdamWConfig adamw;
   double clip_grad = 1.0;  // 0: off
-  bool zero1 = false;
+  // ZeRO level (docs/OPTIM.md): 0 none, 1 optimizer state, 2 + gradients, 3 + parameters sharded over
+  // dp (--zero1 is --zero 1). zero_shard_size: HSDP, shard inside groups of this many DP ranks (0: all).
+  int zero = 0;
+  int zero_shard_size = 0;
   double bucket_mb = 16.0;
   bool overlap_grad_reduce = true;
   Recompute recompute = Recompute::none;
@@ -175,6 +178,8 @@ struct ConfigOption {
   std::function<void(TrainConfig&, const OptionInput&)> set;  // parse + check range; ConfigError naming `where`
   std::function<std::string(const TrainConfig&)> check;       // "" or why the current value is out of range
   std::function<std::optional<std::string>(const TrainConfig&)> toml;  // TOML literal; nullopt when not given
+  // Another spelling of an option (--zero1 = --zero 1): accepted in flags and files, never printed.
+  std::string alias_of;
 };
 
 const std::vector<ConfigOption>& train_options();

@@ -158,9 +158,9 @@ class GptChunk final : public Stage {
   // Buffer t holds exactly n elements of dtype (reallocated only when the size changes).
   void ensure(Tensor& t, size_t n, DType dtype);
   void ensure(Tensor& t, size_t n) { ensure(t, n, dt_); }
-  const Tensor& P(size_t i);  // parameter i's compute view (ParamStore::weight_t, cached)
-  const Tensor& G(size_t i);  // its gradient view
-  const Tensor& view(size_t i, bool grad);
+  Tensor P(size_t i);  // parameter i's compute view (ParamStore::weight_t, cached unless the store shards)
+  Tensor G(size_t i);  // its gradient view
+  Tensor view(size_t i, bool grad);
   Tensor P(ParamRef r);  // a fused weight's compute view (a single parameter's when count is 1)
   Tensor G(ParamRef r);
 

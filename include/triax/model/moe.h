@@ -168,8 +168,8 @@ class MoeMlp {
   std::vector<float> host_f32(const Tensor& t, size_t n);
   Tensor upload_i32(Tensor& t, const std::vector<int32_t>& v);
   Tensor upload_real(Tensor& t, const std::vector<double>& v);
-  const Tensor& P(size_t i);
-  const Tensor& G(size_t i);
+  Tensor P(size_t i);
+  Tensor G(size_t i);
   // Views of n consecutive parameters starting at i (weights and grads), or undefined for kNone:
   // the fused gate/up of a SwiGLU expert (n = 2) or one parameter (n = 1).
   Tensor PN(size_t i, int n);

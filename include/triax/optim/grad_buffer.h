@@ -64,15 +64,6 @@ struct GradBucket {
   size_t size() const { return end - begin; }
 };
 
-// A run of this rank's ZeRO shard that lies inside one parameter: shard elements
-// [shard_offset, shard_offset + count) are flat elements [flat_offset, flat_offset + count).
-// Padding elements belong to no segment.
-struct ShardSegment {
-  size_t shard_offset = 0;
-  size_t flat_offset = 0;
-  size_t count = 0;
-  size_t param = 0;
-};
 
 // Splits the flat range [0, padded) into buckets, in launch order. align: every interior
 // boundary is a multiple of it (dp for reduce_scatter, 1 for all_reduce, where boundaries fall on

@@ -9,6 +9,18 @@
 
 namespace triax {
 
+// A rank's shard of reduced gradients (ZeRO-1's GradBuffer, or the ZeRO-2/3 engine's): the values,
+// how they map onto parameters, and whether this copy counts in the norm (HSDP: one replica group
+// counts; the others add 0, or their NaN/inf).
+struct GradShard {
+  Tensor grads;
+  const std::vector<ShardSegment>* segments = nullptr;
+  bool counts = true;
+};
+GradShard shard_of(const GradBuffer& zero);  // ConfigError unless it reduce-scatters
+double global_grad_norm(ParamStore& store, ProcessGrid& grid, const GradShard& shard);
+bool any_nonfinite_grad(ParamStore& store, ProcessGrid& grid, const GradShard& shard);
+
 // Sum of squares (in double) of the gradients of this rank's norm_owner parameters: the full
 // flat gradients, or, under ZeRO-1, only the shard segments of `zero` (a reduce_scatter
 // GradBuffer after finish()). NaN/inf propagate.

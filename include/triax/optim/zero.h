@@ -30,6 +30,8 @@ std::vector<UpdateRange> update_ranges(const ParamStore& store);
 // offsets run on and the flag is the same. The ranges cover exactly the parameter elements of
 // the shard; padding elements are in none.
 std::vector<UpdateRange> update_ranges(const ParamStore& store, const GradBuffer& zero);
+// The same over any shard's segments (ZeRO-2/3: ParamStore::shard_segments()).
+std::vector<UpdateRange> update_ranges(const ParamStore& store, std::span<const ShardSegment> segments);
 
 // After this rank has updated the parameters of its pieces: all-gathers every bucket over DP (a
 // collective per bucket, all in flight together), so every rank holds every updated weight.

@@ -44,6 +44,53 @@ struct ParamSpec {
   bool expert = false;
 };
 
+// A run of this rank's ZeRO shard that lies inside one parameter: shard elements
+// [shard_offset, shard_offset + count) are flat elements [flat_offset, flat_offset + count).
+// Padding elements belong to no segment.
+struct ShardSegment {
+  size_t shard_offset = 0;
+  size_t flat_offset = 0;
+  size_t count = 0;
+  size_t param = 0;
+};
+
+// ZeRO-2/3 (docs/OPTIM.md): how finalize_sharded lays the flat buffers out and what this rank holds.
+struct ShardSpec {
+  int level = 2;                          // 2: gradients and optimizer state sharded; 3: parameters too
+  int group = 1, rank = 0;                // the shard group (dp, or --zero-shard-size DP ranks) and this rank in it
+  int expert_group = 1, expert_rank = 0;  // MoE experts' shard group (expert-DP) and this rank in it
+  bool force_compute_copy = false;        // as finalize()'s (level 2; level 3 gathers into the compute type)
+};
+
+// A unit: the parameters [first, first + count) that ZeRO-3 gathers together (one transformer layer,
+// the embedding, the head) and ZeRO-2/3 reduce-scatter together. Declared by begin_unit(); a unit
+// also ends where ParamSpec::expert changes (experts shard over their own group). Its flat range
+// [begin, end) is padded to a multiple of its group; this rank owns piece `rank` of it, stored at
+// shard_offset of the rank's shard. Without finalize_sharded, group is 1 and nothing is padded.
+struct ParamUnit {
+  std::string name;
+  size_t first = 0, count = 0;
+  size_t begin = 0, end = 0;
+  bool expert = false;
+  int group = 1, rank = 0;
+  size_t shard_offset = 0;
+  size_t size() const { return end - begin; }
+  size_t piece() const { return size() / static_cast<size_t>(group); }
+  size_t piece_begin() const { return begin + static_cast<size_t>(rank) * piece(); }
+};
+
+// What serves a sharded store's weight and gradient views (the ZeRO-2/3 engine, optim/zero_sharding.h):
+// flat ranges inside one unit, valid until the provider evicts (weights) or reduces (gradients) that
+// unit's buffer; views keep their storage alive, so a stale view is never a dangling one.
+class ParamProvider {
+ public:
+  virtual ~ParamProvider() = default;
+  virtual Tensor weights(size_t begin, size_t end) = 0;  // ZeRO-3 only: the unit gathered
+  virtual Tensor grads(size_t begin, size_t end) = 0;    // the unit's gradient buffer of this backward
+  virtual void zero_grads() = 0;                         // a new step: the gradient shard to zero
+  virtual void weights_changed() = 0;                    // masters written: gathered units are stale
+};
+
 struct ParamInfo {
   ParamSpec spec;
   std::vector<int64_t> local_shape;  // after TP sharding
@@ -70,11 +117,29 @@ class ParamStore {
 
   // Registers a parameter; returns its index. Offsets follow registration order.
   size_t add(ParamSpec spec, std::vector<int64_t> local_shape);
+  // Starts a new unit (ParamUnit) at the next add(): models call it per layer, embedding and head.
+  void begin_unit(std::string name);
   // Allocates the flat buffers (zero-filled), padding the total to a multiple of pad_to (ZeRO-1
   // needs a multiple of dp), and the compute copy when the backend's compute type differs from
   // dtype() or force_compute_copy is set. Call once, after every add().
   void finalize(size_t pad_to = 1, bool force_compute_copy = false);
   bool finalized() const { return finalized_; }
+  // ZeRO-2/3: every unit padded to a multiple of its group; this rank's shard is its pieces in unit
+  // order (shard_size() elements; shard_segments()). Level 2: masters and weights whole, no flat
+  // gradient buffer (the provider serves gradients per unit). Level 3: params_t() is the master
+  // SHARD (shard_size() elements, flat element x of a piece at its shard offset), no flat weights:
+  // the provider gathers units. Call instead of finalize(), then set_provider() before any view.
+  void finalize_sharded(const ShardSpec& spec);
+  int zero_level() const { return spec_.level; }  // 0 unless finalize_sharded
+  const ShardSpec& shard_spec() const { return spec_; }
+  const std::vector<ParamUnit>& units() const { return units_; }
+  size_t unit_of(size_t param) const { return unit_of_.at(param); }
+  const std::vector<ShardSegment>& shard_segments() const { return segments_; }
+  size_t shard_size() const { return shard_size_; }
+  void set_provider(ParamProvider* p) { provider_ = p; }
+  ParamProvider* provider() const { return provider_; }
+  // Whether views move between calls (a sharded store): models must not cache them.
+  bool views_move() const { return spec_.level >= 2; }
   // Whether a separate compute copy exists, and its element type (dtype() when none).
   bool has_compute_copy() const { return weights_.defined() && weights_.raw_data() != params_.raw_data(); }
   DType compute_dtype() const { return compute_dtype_; }
@@ -94,6 +159,9 @@ class ParamStore {
   Tensor params_t() const { return params_; }  // (padded_numel)
   Tensor grads_t() const { return grads_; }
   Tensor grads_range(size_t begin, size_t end) const;  // [begin, end) of the flat gradients
+  // Parameters [first, first + count) as one view (adjacent: a fused weight), compute weights or gradients.
+  Tensor weights_of(size_t first, size_t count) const;
+  Tensor grads_of(size_t first, size_t count) const;
 
   // Host values of one parameter's master weights: copies, for any backend.
   std::vector<float> param_to_host(size_t i) const;
@@ -132,6 +200,10 @@ class ParamStore {
 
  private:
   std::span<float> host_span(const Tensor& t, size_t off, size_t n) const;
+  void layout_units(size_t pad_to);
+  // Level 3: the shard offset of flat elements [b, e) of this rank's pieces; npos when not all inside.
+  size_t shard_offset_of(size_t b, size_t e) const;
+  ParamProvider& need_provider(const char* what) const;
   void need_current(size_t i, const char* what) const;
   std::unique_ptr<Backend> own_;  // the private backend of ParamStore()
   Backend* be_;
@@ -144,6 +216,13 @@ class ParamStore {
   std::vector<std::pair<size_t, size_t>> current_ranges_;  // flat ranges whose masters are current
   size_t used_ = 0, padded_ = 0;
   bool finalized_ = false;
+  ShardSpec spec_{0};
+  std::vector<std::pair<size_t, std::string>> unit_starts_;  // begin_unit(): (first param, name)
+  std::vector<ParamUnit> units_;
+  std::vector<size_t> unit_of_;
+  std::vector<ShardSegment> segments_;
+  size_t shard_size_ = 0;
+  ParamProvider* provider_ = nullptr;
 };
 
 }  // namespace triax

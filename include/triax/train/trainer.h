@@ -169,6 +169,7 @@ class Trainer {
   std::unique_ptr<Backend> backend_;  // before everything that holds its buffers
   std::unique_ptr<ParamStore> store_;
   std::vector<std::unique_ptr<GptChunk>> chunks_;
+  ZeroGroups zero_groups_;  // ZeRO-2/3 shard groups, from build_model until the optimizer takes them
   std::unique_ptr<Optimizer> optimizer_;
   std::unique_ptr<PipelineExecutor> executor_;
   std::unique_ptr<BatchSchedule> batches_;

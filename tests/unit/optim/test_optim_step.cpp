@@ -46,7 +46,7 @@ TEST_CASE("Optimizer::step equals AdamW by hand with the serial clip coefficient
   test::fill_normal(ref.flat_params().subspan(0, ref.numel()), 1, 1);
   OptimizerConfig cfg;
   cfg.max_grad_norm = max_norm;
-  cfg.zero1 = zero;
+  cfg.zero = (zero) ? 1 : 0;
   cfg.grad_sync.bucket_bytes = 64;
   Optimizer opt(s, *grid, cfg);
   std::vector<float> m(ref.padded_numel(), 0.0f), v(ref.padded_numel(), 0.0f);
@@ -79,7 +79,7 @@ TEST_CASE("Optimizer::step skips a non-finite gradient and counts it") {
   auto s = make_store(odd_params(), 1);
   test::fill_normal(s.flat_params().subspan(0, s.numel()), 2, 2);
   OptimizerConfig cfg;
-  cfg.zero1 = zero;
+  cfg.zero = (zero) ? 1 : 0;
   Optimizer opt(s, *grid, cfg);
   test::fill_grads_normal(s, 3, 0);
   s.grad(5)[17] = bad;

@@ -68,7 +68,7 @@ TEST_CASE("the optimizer's AdamW pass keeps a forced compute copy equal to the m
   for (auto* st : {&s, &ref}) fill_normal(st->flat_params().subspan(0, st->numel()), 5, 5);
   s.refresh_compute_copy();
   OptimizerConfig cfg;
-  cfg.zero1 = zero;
+  cfg.zero = (zero) ? 1 : 0;
   Optimizer a(s, *grid, cfg), b(ref, *grid, cfg);
   for (int step = 1; step <= 3; ++step) {
     for (auto* st : {&s, &ref}) {

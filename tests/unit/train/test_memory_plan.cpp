@@ -78,7 +78,7 @@ TEST_CASE("per stage: the first stage holds pp micro-batches in flight, the last
   // ZeRO-1 shards the moments over dp (here 2 at pp 2 x tp 2 on 8 ranks), nothing else.
   c.pp = 2;
   const RankMemory plain = predict_rank_memory(resolve_train_config(c, 8), 0);
-  c.zero1 = true;
+  c.zero = 1;
   const RankMemory sharded = predict_rank_memory(resolve_train_config(c, 8), 0);
   CHECK(sharded.moments * 2 == plain.moments);
   CHECK(sharded.weights == plain.weights);
@@ -108,7 +108,7 @@ TEST_CASE("over the limit: refused with the prediction, the limit and the flag t
   big.hidden = 1024, big.heads = 8, big.micro_batch = 1, big.seq = 8;
   const ResolvedTrainConfig rb = resolve_train_config(big, 1);
   CHECK_THAT(oom_of([&] { refuse_if_over_memory(rb, {0}, MemoryLimit{1 << 20, "a test"}, "h1"); }),
-             Contains("use more --tp / --pp (now 1 / 1), --zero1, or a smaller model"));
+             Contains("use more --tp / --pp (now 1 / 1), --zero 1 (or 2, 3), or a smaller model"));
 }
 
 TEST_CASE("the trainer refuses a config over the limit before building it, in well under a second", "[train]") {

@@ -123,7 +123,7 @@ if(TARGET triax-plan)
     ARGS "--model|gpt2-small|--tp|1|--pp|1|--dp|4|--mbs|4|--zero1|--json"
     STDOUT "\"summary\": \"tp1 pp1 dp4 mbs4 1f1b rc=none zero1\",.*\"zero\": 1,.*\"zero1\": true,.*\"zero_shard\": 4" JSON ${_keys})
   triax_plan_cli_test(zero_bad_level ARGS "--model|gpt2-small|--tp|1|--pp|1|--dp|4|--mbs|4|--zero|zero4" RC 1
-    STDERR "'zero4': expected zeroN with N from 0 to 3")
+    STDERR "error: --zero zero4: 'zero4': expected zeroN with N from 0 to 3")
   triax_plan_cli_test(zero_hsdp_needs_zero2 ARGS "--model|gpt2-small|--tp|1|--pp|1|--dp|4|--mbs|4|--zero|1|--zero-shard-size|2" RC 1
     STDERR "hybrid sharding \\(zero shard size 2 < dp 4\\) needs zero 2 or 3")
   triax_plan_cli_test(nothing_fits ARGS "--model|megatron-1t|--gpus|8" RC 3 STDERR "no layout of megatron-1t fits")

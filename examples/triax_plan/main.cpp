@@ -264,7 +264,11 @@ int main(int argc, char** argv) {
       l.zero = base.zero;
       l.zero_shard = base.zero_shard;
       if (zero_opt->count()) l.zero = zero1 ? 1 : 0;
-      if (zero_level_opt->count()) parse_zero_spec(zero_spec, l);
+      try {
+        if (zero_level_opt->count()) parse_zero_spec(zero_spec, l);
+      } catch (const triax::ConfigError& e) {
+        TRIAX_THROW(ConfigError, "--zero {}: {}", zero_spec, e.what());
+      }
       if (shard_opt->count()) l.zero_shard = zero_shard;
     };
 

@@ -101,5 +101,30 @@ if(TARGET triax-plan)
   triax_plan_cli_test(validate_runs
     ARGS "--validate|${PROJECT_SOURCE_DIR}/data/validation/published_runs.csv"
     STDOUT "sc21-1.7b.*mlsys23-1t-sel.*leave-one-out: +mean \\|error\\| [0-4]\\.[0-9]+%.*held out by source")
+  # ZeRO levels: llama3-70b on 64 GPUs without tp or pp fits only with ZeRO-3, and says why; a
+  # single ZeRO-3 HSDP layout reports its level and shard size (and the old zero1 boolean) in JSON;
+  # the old --zero1 spelling and the new one give the same layout; bad levels are refused.
+  triax_plan_cli_test(zero3_only
+    ARGS "--model|llama3-70b|--cluster|dgx-h100|--gpus|64|--tp|1|--pp|1|--top-k|2"
+    STDOUT "only ZeRO-3 fits: the leanest layout below ZeRO-3 \\(tp1 pp1 dp64 [^)]*zero2[^)]*\\) needs [0-9.]+ GiB per GPU of 80\\.0 GiB \\(parameters [0-9.]+ GiB, gradients.*rank +layout.* zero3")
+  triax_plan_cli_test(zero3_only_json
+    ARGS "--model|llama3-70b|--cluster|dgx-h100|--gpus|64|--tp|1|--pp|1|--top-k|2|--json"
+    JSON ${_keys} STDOUT "\"zero_needed\": \"only ZeRO-3 fits: the leanest layout below ZeRO-3")
+  triax_plan_cli_test(zero2_nothing_fits
+    ARGS "--model|llama3-70b|--cluster|dgx-h100|--gpus|64|--tp|1|--pp|1|--zero|2" RC 3 STDERR "no layout of llama3-70b fits")
+  triax_plan_cli_test(zero3_hsdp_json
+    ARGS "--model|llama3-8b|--cluster|dgx-h100|--tp|1|--pp|1|--dp|32|--mbs|1|--zero|zero3 hsdp8|--json"
+    JSON "${_keys},dp_traffic"
+    STDOUT "\"summary\": \"tp1 pp1 dp32 mbs1 1f1b rc=none zero3 hsdp8\",.*\"zero\": 3,.*\"zero1\": false,.*\"zero_shard\": 8")
+  triax_plan_cli_test(zero3_hsdp_text
+    ARGS "--model|llama3-8b|--cluster|dgx-h100|--tp|1|--pp|1|--dp|32|--mbs|1|--zero|3|--zero-shard-size|8"
+    STDOUT "layout  tp1 pp1 dp32 mbs1 1f1b rc=none zero3 hsdp8 .*zero3 per step: all-gather [0-9.]+ GiB, reduce-scatter [0-9.]+ GiB over 8 ranks on 1 node\\(s\\), all-reduce [0-9.]+ GiB over 4 groups")
+  triax_plan_cli_test(zero1_old_flag
+    ARGS "--model|gpt2-small|--tp|1|--pp|1|--dp|4|--mbs|4|--zero1|--json"
+    STDOUT "\"summary\": \"tp1 pp1 dp4 mbs4 1f1b rc=none zero1\",.*\"zero\": 1,.*\"zero1\": true,.*\"zero_shard\": 4" JSON ${_keys})
+  triax_plan_cli_test(zero_bad_level ARGS "--model|gpt2-small|--tp|1|--pp|1|--dp|4|--mbs|4|--zero|zero4" RC 1
+    STDERR "error: --zero zero4: 'zero4': expected zeroN with N from 0 to 3")
+  triax_plan_cli_test(zero_hsdp_needs_zero2 ARGS "--model|gpt2-small|--tp|1|--pp|1|--dp|4|--mbs|4|--zero|1|--zero-shard-size|2" RC 1
+    STDERR "hybrid sharding \\(zero shard size 2 < dp 4\\) needs zero 2 or 3")
   triax_plan_cli_test(nothing_fits ARGS "--model|megatron-1t|--gpus|8" RC 3 STDERR "no layout of megatron-1t fits")
 endif()

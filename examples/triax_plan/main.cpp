@@ -108,7 +108,15 @@ int main(int argc, char** argv) {
   app.add_option("--schedule", schedule, "pipeline schedule")->check(CLI::IsMember({"gpipe", "1f1b", "interleaved", "zb-h1"}));
   app.add_option("--recompute", recompute, "activation recomputation")->check(CLI::IsMember({"none", "selective", "full"}));
   auto* sp_opt = app.add_flag("--sequence-parallel,!--no-sequence-parallel", sp, "sequence parallelism (tp > 1)");
-  auto* zero_opt = app.add_flag("--zero1,!--no-zero1", zero1, "shard optimizer state over dp (ZeRO-1)");
+  auto* zero_opt = app.add_flag("--zero1,!--no-zero1", zero1, "shard optimizer state over dp (ZeRO-1; = --zero 1)");
+  std::string zero_spec;
+  int zero_shard = 0;
+  auto* zero_level_opt = app.add_option("--zero", zero_spec,
+                                        "ZeRO level: 0, 1 (optimizer state), 2 (+ gradients), 3 (+ parameters); "
+                                        "also zero1 / zero2 / zero3, and 'zero3 hsdp4' for shard groups of 4");
+  auto* shard_opt = app.add_option("--zero-shard-size", zero_shard,
+                                   "HSDP: shard inside groups of N dp ranks, all-reduce across groups (ZeRO-2/3)")
+                        ->check(kPositive);
   auto* precision_opt =
       app.add_option("--precision", precision, "compute precision (megatron-sc21 software: fp16 unless given)")
           ->check(CLI::IsMember({"bf16", "fp16", "fp32"}))
@@ -251,6 +259,18 @@ int main(int argc, char** argv) {
     if (no_scatter_gather) base.pp_scatter_gather = false;
     LayoutRules rules;
     rules.allow_cross_node_tp = cross_node_tp;
+    // The ZeRO level and shard size: --zero (or --zero1 / --no-zero1), --zero-shard-size, else the software's.
+    auto apply_zero = [&](Layout& l) {
+      l.zero = base.zero;
+      l.zero_shard = base.zero_shard;
+      if (zero_opt->count()) l.zero = zero1 ? 1 : 0;
+      try {
+        if (zero_level_opt->count()) parse_zero_spec(zero_spec, l);
+      } catch (const triax::ConfigError& e) {
+        TRIAX_THROW(ConfigError, "--zero {}: {}", zero_spec, e.what());
+      }
+      if (shard_opt->count()) l.zero_shard = zero_shard;
+    };
 
     if (tune_mode) {
       if (!mbs || (!grad_accum && !dp) || (!gpus && !(tp && pp && dp))) {
@@ -298,7 +318,7 @@ int main(int argc, char** argv) {
       l.schedule = !schedule.empty() ? parse_schedule(schedule) : (l.vpp > 1 ? Schedule::interleaved : Schedule::one_f_one_b);
       l.recompute = recompute.empty() ? Recompute::none : parse_recompute(recompute);
       l.sequence_parallel = sp;
-      l.zero1 = zero_opt->count() ? zero1 : base.zero1;
+      apply_zero(l);
       TuneOptions opt;
       opt.gpu_hour_price = gpu_hour_price;
       opt.rules = rules;
@@ -323,7 +343,7 @@ int main(int argc, char** argv) {
                                      : (l.vpp > 1 ? Schedule::interleaved : Schedule::one_f_one_b);
       l.recompute = recompute.empty() ? Recompute::none : parse_recompute(recompute);
       l.sequence_parallel = sp;
-      l.zero1 = zero_opt->count() ? zero1 : base.zero1;
+      apply_zero(l);
       const Estimate e = estimate(m, net, l, rules);
       fmt::print("{}\n", json ? estimate_json(e) : format_estimate(e));
       if (!plot.empty()) write_breakdown_svg(plot, {e});
@@ -345,6 +365,12 @@ int main(int argc, char** argv) {
     if (!recompute.empty()) space.recompute = {parse_recompute(recompute)};
     if (sp_opt->count()) space.sequence_parallel = {sp};
     if (zero_opt->count()) space.zero1 = {zero1};
+    if (zero_level_opt->count() || shard_opt->count()) {
+      Layout z;
+      apply_zero(z);
+      if (zero_level_opt->count()) space.zero = {z.zero};
+      if (z.zero_shard > 0) space.zero_shard = {z.zero_shard};
+    }
     space.base = base;
     space.rules = rules;
     space.top_k = top_k;

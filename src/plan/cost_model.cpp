@@ -419,47 +419,153 @@ double pipeline_seconds(const Setting& x, const std::vector<StageTimes>& st, int
   return pipe;
 }
 
-// Parameters held by each pipeline rank.
-std::vector<double> stage_params(const Setting& x) {
+// Parameters of one layer on one tensor-parallel rank.
+double layer_params(const Setting& x) {
   const ModelShape& m = x.m;
-  const int p = x.p, t = x.t;
-  const double h = x.h, V = x.V;
-  const double hf = m.ffn_hidden();
-  const double qw = m.qkv_width();
+  const double h = x.h, hf = m.ffn_hidden(), qw = m.qkv_width();
   // Sharded by tp: the matrices (SwiGLU: three MLP matrices) and the column-parallel biases (QKV,
   // fc1 or gate and up). Replicated: the two norms and the row-parallel biases (projection, fc2).
   double sharded = h * qw + h * h + (m.swiglu ? 3 : 2) * h * hf;
   if (m.bias) sharded = sharded + qw + m.fc1_width();
   const double replicated = 2 * m.norm_parameters() + (m.bias ? 2 * h : 0);
-  const double layer_params = sharded / t + replicated;
-  std::vector<double> params(p, x.chunk_layers * x.v * layer_params);
-  params[0] += V * h / t + (m.learned_positions ? m.seq * h : 0);
-  // The head: untied, its own matrix (weights, gradient, optimizer state); tied, a copy on the last
-  // rank when p > 1.
-  if (p > 1 || !m.tied_embeddings) params[p - 1] += V * h / t;
-  params[p - 1] += m.norm_parameters();  // final norm
+  return sharded / x.t + replicated;
+}
+
+// The embedding's parameters (table, position table) and the head's (its own matrix when untied,
+// or the tied copy on the last rank when p > 1, and the final norm), per tensor-parallel rank.
+double embedding_params(const Setting& x) { return x.V * x.h / x.t + (x.m.learned_positions ? x.m.seq * x.h : 0); }
+double head_params(const Setting& x) {
+  return (x.p > 1 || !x.m.tied_embeddings ? x.V * x.h / x.t : 0) + x.m.norm_parameters();
+}
+
+// Parameters held by each pipeline rank.
+std::vector<double> stage_params(const Setting& x) {
+  const int p = x.p;
+  std::vector<double> params(p, x.chunk_layers * x.v * layer_params(x));
+  params[0] += embedding_params(x);
+  params[p - 1] += head_params(x);
   return params;
+}
+
+// One unit of ZeRO-3's gathers: a layer, the embedding or the head, with its compute per
+// micro-batch (kernels and TP collectives) in forward, recomputation and backward.
+struct Unit {
+  double params = 0;
+  double fwd = 0, recompute = 0, bwd = 0;
+};
+
+// The units of pipeline rank i in forward order.
+std::vector<Unit> stage_units(const Setting& x, const LayerTimes& lt, const EdgeTimes& et, int i) {
+  std::vector<Unit> units;
+  if (i == 0) units.push_back({embedding_params(x), et.emb_fwd + et.emb_tp, 0, et.emb_bwd});
+  const Unit layer{layer_params(x), lt.fwd + lt.tp_fwd, lt.recompute + lt.tp_recompute,
+                   lt.bwd_input + lt.bwd_weight + lt.tp_bwd};
+  units.insert(units.end(), size_t(x.chunk_layers * x.v), layer);
+  if (i == x.p - 1)
+    units.push_back({head_params(x), et.head_fwd, 0, et.head_bwd_input + et.head_bwd_weight + et.head_tp});
+  return units;
+}
+
+// ZeRO-3's exposed gathers of one pass over the units (in the pass's order): the first unit's
+// gather, then each next unit's gather, prefetched while the current one computes, past that compute.
+template <class Gather, class Compute>
+double gather_pass(const std::vector<Unit>& units, bool backward, Gather gather, Compute compute) {
+  const size_t n = units.size();
+  auto at = [&](size_t k) -> const Unit& { return units[backward ? n - 1 - k : k]; };
+  double exposed = gather(at(0));
+  for (size_t k = 0; k + 1 < n; ++k) exposed += std::max(0.0, gather(at(k + 1)) - compute(at(k)));
+  return exposed;
+}
+
+// The data-parallel sync of one pipeline rank under ZeRO-2/3, per step: exposed seconds, the
+// exposed post-step gather (ZeRO-2), the hidden seconds that share SMs, and its bytes.
+struct StageSync {
+  double exposed = 0, gather = 0, hidden = 0;
+  DpTraffic traffic;
+};
+
+StageSync sharded_sync(const Setting& x, const StageTimes& st, const std::vector<Unit>& units, double params,
+                       double slack) {
+  const Layout& l = x.l;
+  const CollectiveModel& net = x.net;
+  const int s = l.shard_size(), r = x.d / s;
+  const double gbytes = gradient_bytes(l), wbytes = parameter_bytes(l), mb = double(x.mb);
+  StageSync z;
+  DpTraffic& tr = z.traffic;
+  tr.shard_group = place_group(x.c, s, x.t);
+  tr.replica_group = place_group(x.c, r, x.t * s);
+  // Every micro-batch: the gradients reduce-scattered inside the shard group (per unit, as its
+  // backward completes), then each 1/s shard all-reduced across the r groups (HSDP).
+  const double rs = net.seconds(CollectiveOp::reduce_scatter, tr.shard_group, params * gbytes) +
+                    net.seconds(CollectiveOp::all_reduce, tr.replica_group, params * gbytes / s);
+  const double window = l.dp_overlap ? st.backward_tail : 0;
+  z.exposed = (mb - 1) * std::max(0.0, rs - window) + std::max(0.0, rs - window - slack);
+  tr.reduce_scatter = mb * params * gbytes;
+  tr.all_reduce = r > 1 ? mb * params * gbytes / s : 0;
+  tr.calls = int(mb) * (r > 1 ? 2 : 1) * int(units.size());
+  double busy = mb * rs;
+  if (l.zero == 2) {
+    // The updated shards all-gathered once after the step (as ZeRO-1).
+    const double g = net.seconds(CollectiveOp::all_gather, tr.shard_group, params * wbytes);
+    z.gather = l.dp_param_gather_overlap ? std::max(0.0, g - st.fwd) : g;
+    tr.all_gather = params * wbytes;
+    tr.calls += 1;
+    busy += g;
+  } else {
+    // Each unit gathered before its forward, its recomputation (full) and its backward.
+    auto gather = [&](const Unit& u) { return net.seconds(CollectiveOp::all_gather, tr.shard_group, u.params * wbytes); };
+    const bool again = l.recompute == Recompute::full;
+    const double passes = 2 + again;
+    double exposed = gather_pass(units, false, gather, [](const Unit& u) { return u.fwd; }) +
+                     gather_pass(units, true, gather, [](const Unit& u) { return u.bwd; });
+    if (again) exposed += gather_pass(units, true, gather, [](const Unit& u) { return u.recompute; });
+    double all = 0;
+    for (const Unit& u : units) all += gather(u);
+    z.exposed += mb * exposed;
+    tr.all_gather = mb * passes * params * wbytes;
+    tr.calls += int(mb * passes) * int(units.size());
+    busy += mb * passes * all;
+  }
+  z.hidden = std::max(0.0, busy - z.exposed - z.gather);
+  return z;
 }
 
 // Data-parallel gradient reduction, exposed part. Reduction of rank i may hide behind its last
 // backward (with overlap) and behind the drain of the ranks before it, which finish later. Sets
-// est.dp_algorithm when there is a reduction.
+// est.dp_algorithm when there is a reduction, and est.dp_traffic for the rank with most parameters.
 double dp_reduction_seconds(const Setting& x, const std::vector<StageTimes>& st, const std::vector<double>& params,
-                            Estimate& est) {
+                            const std::vector<std::vector<Unit>>& units, Estimate& est) {
   const Layout& l = x.l;
   const Cluster& c = x.c;
   const CollectiveModel& net = x.net;
   const int p = x.p, v = x.v, t = x.t, d = x.d;
-  const double h = x.h, V = x.V;
   const double gbytes = gradient_bytes(l), wbytes = parameter_bytes(l);
   const GroupPlacement dg = place_group(c, d, t);
-  double worst = 0, gather = 0, slack = 0, fill = 0, contention = 0;
+  double worst = 0, gather = 0, slack = 0, fill = 0, contention = 0, most = -1;
   // Megatron-Core buckets: the word embedding (and position table) closes rank 0's last bucket.
-  const double emb_params = V * h / t + (x.m.learned_positions ? x.m.seq * h : 0);
+  const double emb_params = embedding_params(x);
   for (int i = 0; i < p; ++i) {
     const bool buckets = !l.dp_mcore_buckets || i == 0;  // later ranks: one bucket
+    const bool most_params = params[i] > most;
+    most = std::max(most, params[i]);
+    if (l.zero >= 2) {
+      const StageSync z = sharded_sync(x, st[i], units[i], params[i], slack);
+      worst = std::max(worst, z.exposed);
+      gather = std::max(gather, z.gather);
+      contention = std::max(contention, c.comm_sm_fraction * z.hidden);
+      if (most_params) est.dp_traffic = z.traffic;
+      slack += st[i].backward_tail;
+      continue;
+    }
+    if (most_params) {
+      est.dp_traffic = DpTraffic{};
+      est.dp_traffic.shard_group = dg;
+      est.dp_traffic.calls = l.zero == 1 ? 2 : 1;
+      (l.zero == 1 ? est.dp_traffic.reduce_scatter : est.dp_traffic.all_reduce) = params[i] * gbytes;
+      if (l.zero == 1) est.dp_traffic.all_gather = params[i] * wbytes;
+    }
     double reduce, g = 0, tail = 0;  // g: ZeRO-1's parameter all-gather
-    if (l.zero1) {
+    if (l.zero == 1) {
       reduce = net.seconds(CollectiveOp::reduce_scatter, dg, params[i] * gbytes);
       g = net.seconds(CollectiveOp::all_gather, dg, params[i] * wbytes);
       double exposed = g;
@@ -486,14 +592,14 @@ double dp_reduction_seconds(const Setting& x, const std::vector<StageTimes>& st,
     // gather beside its first forward, holds SMs those kernels would use (Cluster::comm_sm_fraction).
     double beside = 0;
     if (l.dp_overlap && buckets) beside += std::min(std::max(0.0, reduce - tail), st[i].backward_tail);
-    if (l.zero1 && l.dp_param_gather_overlap && (!l.dp_mcore_buckets || i == 0))
+    if (l.zero == 1 && l.dp_param_gather_overlap && (!l.dp_mcore_buckets || i == 0))
       beside += std::min(g, st[i].fwd);
     contention = std::max(contention, c.comm_sm_fraction * beside);
     worst = std::max(worst, std::max(tail, reduce - window));
     slack += st[i].backward_tail;
     fill += st[i].fwd / v;
   }
-  if (l.zero1) est.dp_algorithm = "ring";
+  if (l.zero >= 1) est.dp_algorithm = "ring";
   return worst + gather + contention;
 }
 
@@ -511,22 +617,41 @@ double optimizer_seconds(const Setting& x, const std::vector<double>& params) {
   if (!fp32 && !l.grad_reduce_fp32) opt_bytes = 2 * gbytes + 4 + 8 + 4 + 28 + 4 + wbytes;
   double opt = 0;
   for (int i = 0; i < x.p; ++i) {
-    const double owned = l.zero1 ? params[i] / x.d : params[i];
+    const double owned = l.zero >= 1 ? params[i] / l.shard_size() : params[i];
     opt = std::max(opt, x.dev.stream(owned * opt_bytes) + 4 * x.dev.overhead_s);
   }
   return opt;
 }
 
+// Parameters of the two units in flight under ZeRO-2/3 (the one computing and the one prefetched or
+// reducing): the largest sum of two neighbouring units of the stage.
+double in_flight_units(const std::vector<Unit>& units) {
+  double most = units.empty() ? 0 : units[0].params;
+  for (size_t k = 0; k + 1 < units.size(); ++k) most = std::max(most, units[k].params + units[k + 1].params);
+  return most;
+}
+
+// Weights, gradients and optimizer state of a rank holding `params` under the layout's ZeRO level,
+// sharded over d = the shard group (all of dp without HSDP). ZeRO-1: the optimizer state / d;
+// ZeRO-2: + gradients / d and two units' gradient buffers; ZeRO-3: + weights / d and two gathered units.
+void sharded_state(const Layout& l, double params, double unit_pair, MemoryBreakdown& mem) {
+  const double gbytes = gradient_bytes(l), wbytes = parameter_bytes(l);
+  const double opt_state = l.precision == Precision::fp32 ? 8 : 12;  // Adam m, v (+ fp32 master)
+  const double d = l.zero >= 1 ? l.shard_size() : 1;
+  mem.weights = l.zero >= 3 ? params * wbytes / d + unit_pair * wbytes : params * wbytes;
+  mem.gradients = l.zero >= 2 ? params * gbytes / d + unit_pair * gbytes : params * gbytes;
+  mem.optimizer = params * opt_state / d;
+}
+
 // Memory per pipeline rank; the rank that needs most.
-MemoryBreakdown peak_memory(const Setting& x, const std::vector<double>& params) {
+MemoryBreakdown peak_memory(const Setting& x, const std::vector<double>& params,
+                            const std::vector<std::vector<Unit>>& units) {
   const ModelShape& m = x.m;
   const Layout& l = x.l;
   const Cluster& c = x.c;
   const int p = x.p, v = x.v, t = x.t, d = x.d;
   const long mb = x.mb;
   const double e = x.e, M = x.M, h = x.h, V = x.V, chunk_layers = x.chunk_layers;
-  const bool fp32 = l.precision == Precision::fp32;
-  const double gbytes = gradient_bytes(l), wbytes = parameter_bytes(l);
   const double stored = layer_activation_bytes(m, l);
   Layout no_rc = l;
   no_rc.recompute = Recompute::none;
@@ -538,10 +663,7 @@ MemoryBreakdown peak_memory(const Setting& x, const std::vector<double>& params)
     mem.stage = i;
     mem.capacity = c.memory_gib * kGiB;
     mem.reserved = c.reserved_gib * kGiB;
-    mem.weights = params[i] * wbytes;
-    mem.gradients = params[i] * gbytes;
-    const double opt_state = fp32 ? 8 : 12;  // Adam m, v (+ fp32 master under mixed precision)
-    mem.optimizer = params[i] * opt_state / (l.zero1 ? d : 1);
+    sharded_state(l, params[i], in_flight_units(units[i]), mem);
     double in_flight;  // layer x micro-batch activation sets held at once
     switch (l.schedule) {
       case Schedule::gpipe: in_flight = double(mb) * chunk_layers; break;
@@ -604,9 +726,11 @@ Estimate estimate(const ModelShape& m, const CollectiveModel& net, const Layout&
   est.time.bubble = std::max(0.0, pipe - mb * tmax);
 
   const std::vector<double> params = stage_params(x);
+  std::vector<std::vector<Unit>> units;
+  for (int i = 0; i < p; ++i) units.push_back(stage_units(x, lt, et, i));
   const double gbytes = gradient_bytes(l);
   double dp_exposed = 0;
-  if (x.d > 1) dp_exposed = dp_reduction_seconds(x, st, params, est);
+  if (x.d > 1) dp_exposed = dp_reduction_seconds(x, st, params, units, est);
   // Tied embedding: the first and last pipeline ranks sum their copies' gradients.
   if (p > 1 && m.tied_embeddings) dp_exposed += net.seconds(CollectiveOp::all_reduce, p2p.pair, V * h / t * gbytes);
   // Global gradient norm (and the loss-scale overflow check): one tiny all-reduce over the world.
@@ -627,7 +751,7 @@ Estimate estimate(const ModelShape& m, const CollectiveModel& net, const Layout&
     est.time.core_sharing = std::max(0.0, node_busy / c.cores_per_node - est.time.total());
   }
 
-  est.memory = peak_memory(x, params);
+  est.memory = peak_memory(x, params, units);
   est.seconds_per_iteration = est.time.total();
   est.flops = iteration_flops(m, l);
   const double gpus = l.gpus();

@@ -3,6 +3,9 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <charconv>
+
 #include "triax/core/error.h"
 
 namespace triax {
@@ -81,7 +84,54 @@ std::optional<std::string> layout_problem(const ModelShape& m, const Cluster& c,
     return fmt::format("interleaved schedule: micro-batches {} must be a multiple of pp {}", mb, l.pp);
   if (l.sequence_parallel && m.seq % l.tp != 0)
     return fmt::format("sequence parallel: tp {} does not divide seq {}", l.tp, m.seq);
+  return zero_problem(l);
+}
+
+std::optional<std::string> zero_problem(const Layout& l) {
+  if (l.zero < 0 || l.zero > 3) return fmt::format("zero {} is not a ZeRO level (0, 1, 2 or 3)", l.zero);
+  if (l.zero_shard < 0) return fmt::format("zero shard size {} must be >= 0 (0 = all of dp)", l.zero_shard);
+  if (l.zero_shard > 0 && l.dp % l.zero_shard != 0)
+    return fmt::format("zero shard size {} does not divide dp {}", l.zero_shard, l.dp);
+  if (l.zero_shard > 1 && l.zero_shard < l.dp && l.zero < 2)
+    return fmt::format("hybrid sharding (zero shard size {} < dp {}) needs zero 2 or 3 (got zero {})", l.zero_shard,
+                       l.dp, l.zero);
   return std::nullopt;
+}
+
+bool parse_zero_token(std::string_view token, Layout& l) {
+  auto number = [&](std::string_view prefix, int lo, int hi) {
+    const std::string_view digits = token.substr(prefix.size());
+    int v = -1;
+    const auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), v);
+    if (digits.empty() || ec != std::errc{} || end != digits.data() + digits.size() || v < lo || v > hi)
+      TRIAX_THROW(ConfigError, "'{}': expected {}N with N from {} to {}", token, prefix, lo, hi);
+    return v;
+  };
+  if (token.starts_with("zero")) {
+    l.zero = number("zero", 0, 3);
+    return true;
+  }
+  if (token.starts_with("hsdp")) {
+    l.zero_shard = number("hsdp", 1, 1 << 20);
+    return true;
+  }
+  return false;
+}
+
+void parse_zero_spec(std::string_view spec, Layout& l) {
+  if (spec.size() == 1 && spec[0] >= '0' && spec[0] <= '3') {
+    l.zero = spec[0] - '0';
+    return;
+  }
+  size_t pos = 0;
+  while (pos < spec.size()) {
+    const size_t end = std::min(spec.find(' ', pos), spec.size());
+    const std::string_view token = spec.substr(pos, end - pos);
+    if (!token.empty() && !parse_zero_token(token, l))
+      TRIAX_THROW(ConfigError, "ZeRO spec '{}': unknown token '{}' (expected 0..3, zero1, zero2, zero3, hsdpN)", spec,
+                  token);
+    pos = end + 1;
+  }
 }
 
 std::string describe(const Layout& l) {
@@ -89,7 +139,8 @@ std::string describe(const Layout& l) {
   if (l.vpp > 1) s += fmt::format(" v{}", l.vpp);
   s += fmt::format(" mbs{} {} rc={}", l.micro_batch, to_string(l.schedule), to_string(l.recompute));
   if (l.sequence_parallel) s += " sp";
-  if (l.zero1) s += " zero1";
+  if (l.zero > 0) s += fmt::format(" zero{}", l.zero);
+  if (l.zero_shard > 0 && l.zero_shard < l.dp) s += fmt::format(" hsdp{}", l.zero_shard);
   if (l.precision != Precision::bf16) s += fmt::format(" {}", to_string(l.precision));
   return s;
 }

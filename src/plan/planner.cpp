@@ -111,7 +111,60 @@ void rank_layouts(SearchResult& res, std::vector<Estimate>& fitting, std::vector
     res.fastest_no_fit.push_back(not_fitting[0]);
 }
 
+// The (ZeRO level, shard size) pairs tried: the levels asked for (or the old zero1 knob), else 0..3
+// with dp > 1; ZeRO-2/3 also with shard groups of one node's dp ranks (HSDP) when those divide dp.
+std::vector<std::pair<int, int>> zero_choices(const SearchSpace& sp, const Cluster& c, int tp, int dp) {
+  std::vector<int> levels = sp.zero;
+  if (levels.empty()) {
+    for (bool z : sp.zero1) levels.push_back(z ? 1 : 0);
+    if (sp.zero1.empty()) levels = dp > 1 ? std::vector<int>{0, 1, 2, 3} : std::vector<int>{0};
+  }
+  std::vector<int> shards = sp.zero_shard;
+  const int node_dp = tp <= c.gpus_per_node ? c.gpus_per_node / tp : 1;
+  if (shards.empty()) {
+    shards = {0};
+    if (node_dp > 1 && node_dp < dp && dp % node_dp == 0) shards.push_back(node_dp);
+  }
+  std::vector<std::pair<int, int>> out;
+  for (int z : levels) {
+    if (z < 2) out.emplace_back(z, 0);
+    else
+      for (int s : shards) out.emplace_back(z, s);
+  }
+  return out;
+}
+
+// Counts a layout under its ZeRO level, and keeps the level's leanest layout.
+void note_zero(SearchResult& res, const Estimate& e) {
+  const int z = e.layout.zero;
+  if (z < 0 || z > 3) return;
+  if (e.memory.fits()) ++res.fitting_by_zero[z];
+  auto& lean = res.leanest_by_zero[z];
+  if (!lean || e.memory.total() < lean->memory.total()) lean = e;
+}
+
 }  // namespace
+
+std::optional<std::string> zero_explanation(const SearchResult& r) {
+  int need = 0;
+  while (need < 4 && r.fitting_by_zero[need] == 0) ++need;
+  if (need < 2 || need > 3) return std::nullopt;  // nothing fits, or a level below 2 does
+  const Estimate* lean = nullptr;
+  for (int z = 0; z < need; ++z) {
+    const auto& e = r.leanest_by_zero[z];
+    if (e && (!lean || e->memory.total() < lean->memory.total())) lean = &*e;
+  }
+  if (!lean) return std::nullopt;  // the search did not look below the level that fits
+  constexpr double GiB = 1024.0 * 1024.0 * 1024.0;
+  const MemoryBreakdown& mem = lean->memory;
+  const std::string levels = need == 3 ? "only ZeRO-3 fits"
+                             : r.fitting_by_zero[3] > 0 ? "only ZeRO-2 and ZeRO-3 fit"
+                                                        : "only ZeRO-2 fits";
+  return fmt::format("{}: the leanest layout below ZeRO-{} ({}) needs {:.1f} GiB per GPU of {:.1f} GiB "
+                     "(parameters {:.1f} GiB, gradients {:.1f} GiB, optimizer {:.1f} GiB, activations {:.1f} GiB)",
+                     levels, need, describe(lean->layout), mem.total() / GiB, mem.capacity / GiB, mem.weights / GiB,
+                     mem.gradients / GiB, mem.optimizer / GiB, mem.activations / GiB);
+}
 
 SearchResult search(const ModelShape& m, const CollectiveModel& net, const SearchSpace& sp) {
   validate(m);
@@ -128,6 +181,19 @@ SearchResult search(const ModelShape& m, const CollectiveModel& net, const Searc
     ++res.enumerated;
     ++res.invalid;
     ++res.invalid_reasons[rule_of(why)];
+  };
+  auto consider = [&](const Layout& l) {
+    if (auto why = layout_problem(m, c, l, sp.rules)) return reject(*why);
+    ++res.enumerated;
+    Estimate e = estimate(m, net, l, sp.rules);
+    note_zero(res, e);
+    if (e.memory.fits()) {
+      ++res.ranked;
+      fitting.push_back(std::move(e));
+    } else {
+      ++res.no_fit;
+      not_fitting.push_back(std::move(e));
+    }
   };
 
   for (int tp : or_default(sp.tp, divisors(sp.gpus))) {
@@ -157,8 +223,7 @@ SearchResult search(const ModelShape& m, const CollectiveModel& net, const Searc
             for (Recompute rc : or_default(sp.recompute, rcs)) {
               for (bool seq_par : or_default(sp.sequence_parallel, tp > 1 ? std::vector<bool>{false, true}
                                                                          : std::vector<bool>{false})) {
-                for (bool z : or_default(sp.zero1, dp > 1 ? std::vector<bool>{false, true}
-                                                         : std::vector<bool>{false})) {
+                for (const auto& [z, shard] : zero_choices(sp, c, tp, dp)) {
                   Layout l = sp.base;
                   l.tp = tp;
                   l.pp = pp;
@@ -168,20 +233,9 @@ SearchResult search(const ModelShape& m, const CollectiveModel& net, const Searc
                   l.schedule = sched;
                   l.recompute = rc;
                   l.sequence_parallel = seq_par;
-                  l.zero1 = z;
-                  if (auto why = layout_problem(m, c, l, sp.rules)) {
-                    reject(*why);
-                    continue;
-                  }
-                  ++res.enumerated;
-                  Estimate e = estimate(m, net, l, sp.rules);
-                  if (e.memory.fits()) {
-                    ++res.ranked;
-                    fitting.push_back(std::move(e));
-                  } else {
-                    ++res.no_fit;
-                    not_fitting.push_back(std::move(e));
-                  }
+                  l.zero = z;
+                  l.zero_shard = shard;
+                  consider(l);
                 }
               }
             }

@@ -25,6 +25,21 @@ const std::vector<std::string> kColumns = {
     "vocab", "seq",  "tp",    "pp",      "dp",           "global_batch", "micro_batch", "vpp",
     "recompute", "sequence_parallel", "metric", "value", "tied_embeddings", "kv_heads", "options"};
 
+// An options entry zero0..zero3 or hsdpN onto the run: true when it was one; IoError naming the
+// file and line for a bad number.
+bool zero_option(const std::string& opt, PublishedRun& r, const std::string& file, int lineno) {
+  Layout l;
+  l.zero = -1;
+  try {
+    if (!parse_zero_token(opt, l)) return false;
+  } catch (const ConfigError& e) {
+    TRIAX_THROW(IoError, "{}:{}: column options: {}", file, lineno, e.what());
+  }
+  if (l.zero >= 0) r.zero = l.zero;
+  if (l.zero_shard > 0) r.zero_shard = l.zero_shard;
+  return true;
+}
+
 }  // namespace
 
 std::vector<PublishedRun> load_published_runs(const std::filesystem::path& csv) {
@@ -96,10 +111,11 @@ std::vector<PublishedRun> load_published_runs(const std::filesystem::path& csv) 
       else if (opt == "no-pp-overlap") r.no_pp_overlap = true;
       else if (opt == "fused-cross-entropy") r.fused_cross_entropy = true;
       else if (opt == "fp32-grad-reduce") r.fp32_grad_reduce = true;
+      else if (zero_option(opt, r, file, lineno)) continue;
       else
         TRIAX_THROW(IoError,
                     "{}:{}: column options: unknown option '{}' (known: no-dropout, no-tp-comm-overlap, "
-                    "no-pp-overlap, fused-cross-entropy, fp32-grad-reduce; ';'-separated)",
+                    "no-pp-overlap, fused-cross-entropy, fp32-grad-reduce, zero0..zero3, hsdpN; ';'-separated)",
                     file, lineno, opt);
     }
     const std::string& metric = col("metric");
@@ -137,7 +153,7 @@ Layout software_layout(std::string_view software) {
     l.attention = AttentionKernel::fused;
     l.causal_skip = true;
     l.dropout = true;
-    l.zero1 = true;
+    l.zero = 1;
     l.dp_overlap = true;
     l.dp_param_gather_overlap = true;
     l.dp_mcore_buckets = true;
@@ -171,6 +187,8 @@ RunPrediction predict_run(const PublishedRun& r, const CollectiveModel& net) {
   if (r.no_pp_overlap) base.pp_overlap = false;
   if (r.fused_cross_entropy) base.fused_cross_entropy = true;
   if (r.fp32_grad_reduce) base.grad_reduce_fp32 = true;
+  if (r.zero >= 0) base.zero = r.zero;
+  if (r.zero_shard > 0) base.zero_shard = r.zero_shard;
   RunPrediction p;
   p.run = r;
   p.measured_seconds = measured_seconds(r);
@@ -195,7 +213,8 @@ RunPrediction predict_run(const PublishedRun& r, const CollectiveModel& net) {
     if (r.vpp > 1) sp.schedules = {Schedule::interleaved}, sp.vpp = {r.vpp};
     sp.recompute = {r.recompute};
     sp.sequence_parallel = {r.sequence_parallel};
-    sp.zero1 = {base.zero1};
+    sp.zero = {base.zero};
+    sp.zero_shard = {base.zero_shard};
     sp.base = base;
     sp.top_k = 1;
     const SearchResult res = search(r.model, net, sp);

@@ -37,7 +37,9 @@ nlohmann::json to_json(const Estimate& e) {
                  {"schedule", std::string(to_string(l.schedule))},
                  {"recompute", std::string(to_string(l.recompute))},
                  {"sequence_parallel", l.sequence_parallel},
-                 {"zero1", l.zero1},
+                 {"zero1", l.zero == 1},
+                 {"zero", l.zero},
+                 {"zero_shard", l.shard_size()},
                  {"precision", std::string(to_string(l.precision))},
                  {"attention", std::string(to_string(l.attention))},
                  {"dropout", l.dropout},
@@ -65,6 +67,14 @@ nlohmann::json to_json(const Estimate& e) {
                  {"comm_buffers_gib", mem.comm_buffers / kGiB},
                  {"reserved_gib", mem.reserved / kGiB},
                  {"capacity_gib", mem.capacity / kGiB}};
+  const DpTraffic& dt = e.dp_traffic;
+  j["dp_traffic"] = {{"all_reduce_bytes", dt.all_reduce},
+                     {"reduce_scatter_bytes", dt.reduce_scatter},
+                     {"all_gather_bytes", dt.all_gather},
+                     {"calls", dt.calls},
+                     {"shard_ranks", dt.shard_group.ranks},
+                     {"shard_nodes", dt.shard_group.nodes},
+                     {"replica_groups", dt.replica_group.ranks}};
   j["flops"] = {{"model_per_iteration", e.flops.model}, {"executed_per_iteration", e.flops.executed}};
   return j;
 }
@@ -101,6 +111,12 @@ std::string format_estimate(const Estimate& e) {
   row("tp comm (exposed)", t.tp_comm);
   row("pp comm (exposed)", t.pp_comm);
   row("dp comm (exposed)", t.dp_comm);
+  const DpTraffic& dt = e.dp_traffic;
+  if (e.layout.zero >= 2 && dt.total() > 0)
+    out += fmt::format("  zero{} per step: all-gather {:.2f} GiB, reduce-scatter {:.2f} GiB over {} ranks on {} node(s), "
+                       "all-reduce {:.2f} GiB over {} groups, {} calls\n",
+                       e.layout.zero, dt.all_gather / kGiB, dt.reduce_scatter / kGiB, dt.shard_group.ranks,
+                       dt.shard_group.nodes, dt.all_reduce / kGiB, dt.replica_group.ranks, dt.calls);
   row("optimizer", t.optimizer);
   if (t.core_sharing > 0) row("ranks sharing cores", t.core_sharing);
   out += fmt::format("throughput  {:.1f} TFLOP/s per GPU (executed, recompute included), MFU {:.1f}%, {:.0f} tokens/s\n",
@@ -123,6 +139,7 @@ std::string format_search(const SearchResult& r) {
   std::string out;
   out += fmt::format("searched {} layouts: {} invalid, {} do not fit in memory, {} ranked\n", r.enumerated,
                      r.invalid, r.no_fit, r.ranked);
+  if (auto why = zero_explanation(r)) out += *why + "\n";
   if (r.best.empty()) {
     out += "no layout fits\n";
   } else {
@@ -179,6 +196,7 @@ std::string search_json(const SearchResult& r, int indent) {
   s["best"] = nlohmann::json::array();
   for (const auto& e : r.best) s["best"].push_back(to_json(e));
   if (!r.fastest_no_fit.empty()) s["fastest_no_fit"] = to_json(r.fastest_no_fit.front());
+  if (auto why = zero_explanation(r)) s["zero_needed"] = *why;
   j["search"] = s;
   return j.dump(indent);
 }

@@ -117,6 +117,17 @@ TuneResult tune(const ModelShape& m, const CollectiveModel& net, const Layout& c
   }
   keep_best(kind);
 
+  // ZeRO level (dp > 1): sharding gradients (2) and parameters (3) trades DP traffic for memory.
+  kind.clear();
+  for (int z = 0; z <= 3 && cur.dp > 1; ++z) {
+    if (z == cur.zero) continue;
+    Layout l = cur;
+    l.zero = z;
+    if (z < 2) l.zero_shard = 0;
+    consider(kind, fmt::format("ZeRO {} -> {}", cur.zero, z), m, l);
+  }
+  keep_best(kind);
+
   // Layout: every (tp, pp, dp, vpp, micro-batch, schedule, recompute, ...) at the same global batch.
   {
     SearchSpace sp;

@@ -74,7 +74,7 @@ Layout sc21_software() {
   l.grad_reduce_fp32 = false;
   l.pp_scatter_gather = true;
   l.sequence_parallel = false;
-  l.zero1 = false;
+  l.zero = 0;
   l.fused_cross_entropy = false;  // vocab_parallel_cross_entropy: fp32 passes over the logits
   return l;
 }
@@ -91,7 +91,7 @@ Sc21Prediction predict_sc21_row(const Sc21Row& r, const CollectiveModel& net) {
   sp.schedules = {Schedule::one_f_one_b};
   sp.recompute = {Recompute::full};
   sp.sequence_parallel = {false};
-  sp.zero1 = {false};
+  sp.zero = {0};
   sp.base = sc21_software();
   sp.top_k = 1;
   const SearchResult res = search(m, net, sp);

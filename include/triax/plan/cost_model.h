@@ -36,9 +36,9 @@ struct TimeBreakdown {
 
 // Bytes per device on the pipeline rank that needs the most.
 struct MemoryBreakdown {
-  double weights = 0;
-  double gradients = 0;
-  double optimizer = 0;     // fp32 master copy + Adam moments (divided by dp under ZeRO-1)
+  double weights = 0;       // under ZeRO-3: the 1/d shard + 2 gathered units
+  double gradients = 0;     // under ZeRO-2/3: the 1/d shard + 2 units' gradient buffers
+  double optimizer = 0;     // fp32 master copy + Adam moments (divided by the shard group d under ZeRO >= 1)
   double activations = 0;   // stored for backward over all in-flight micro-batches + working set
   double comm_buffers = 0;  // p2p receive buffers and collective library buffers
   double reserved = 0;      // context / workspaces / allocator slack (cluster)
@@ -48,6 +48,19 @@ struct MemoryBreakdown {
     return weights + gradients + optimizer + activations + comm_buffers + reserved;
   }
   bool fits() const { return total() <= capacity; }
+};
+
+// The data-parallel collectives of one step on the pipeline rank with the most parameters, in the
+// bytes each collective is handed (all-reduce: the buffer; reduce-scatter: its input; all-gather:
+// the gathered output), summed over the step's calls. docs/PLANNER.md "ZeRO levels".
+struct DpTraffic {
+  double all_reduce = 0;      // ZeRO-0 gradients; HSDP: each 1/s gradient shard across the groups
+  double reduce_scatter = 0;  // gradients into their shards (ZeRO-1 once, ZeRO-2/3 every micro-batch)
+  double all_gather = 0;      // parameters: after the step (ZeRO-1/2), before every pass (ZeRO-3)
+  int calls = 0;              // collectives issued per step (ZeRO-3 counts one per unit and pass)
+  GroupPlacement shard_group;    // where the reduce-scatters and all-gathers run (s ranks)
+  GroupPlacement replica_group;  // HSDP's all-reduce across the r = dp / s groups (1 rank without)
+  double total() const { return all_reduce + reduce_scatter + all_gather; }
 };
 
 struct Estimate {
@@ -63,6 +76,7 @@ struct Estimate {
   double mfu = 0;             // model FLOPs / (seconds * gpus * peak)
   double tokens_per_second = 0;
   std::string dp_algorithm;   // ring or tree, as chosen for the gradient reduction
+  DpTraffic dp_traffic;       // data-parallel bytes per step (empty at dp 1)
 };
 
 // Throws ConfigError (with layout_problem's reason) when the layout cannot run the model.

@@ -1,5 +1,6 @@
 // A 3D-parallel layout and the software options that change its cost: tp x pp x dp, virtual
-// stages, micro-batch size, schedule, recomputation, sequence parallel, ZeRO-1, precision.
+// stages, micro-batch size, schedule, recomputation, sequence parallel, ZeRO level
+// (0..3, with HSDP shard groups), precision.
 // layout_problem() says why a layout cannot run a model on a cluster (the planner's "invalid").
 #pragma once
 #include <optional>
@@ -39,7 +40,13 @@ struct Layout {
   Schedule schedule = Schedule::one_f_one_b;
   Recompute recompute = Recompute::none;
   bool sequence_parallel = false;
-  bool zero1 = false;  // optimizer state (fp32 master, Adam m and v) sharded over dp
+  // ZeRO level over the data-parallel ranks: 0 none (gradients all-reduced), 1 optimizer state
+  // sharded, 2 + gradients sharded (reduce-scattered every micro-batch), 3 + parameters sharded
+  // (each unit all-gathered before its forward and its backward). docs/PLANNER.md "ZeRO levels".
+  int zero = 0;
+  // HSDP: shard inside groups of this many DP ranks and all-reduce the shards across the groups;
+  // 0 = one group of all dp ranks. Must divide dp; > 1 (and < dp) only with zero >= 2.
+  int zero_shard = 0;
   Precision precision = Precision::bf16;
 
   // Software behaviour of the runtime being modelled (triax defaults; Megatron-LM 2021 differs).
@@ -88,7 +95,16 @@ struct Layout {
   bool runtime_copies = false;
 
   int gpus() const { return tp * pp * dp; }
+  // The ranks one shard group spans: zero_shard, or all of dp.
+  int shard_size() const { return zero_shard > 0 ? zero_shard : dp; }
 };
+
+// Reads one ZeRO token of a layout's text ("zero1", "zero2", "zero3", "hsdp4") into `l`: true when
+// the token was one, false when it is something else; ConfigError for "zero7" or "hsdp0".
+bool parse_zero_token(std::string_view token, Layout& l);
+// Reads a whole ZeRO spec: "0".."3", "zero1", "zero3 hsdp4" (space separated); ConfigError naming
+// the bad token otherwise.
+void parse_zero_spec(std::string_view spec, Layout& l);
 
 // Bytes of one activation element, one parameter, one gradient element.
 int activation_bytes(const Layout& l);
@@ -105,8 +121,12 @@ struct LayoutRules {
 // Memory is not checked here: that is the cost model's "fits".
 std::optional<std::string> layout_problem(const ModelShape& m, const Cluster& c, const Layout& l,
                                           const LayoutRules& rules = {});
+// The ZeRO part of layout_problem: a level outside 0..3, a shard size that does not divide dp, or
+// shard groups smaller than dp below ZeRO-2.
+std::optional<std::string> zero_problem(const Layout& l);
 
-// "tp2 pp4 dp8 v2 mbs1 interleaved full sp zero1" style summary.
+// "tp2 pp4 dp8 v2 mbs1 interleaved full sp zero3 hsdp4" style summary (zero1 / zero2 / zero3, and
+// hsdpN when the shard groups are smaller than dp).
 std::string describe(const Layout& l);
 
 }  // namespace triax::plan

@@ -1,8 +1,10 @@
 // Layout search: enumerates every valid (tp, pp, dp, vpp, micro-batch, schedule, recompute,
-// sequence parallel, ZeRO-1) for a GPU count, estimates each, and ranks those that fit in memory.
+// sequence parallel, ZeRO level and HSDP shard size) for a GPU count, estimates each, and ranks those that fit in memory.
 // The ones that lose are counted by the reason: invalid, memory, or the component that cost most.
 #pragma once
+#include <array>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -18,7 +20,11 @@ struct SearchSpace {
   std::vector<Schedule> schedules;  // empty: 1f1b, interleaved, zb-h1
   std::vector<Recompute> recompute;
   std::vector<bool> sequence_parallel;
-  std::vector<bool> zero1;
+  std::vector<bool> zero1;      // the old knob: false -> zero 0, true -> zero 1 (used when `zero` is empty)
+  std::vector<int> zero;        // ZeRO levels; empty: 0..3 when dp > 1, else 0
+  // HSDP shard group sizes tried with ZeRO-2/3 (0 = all of dp); empty: 0, and the dp ranks of one
+  // node (gpus per node / tp) when that divides dp and is smaller.
+  std::vector<int> zero_shard;
   Layout base;
   LayoutRules rules;
   int top_k = 5;
@@ -39,7 +45,16 @@ struct SearchResult {
   std::map<LossReason, Estimate> lost_example;   // the fastest layout that lost for each reason
   // The fastest layout that does not fit, for the "what would it take" line (if any).
   std::vector<Estimate> fastest_no_fit;
+  // Per ZeRO level (0..3): the layouts of that level that fit, and the one of them, fitting or not,
+  // with the least memory per GPU; zero_explanation() reads them.
+  std::array<long, 4> fitting_by_zero{};
+  std::array<std::optional<Estimate>, 4> leanest_by_zero;
 };
+
+// "only ZeRO-3 fits: the leanest layout below ZeRO-3 (...) needs 93.1 GiB per GPU of 80.0 GiB
+// (parameters ..., gradients ..., optimizer ..., activations ...)" when the search found layouts
+// that fit only at ZeRO-2 or -3 and looked at lower levels too; nullopt otherwise.
+std::optional<std::string> zero_explanation(const SearchResult& r);
 
 SearchResult search(const ModelShape& m, const CollectiveModel& net, const SearchSpace& space);
 

@@ -28,6 +28,9 @@ struct PublishedRun {
   // ("no-dropout", "no-tp-comm-overlap", "no-pp-overlap", "fused-cross-entropy"; ';'-separated).
   bool no_dropout = false, no_tp_comm_overlap = false, no_pp_overlap = false, fused_cross_entropy = false;
   bool fp32_grad_reduce = false;  // option fp32-grad-reduce: gradients accumulated and reduced in fp32
+  // Options zero0..zero3 and hsdpN (layout.h parse_zero_token): the ZeRO level (-1: the software's)
+  // and the HSDP shard group size (0: the software's).
+  int zero = -1, zero_shard = 0;
   RunMetric metric = RunMetric::seconds;
   double value = 0;
   int line = 0;  // in the file, for messages

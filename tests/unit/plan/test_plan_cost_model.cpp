@@ -122,7 +122,7 @@ TEST_CASE("memory per parameter: weights, gradients, optimizer state, ZeRO-1") {
   CHECK(e.memory.weights == Approx(2 * P).epsilon(1e-12));    // bf16
   CHECK(e.memory.gradients == Approx(4 * P).epsilon(1e-12));  // fp32 accumulation
   CHECK(e.memory.optimizer == Approx(12 * P).epsilon(1e-12)); // fp32 master + m + v
-  l.zero1 = true;
+  l.zero = 1;
   e = estimate(m, net, l);
   CHECK(e.memory.optimizer == Approx(12 * P / 4).epsilon(1e-12));
   l.grad_reduce_fp32 = false;
@@ -237,7 +237,7 @@ TEST_CASE("data-parallel reduction: exposed without overlap, hidden with it, ZeR
   l.dp_overlap = true;  // the last backward is longer than this reduction
   CHECK(estimate(m, net, l).time.dp_comm == Approx(norm).epsilon(1e-12));
   l.dp_overlap = false;
-  l.zero1 = true;  // reduce-scatter fp32 gradients, all-gather bf16 parameters
+  l.zero = 1;  // reduce-scatter fp32 gradients, all-gather bf16 parameters
   CHECK(estimate(m, net, l).time.dp_comm ==
         Approx(net.seconds(CollectiveOp::reduce_scatter, g, 4 * P) + net.seconds(CollectiveOp::all_gather, g, 2 * P) + norm)
             .epsilon(1e-12));
@@ -252,7 +252,7 @@ TEST_CASE("optimizer time streams the state once") {
   // gradient read twice and zeroed (3 x 4), master/m/v read + written (24), bf16 copy written (2)
   CHECK(estimate(m, net, l).time.optimizer == Approx(P * 38 / 1e12).epsilon(1e-12));
   l.dp = 4;
-  l.zero1 = true;
+  l.zero = 1;
   CHECK(estimate(m, net, l).time.optimizer == Approx(P / 4 * 38 / 1e12).epsilon(1e-12));
   l = Layout{};
   l.precision = Precision::fp32;

@@ -247,7 +247,7 @@ TEST_CASE("every Llama preset has a layout that fits its cluster") {
     l.dp = c.dp;
     l.sequence_parallel = c.tp > 1;
     l.recompute = Recompute::selective;
-    l.zero1 = true;
+    l.zero = 1;
     const Estimate e = estimate(model_preset(c.name), net, l);
     CHECK(e.memory.fits());
     CHECK(e.mfu > 0.2);

@@ -197,7 +197,7 @@ TEST_CASE("Megatron-Core's DDP buckets: the embedding's bucket is reduced after,
   off.grad_reduce_fp32 = false;
   off.dp = 8;
   off.micro_batch = 8;  // one micro-batch: the whole reduction would hide behind its backward
-  off.zero1 = true;
+  off.zero = 1;
   off.dp_overlap = true;
   off.dp_param_gather_overlap = true;
   Layout on = off;
@@ -268,7 +268,7 @@ TEST_CASE("an overlapped data-parallel collective holds SMs from the kernels bes
   l.grad_reduce_fp32 = false;
   l.dp = 8;
   l.micro_batch = 8;  // one micro-batch: reduction beside the backward, gather beside the forward
-  l.zero1 = true;
+  l.zero = 1;
   l.dp_overlap = true;
   l.dp_param_gather_overlap = true;
   c.comm_sm_fraction = 0;

@@ -15,8 +15,9 @@ using triax::plan::test::small_model;
 
 namespace {
 
-// Every (tp, pp, dp, vpp, mbs, schedule, recompute, sp, zero1) with tp*pp*dp == gpus, with the
-// search's duplicates dropped (one schedule at pp 1, no sp at tp 1, no ZeRO-1 at dp 1).
+// Every (tp, pp, dp, vpp, mbs, schedule, recompute, sp, zero level, shard size) with tp*pp*dp ==
+// gpus, with the search's duplicates dropped (one schedule at pp 1, no sp at tp 1, no ZeRO at dp 1)
+// and its HSDP choice (ZeRO-2/3 shard groups of one node's dp ranks, when smaller than dp).
 std::vector<Estimate> brute_force(const ModelShape& m, const CollectiveModel& net, int gpus) {
   std::vector<Estimate> out;
   for (int tp = 1; tp <= gpus; ++tp)
@@ -28,10 +29,13 @@ std::vector<Estimate> brute_force(const ModelShape& m, const CollectiveModel& ne
             for (Schedule s : {Schedule::gpipe, Schedule::one_f_one_b, Schedule::interleaved, Schedule::zb_h1})
               for (Recompute rc : {Recompute::none, Recompute::selective, Recompute::full})
                 for (bool sp : {false, true})
-                  for (bool z : {false, true}) {
+                  for (int z = 0; z <= 3; ++z)
+                  for (int shard = 0; shard <= dp; ++shard) {
                     if (s == Schedule::gpipe) continue;  // the search does not rank GPipe by default
                     if (pp == 1 && s != Schedule::one_f_one_b) continue;
-                    if ((sp && tp == 1) || (z && dp == 1)) continue;
+                    if ((sp && tp == 1) || (z > 0 && dp == 1)) continue;
+                    const int node_dp = net.cluster().gpus_per_node / tp;
+                    if (shard != 0 && (z < 2 || shard != node_dp || node_dp >= dp || dp % shard != 0)) continue;
                     if (rc == Recompute::selective) continue;  // same as none with the fused kernel
                     Layout l;
                     l.tp = tp;
@@ -42,7 +46,8 @@ std::vector<Estimate> brute_force(const ModelShape& m, const CollectiveModel& ne
                     l.schedule = s;
                     l.recompute = rc;
                     l.sequence_parallel = sp;
-                    l.zero1 = z;
+                    l.zero = z;
+                    l.zero_shard = shard;
                     if (layout_problem(m, net.cluster(), l)) continue;
                     out.push_back(estimate(m, net, l));
                   }

@@ -147,6 +147,25 @@ TEST_CASE("published runs: the H100 rows of four sources, held out one row and o
   }
 }
 
+TEST_CASE("published runs: the options column sets the ZeRO level and HSDP shard size") {
+  ScratchDir dir;
+  const std::string row = "a,src,w,selene-a100,megatron-sc21,24,2304,24,51200,2048,1,1,32,512,1,1,full,0,seconds,1,1,0,";
+  const auto runs = load_published_runs(dir.write("t.csv", kHeader + row + "zero3;hsdp8\n"));
+  REQUIRE(runs.size() == 1);
+  CHECK(runs[0].zero == 3);
+  CHECK(runs[0].zero_shard == 8);
+  const CollectiveModel net(cluster_preset("selene-a100"));
+  const Layout l = predict_run(runs[0], net).estimate.layout;
+  CHECK(l.zero == 3);
+  CHECK(l.zero_shard == 8);
+  // The old spelling, and no option: the software's level (megatron-sc21: none).
+  const auto old = load_published_runs(dir.write("u.csv", kHeader + row + "zero1\n"));
+  CHECK(predict_run(old[0], net).estimate.layout.zero == 1);
+  const auto none = load_published_runs(dir.write("v.csv", kHeader + row + "\n"));
+  CHECK(none[0].zero == -1);
+  CHECK(predict_run(none[0], net).estimate.layout.zero == 0);
+}
+
 TEST_CASE("published runs: malformed tables name the file, line and problem") {
   ScratchDir dir;
   struct Case {
@@ -172,6 +191,8 @@ TEST_CASE("published runs: malformed tables name the file, line and problem") {
        "column kv_heads 5 must divide heads 24"},
       {kHeader + "a,src,w,selene-a100,megatron-sc21,24,2304,24,51200,2048,1,1,32,512,0,0,full,0,seconds,1,1,0,fp8\n",
        "column options: unknown option 'fp8'"},
+      {kHeader + "a,src,w,selene-a100,megatron-sc21,24,2304,24,51200,2048,1,1,32,512,0,0,full,0,seconds,1,1,0,zero9\n",
+       "t.csv:2: column options: 'zero9': expected zeroN with N from 0 to 3"},
       {kHeader, "t.csv: no data rows"},
   };
   for (const auto& k : cases) {

@@ -988,6 +988,14 @@ static void check_profile(const TrainConfig& cfg) {
           "--profile-steps {} needs --profile-dir DIR (where the timeline files go)", cfg.profile_steps);
 }
 
+// HSDP groups: --zero-shard-size only with ZeRO-2/3, dividing dp.
+static void check_zero(const TrainConfig& cfg, int dp) {
+  if (cfg.zero_shard_size == 0) return;
+  require(cfg.zero >= 2, "--zero-shard-size {} (HSDP) needs --zero 2 or 3, not --zero {}", cfg.zero_shard_size, cfg.zero);
+  require(dp % cfg.zero_shard_size == 0, "--zero-shard-size {} does not divide the data-parallel size {}",
+          cfg.zero_shard_size, dp);
+}
+
 ResolvedTrainConfig resolve_train_config(const TrainConfig& cfg, int world_size) {
   check_ranges(cfg);
   check_profile(cfg);
@@ -1006,11 +1014,7 @@ ResolvedTrainConfig resolve_train_config(const TrainConfig& cfg, int world_size)
     r.dp = static_cast<int>(W / tp_pp);
   }
   e.dp = r.dp;
-  if (cfg.zero_shard_size > 0) {
-    require(cfg.zero >= 2, "--zero-shard-size {} (HSDP) needs --zero 2 or 3, not --zero {}", cfg.zero_shard_size, cfg.zero);
-    require(r.dp % cfg.zero_shard_size == 0, "--zero-shard-size {} does not divide the data-parallel size {}",
-            cfg.zero_shard_size, r.dp);
-  }
+  check_zero(cfg, r.dp);
 
   GptConfig& m = r.model;
   m = GptConfig::preset(cfg.model);

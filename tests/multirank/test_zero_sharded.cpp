@@ -16,6 +16,7 @@
 #include "support/multirank.h"
 #include "support/train_compare.h"
 #include "triax/data/data.h"
+#include "triax/distributed/comm/self_comm.h"
 #include "triax/io/token_shard.h"
 
 using namespace triax;
@@ -84,8 +85,10 @@ Result train_zero(const TrainConfig& cfg, const TrainerOptions& opts = {}) {
   return r;
 }
 
-// Two runs of the same layout (ZeRO 2/3 against 0): the reductions differ only in order.
-void compare_runs(const Result& got, const Result& ref, double tol) {
+// Two runs of the same layout (ZeRO 2/3 against 0): the reductions differ only in order. As in
+// train_compare.h, the key bias (exactly zero gradient: rounding noise that AdamW turns into tiny
+// updates) and experts' biases (fed by few tokens) are compared absolutely, to k_abs.
+void compare_runs(const Result& got, const Result& ref, double tol, double k_abs = 1e-6) {
   REQUIRE(got.losses.size() == ref.losses.size());
   for (size_t i = 0; i < ref.losses.size(); ++i) {
     INFO("iteration " << i + 1 << " loss " << got.losses[i] << " vs " << ref.losses[i]);
@@ -93,19 +96,26 @@ void compare_runs(const Result& got, const Result& ref, double tol) {
     CHECK(std::abs(got.grad_norms[i] - ref.grad_norms[i]) <= tol * std::abs(ref.grad_norms[i]));
   }
   REQUIRE(got.params.size() == ref.params.size());
+  auto worst_abs = [](std::span<const float> a, std::span<const float> b) {
+    double w = 0;
+    for (size_t k = 0; k < a.size(); ++k) w = std::max(w, double(std::abs(a[k] - b[k])));
+    return w;
+  };
   for (const auto& [name, mine] : got.params) {
     INFO(name);
     REQUIRE(ref.params.count(name) == 1);
-    REQUIRE(mine.size() == ref.params.at(name).size());
-    if (name.ends_with("c_attn.bias") || name.ends_with(".bias")) {
-      // Biases whose exact gradient is zero (the key bias, unrouted experts' biases) move by
-      // rounding noise: compared absolutely (train_compare.h compares them with their weights).
-      double worst = 0;
-      for (size_t k = 0; k < mine.size(); ++k) worst = std::max(worst, double(std::abs(mine[k] - ref.params.at(name)[k])));
-      CHECK(worst <= 1e-6);
-      continue;
+    const std::span<const float> a(mine), b(ref.params.at(name));
+    REQUIRE(a.size() == b.size());
+    if (name.ends_with("c_attn.bias")) {
+      const size_t part = a.size() / 3;
+      CHECK(rel_err(a.first(part), b.first(part)) <= tol);
+      CHECK(rel_err(a.last(part), b.last(part)) <= tol);
+      CHECK(worst_abs(a.subspan(part, part), b.subspan(part, part)) <= k_abs);
+    } else if (name.find("experts.") != std::string::npos && name.ends_with(".bias")) {
+      CHECK(worst_abs(a, b) <= k_abs);
+    } else {
+      CHECK(rel_err(a, b) <= tol);
     }
-    CHECK(rel_err(mine, ref.params.at(name)) <= tol);
   }
 }
 
@@ -193,4 +203,117 @@ TEST_CASE("every layout and schedule at ZeRO-2 and ZeRO-3 trains the serial mode
         }
     }
   run_cases(cases);
+}
+
+TEST_CASE("under ZeRO-2/3 a compute copy and a power-of-two loss scale keep the bits; a NaN on one rank skips everywhere",
+          "[train][zero][loss_scaler]") {
+  const int W = world().size();
+  world().set_timeout(std::chrono::seconds(120));
+  std::vector<Case> layouts = {{"nano", 1, 1, W, 1, "1f1b", 2}, {"nano", 1, 1, W, 1, "1f1b", 3}};
+  if (W >= 4) layouts.push_back({"nano", 1, 2, W / 2, 1, "zb-h1", 3});
+  LossScalerConfig sc;
+  sc.init_scale = 1024;
+  sc.growth_interval = 2;  // grows within the run
+  for (const Case& k : layouts) {
+    INFO(describe(k));
+    TrainConfig cfg = config_of(k);
+    cfg.train_iters = 4;
+    const Result plain = train_zero(cfg);
+    TrainerOptions opts;
+    opts.loss_scaler = sc;
+    opts.force_compute_copy = true;
+    const Result scaled = train_zero(cfg, opts);
+    CHECK(scaled.losses == plain.losses);
+    CHECK(scaled.grad_norms == plain.grad_norms);
+    CHECK(scaled.params == plain.params);
+    // TRIAX_FAULT's NaN gradient on the last rank at iteration 2: every rank skips the step.
+    setenv("TRIAX_FAULT", fmt::format("{}:2:nan", W - 1).c_str(), 1);
+    Trainer t(world_ptr(), cfg, opts);
+    std::vector<bool> skipped;
+    t.train([&](const IterationMetrics& m) { skipped.push_back(m.step_skipped); });
+    unsetenv("TRIAX_FAULT");
+    CHECK(skipped == std::vector<bool>{false, true, false, false});
+    CHECK(t.optimizer().loss_scale() == 1024);  // 1024 -> 512 at 2, clean 3 and 4 -> 1024
+  }
+}
+
+TEST_CASE("fp16 on the emulated backend trains at ZeRO-2/3 as at ZeRO 0", "[train][zero][emulated]") {
+  const int W = world().size();
+  if (W > 4) return;  // the emulated backend is slow; dp 2 and 4 suffice
+  for (int zero : {2, 3}) {
+    Case k{"nano", 1, 1, W, 1, "1f1b", zero};
+    TrainConfig cfg = config_of(k);
+    cfg.backend = "cpu-emulated";
+    cfg.fp16 = true;
+    INFO(describe(k) << " fp16");
+    TrainConfig plain = cfg;
+    plain.zero = 0;
+    const Result ref = train_zero(plain);
+    const Result got = train_zero(cfg);
+    REQUIRE(ref.losses.back() < ref.losses.front());
+    // The same fp16 weights and fp32 gradient sums in another order, which fp16 forward passes
+    // amplify: close, not bit for bit. Measured at dp 2: losses within 1e-4, weights 2.8e-4 (a
+    // layer-0 bias) against ZeRO 0, which is itself 1.3e-4 from one fp16 process.
+    compare_runs(got, ref, 1e-3, 2e-4);
+  }
+}
+
+namespace {
+// A validation shard of the nano vocabulary in this rank's own directory.
+struct ValidFile {
+  std::filesystem::path dir;
+  std::string path;
+  ValidFile() {
+    dir = std::filesystem::temp_directory_path() / fmt::format("triax_zero_valid_{}_{}", ::getpid(), world().rank());
+    std::filesystem::create_directories(dir);
+    const int vocab = GptConfig::preset("nano").vocab;
+    auto gen = make_synthetic_dataset(vocab, 77, 0.05);
+    std::vector<int32_t> s(400);
+    gen->sample(1000, 399, s.data());
+    std::vector<uint16_t> v(s.begin(), s.end());
+    path = (dir / "valid.bin").string();
+    io::write_token_shard(path, v);
+  }
+  ~ValidFile() {
+    std::error_code ec;
+    std::filesystem::remove_all(dir, ec);
+  }
+};
+
+std::vector<double> eval_losses(std::shared_ptr<Communicator> w, const TrainConfig& cfg) {
+  Trainer t(std::move(w), cfg);
+  std::vector<double> losses;
+  t.train([](const IterationMetrics&) {}, [&](const EvalMetrics& e) { losses.push_back(e.loss); });
+  return losses;
+}
+}  // namespace
+
+TEST_CASE("validation passes under ZeRO-3 give the serial validation loss", "[train][zero][eval]") {
+  const int W = world().size();
+  ValidFile file;
+  std::vector<Case> layouts = {{"nano", 1, 1, W, 1, "1f1b", 3}};
+  if (W >= 4) layouts.push_back({"nano", 1, 2, W / 2, 2, "interleaved", 3, 0, Recompute::full});
+  if (W == 8) layouts.push_back({"nano", 2, 2, 2, 1, "1f1b", 3});
+  for (const Case& k : layouts) {
+    INFO(describe(k));
+    TrainConfig cfg = config_of(k);
+    cfg.valid_data = file.path;
+    cfg.eval_interval = 1;
+    cfg.eval_iters = 2;
+    TrainConfig serial_cfg = cfg;
+    serial_cfg.tp = serial_cfg.pp = serial_cfg.vpp = 1;
+    serial_cfg.dp = 1;
+    serial_cfg.zero = 0;
+    serial_cfg.recompute = Recompute::none;
+    serial_cfg.schedule = ScheduleKind::one_f_one_b;
+    const auto ref = eval_losses(std::shared_ptr<Communicator>(make_self_communicator("serial", world().rank())), serial_cfg);
+    const auto got = eval_losses(world_ptr(), cfg);
+    REQUIRE(ref.size() == 3);
+    REQUIRE(got.size() == ref.size());
+    CHECK(ref.back() < ref.front());  // training moved the validation loss
+    for (size_t i = 0; i < ref.size(); ++i) {
+      INFO("evaluation " << i + 1 << ": " << got[i] << " vs " << ref[i]);
+      CHECK(std::abs(got[i] - ref[i]) <= 1e-5 * std::abs(ref[i]));
+    }
+  }
 }

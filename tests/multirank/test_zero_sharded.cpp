@@ -179,6 +179,8 @@ TEST_CASE("ZeRO-2 and ZeRO-3 train the serial MoE model (experts sharded over ex
       {"nano", 1, 1, 2, 1, "1f1b", 2, 0, Recompute::none, false, 2, 2},
       {"nano", 1, 1, 4, 1, "1f1b", 3, 0, Recompute::none, false, 2, 2},
       {"nano", 1, 1, 4, 1, "gpipe", 2, 0, Recompute::selective, false, 2, 1},
+      {"nano", 1, 1, 4, 1, "1f1b", 3, 2, Recompute::none, false, 2, 1},  // HSDP with experts (ep 1)
+      {"nano", 1, 1, 4, 1, "1f1b", 2, 2, Recompute::none, false, 2, 1},
       {"llama-nano", 1, 2, 2, 1, "1f1b", 3, 0, Recompute::full, false, 2, 2},
       {"nano", 2, 1, 4, 1, "1f1b", 3, 0, Recompute::none, false, 2, 2},  // (MoE refuses SP)
       {"nano", 1, 2, 4, 1, "zb-h1", 2, 0, Recompute::none, false, 2, 2},
@@ -316,4 +318,20 @@ TEST_CASE("validation passes under ZeRO-3 give the serial validation loss", "[tr
       CHECK(std::abs(got[i] - ref[i]) <= 1e-5 * std::abs(ref[i]));
     }
   }
+}
+
+TEST_CASE("what ZeRO-2/3 does not support is refused with a ConfigError naming the flags", "[train][zero][errors]") {
+  using Catch::Matchers::Contains;
+  const int W = world().size();
+  // HSDP shards experts over expert-DP only with ep 1: with ep > 1 the trainer refuses it.
+  if (W >= 4) {
+    TrainConfig moe = config_of({"nano", 1, 1, W, 1, "1f1b", 3, 2, Recompute::none, false, 2, 2});
+    CHECK_THROWS_WITH(Trainer(world_ptr(), moe), Contains("--zero-shard-size 2") && Contains("ep 2"));
+  }
+  TrainConfig hsdp1 = config_of({"nano", 1, 1, W, 1, "1f1b", 1, 2});
+  CHECK_THROWS_WITH(Trainer(world_ptr(), hsdp1), Contains("--zero-shard-size 2") && Contains("--zero 1"));
+  TrainConfig odd = config_of({"nano", 1, 1, W, 1, "1f1b", 3, 3});
+  CHECK_THROWS_WITH(Trainer(world_ptr(), odd), Contains("--zero-shard-size 3") && Contains(std::to_string(W)));
+  TrainConfig four = config_of({"nano", 1, 1, W, 1, "1f1b", 4});
+  CHECK_THROWS_AS(Trainer(world_ptr(), four), ConfigError);
 }

@@ -40,13 +40,15 @@ void ParamStore::layout_units(size_t pad_to) {
   units_.clear();
   unit_of_.assign(infos_.size(), 0);
   size_t next_start = 0, cursor = 0, shard = 0;
+  std::string unit_name = "params";  // the last declared unit's: "layer 3 experts", "layer 3 (dense)"
   for (size_t i = 0; i < infos_.size(); ++i) {
     const bool declared = next_start < unit_starts_.size() && unit_starts_[next_start].first == i;
     const bool expert_change = !units_.empty() && infos_[i].spec.expert != units_.back().expert;
     if (units_.empty() || declared || expert_change) {
       ParamUnit u;
       u.name = declared ? unit_starts_[next_start].second : units_.empty() ? std::string("params") : units_.back().name;
-      if (expert_change && !declared) u.name += infos_[i].spec.expert ? " experts" : " (dense)";
+      if (expert_change && !declared) u.name = unit_name + (infos_[i].spec.expert ? " experts" : " (dense)");
+      if (declared) unit_name = u.name;
       u.first = i;
       u.expert = infos_[i].spec.expert;
       u.group = sharded ? (u.expert ? spec_.expert_group : spec_.group) : 1;
@@ -216,15 +218,16 @@ void ParamStore::param_to_host(size_t i, size_t begin, size_t end, std::span<std
     TRIAX_THROW(ConfigError, "parameter '{}' ({} elements): elements [{}, {}) do not fit {} bytes",
                 p.spec.name, p.numel, begin, end, dst.size());
   if (begin == end) return;
-  Tensor t;
+  Tensor part;  // elements [begin, end) of the parameter
   if (spec_.level == 3) {
     const size_t so = shard_offset_of(p.offset + begin, p.offset + end);
     if (so == SIZE_MAX)
       TRIAX_THROW(ConfigError, "parameter '{}': master elements [{}, {}) are outside this rank's ZeRO-3 shard",
                   p.spec.name, begin, end);
-    t = params_.slice(static_cast<int64_t>(so - begin), static_cast<int64_t>(so - begin + end));
+    // so is where element `begin` sits in the shard (the parameter may start before this rank's piece).
+    part = params_.slice(static_cast<int64_t>(so), static_cast<int64_t>(so + (end - begin)));
   } else {
-    t = param_t(i);
+    part = param_t(i).slice(static_cast<int64_t>(begin), static_cast<int64_t>(end));
   }
   if (stale_.at(i)) {
     const size_t b = infos_[i].offset + begin, e = infos_[i].offset + end;
@@ -235,7 +238,6 @@ void ParamStore::param_to_host(size_t i, size_t begin, size_t end, std::span<std
                   "stale (the all-gather moved only the compute copy); gather the masters first "
                   "(Optimizer::gather_master_weights)", infos_[i].spec.name, begin, end);
   }
-  const Tensor part = t.slice(static_cast<int64_t>(begin), static_cast<int64_t>(end));
   if (dtype_ == DType::f32) {
     be_->copy_to_host(dst.data(), part, dst.size());
   } else {

@@ -23,3 +23,6 @@ triax_add_multirank_test(test_mixed_precision SOURCES ${CMAKE_CURRENT_LIST_DIR}/
 # float32 with the CUDA backend's buffer types checked at every op; tp 2 / pp 2 in bf16 match one
 # process; the backend names the op and buffer of a type violation.
 triax_add_multirank_test(test_emulated_precision SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_emulated_precision.cpp NP 1 2 TIMEOUT 300)
+# ZeRO-2/3 (issue 27): GPT-2, Llama and MoE at dp 2/4/8 with TP, PP (every schedule), recompute, SP
+# and HSDP train the one-process losses and final weights, and equal ZeRO 0 at the same layout.
+triax_add_multirank_test(test_zero_sharded SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_zero_sharded.cpp NP 2 4 8 TIMEOUT 600)

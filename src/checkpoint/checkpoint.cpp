@@ -385,7 +385,8 @@ void Checkpointer::save() {
   part.seed = cfg.seed;
   part.seq = *cfg.seq;
   part.model = t_.model_config();
-  part.tp = cfg.tp, part.pp = cfg.pp, part.dp = t_.grid().dp().size(), part.vpp = cfg.vpp, part.zero1 = opt.zero_level() == 1;
+  part.tp = cfg.tp, part.pp = cfg.pp, part.dp = t_.grid().dp().size(), part.vpp = cfg.vpp;
+  part.zero = opt.zero_level(), part.zero1 = part.zero >= 1;
   part.schedule = std::string(schedule_kind_name(cfg.schedule));
   part.config_toml = to_toml(cfg);
   part.batch = CheckpointBatch{*cfg.global_batch, *cfg.micro_batch, *cfg.num_micro_batches, cfg.rampup,
@@ -592,9 +593,10 @@ void Checkpointer::announce_resume(const std::string& dir, const CheckpointManif
     batch_since_consumed_ = m.batch->since_consumed_samples;
   }
   if (!root) return;
-  log::info("resumed from {}: iteration {}, {} consumed samples (written at tp {} pp {} dp {}{}, loaded at tp "
-            "{} pp {} dp {}{})", dir, m.iteration, m.consumed_samples, m.tp, m.pp, m.dp, m.zero1 ? " zero1" : "",
-            cfg.tp, cfg.pp, t_.grid().dp().size(), cfg.zero > 0 ? fmt::format(" zero{}", cfg.zero) : std::string());
+  log::info("resumed from {}: iteration {}, {} consumed samples (written at tp {} pp {} dp {} zero {}, loaded at "
+            "tp {} pp {} dp {} zero {}{})", dir, m.iteration, m.consumed_samples, m.tp, m.pp, m.dp, m.zero, cfg.tp,
+            cfg.pp, t_.grid().dp().size(), t_.optimizer().zero_level(),
+            cfg.zero_shard_size > 0 ? fmt::format(" shard size {}", cfg.zero_shard_size) : std::string());
   if (!m.batch)
     log::warn("{} (format version 1) does not record its batch settings: this run uses {} (give the original run's "
               "--global-batch-size to keep its batch)", dir, now);

@@ -216,15 +216,16 @@ void ParamStore::param_to_host(size_t i, size_t begin, size_t end, std::span<std
     TRIAX_THROW(ConfigError, "parameter '{}' ({} elements): elements [{}, {}) do not fit {} bytes",
                 p.spec.name, p.numel, begin, end, dst.size());
   if (begin == end) return;
-  Tensor t;
+  Tensor part;
   if (spec_.level == 3) {
     const size_t so = shard_offset_of(p.offset + begin, p.offset + end);
     if (so == SIZE_MAX)
       TRIAX_THROW(ConfigError, "parameter '{}': master elements [{}, {}) are outside this rank's ZeRO-3 shard",
                   p.spec.name, begin, end);
-    t = params_.slice(static_cast<int64_t>(so - begin), static_cast<int64_t>(so - begin + end));
+    // so is where element `begin` lies in the shard (which may start after it in the parameter).
+    part = params_.slice(static_cast<int64_t>(so), static_cast<int64_t>(so + (end - begin)));
   } else {
-    t = param_t(i);
+    part = param_t(i).slice(static_cast<int64_t>(begin), static_cast<int64_t>(end));
   }
   if (stale_.at(i)) {
     const size_t b = infos_[i].offset + begin, e = infos_[i].offset + end;
@@ -235,7 +236,6 @@ void ParamStore::param_to_host(size_t i, size_t begin, size_t end, std::span<std
                   "stale (the all-gather moved only the compute copy); gather the masters first "
                   "(Optimizer::gather_master_weights)", infos_[i].spec.name, begin, end);
   }
-  const Tensor part = t.slice(static_cast<int64_t>(begin), static_cast<int64_t>(end));
   if (dtype_ == DType::f32) {
     be_->copy_to_host(dst.data(), part, dst.size());
   } else {

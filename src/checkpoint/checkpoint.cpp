@@ -310,9 +310,10 @@ void Checkpointer::prepare_save(const std::string& tmp_dir, int64_t iteration) {
 // pages are what makes a first copy slow): the blocking part of a save. Per parameter, runs
 // (begin, end) of its local tensor and where each run starts in the Adam state. Replicated
 // tensors are written by tp rank 0, the tied embedding by the first stage; without ZeRO-1 DP
-// rank 0 writes, with it each its own shard. A MoE expert lives on one rank of each
-// expert-parallel group: expert-DP rank 0 writes it (under its global name, so any other ep can
-// load it; ZeRO-1 runs only with ep 1).
+// rank 0 writes, with ZeRO-1/2/3 each its own shard (under ZeRO-3 the parameter values too come
+// from the rank's master shard; with HSDP only the first replica group writes). A MoE expert lives
+// on one rank of each expert-parallel group: without ZeRO expert-DP rank 0 writes it, under ZeRO-2/3
+// each expert-DP rank its piece (under its global name either way, so any other ep can load it).
 CheckpointManifest Checkpointer::stage_shard(const std::string& file) {
   ParamStore& store = t_.store();
   Optimizer& opt = t_.optimizer();

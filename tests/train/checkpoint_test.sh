@@ -477,12 +477,15 @@ sys.exit(None if (l['zero'], l['zero1']) == (${lv[1]}, ${lv[1]} >= 1) else f'lay
   ;;
 zero_layouts)
   # Issue 27: checkpoints of sharded runs load at other layouts and levels: tp2 x pp2 x dp2 with
-  # ZeRO-3, dp 2 with ZeRO-2 and dp 4 with ZeRO-3 (HSDP 2), each resumed at other tp / pp / dp
-  # (dp 2 <-> 4 <-> 8), schedules and levels: the straight run's losses within 1e-5.
-  sources=("8 --tp 2 --pp 2 --zero 3" "2 --zero 2" "4 --zero 3 --zero-shard-size 2")
+  # ZeRO-3, dp 2 with ZeRO-2, dp 4 with ZeRO-3 (HSDP 2) and MoE at dp 4 x ep 2 with ZeRO-3, each
+  # resumed at other tp / pp / dp (dp 2 <-> 4 <-> 8) / ep, schedules and levels: the straight
+  # run's losses within 1e-5.
+  moe="--moe-every 2 --experts 4 --topk 2 --no-drop"  # experts shard over expert-DP
+  sources=("8 --tp 2 --pp 2 --zero 3" "2 --zero 2" "4 --zero 3 --zero-shard-size 2" "4 --ep 2 --zero 3 $moe")
   targets=("4 --zero 3|8 --tp 1 --pp 4 --zero 3|8 --tp 2 --pp 1 --zero 2|2 --zero 0|8 --zero 3 --zero-shard-size 4|4 --tp 1 --pp 2 --vpp 2 --schedule interleaved --zero 3"
            "4 --zero 3|8 --tp 2 --pp 2 --zero 3|4 --zero 3 --zero-shard-size 2|4 --tp 2 --zero 1"
-           "2 --zero 3|8 --tp 2 --pp 2 --zero 2|8 --zero 3 --zero-shard-size 4|1 --zero 0")
+           "2 --zero 3|8 --tp 2 --pp 2 --zero 2|8 --zero 3 --zero-shard-size 4|1 --zero 0"
+           "4 --ep 1 --zero 0 $moe|4 --ep 4 --zero 2 $moe|2 --ep 2 --zero 3 $moe")
   for k in "${!sources[@]}"; do
     set -- ${sources[$k]}; np=$1; shift; src=("$@")
     rm -rf ck; rm -f a.jsonl

@@ -2,7 +2,8 @@
 #   train.cli.*        tests/train/train_cli_test.sh: the README's main job, a TOML config, and the
 #                      clear errors for bad flags, layouts and data files; hostile sizes, huge shapes,
 #                      memory refusal, the metrics textfile and late errors (issue 24).
-#   train.checkpoint.* tests/train/checkpoint_test.sh: checkpoints (docs/CHECKPOINTS.md), GPT-2 and Llama.
+#   train.checkpoint.* tests/train/checkpoint_test.sh: checkpoints (docs/CHECKPOINTS.md), GPT-2 and Llama,
+#                      across ZeRO levels and layouts (zero, zero_layouts) and the HF export under ZeRO-2/3.
 # triax_add_train_script_tests(GROUP SCRIPT SESSION_PREFIX CASES case... [ARGS extra...]): runs
 # `bash SCRIPT train_gpt mpiexec CASE extra...`.
 function(triax_add_train_script_tests group script session_prefix)
@@ -25,7 +26,8 @@ if(TRIAX_WITH_MPI AND TRIAX_BUILD_EXAMPLES)
   # run and its bubble against the schedule simulator; malformed windows refused.
   triax_add_train_script_tests(timeline timeline_test.sh timeline CASES pp4_1f1b errors)
   triax_add_train_script_tests(checkpoint checkpoint_test.sh checkpoint
-    CASES exact reshard moe llama moe_llama kill9 sigterm sigusr1 bad prune wide batch startup init init_checked export_hf ARGS $<TARGET_FILE:gpt_eval> ${TRIAX_HF_PYTHON})
+    CASES exact reshard moe llama moe_llama kill9 sigterm sigusr1 bad prune wide batch startup init init_checked export_hf
+          zero zero_layouts export_zero ARGS $<TARGET_FILE:gpt_eval> ${TRIAX_HF_PYTHON})
 endif()
 
 # train.cuda.no_gpu: `train_gpt --backend cuda` where CUDA sees no device exits 2 within seconds,

@@ -89,6 +89,31 @@ void print_summary(const triax::RunSummary& s, std::chrono::steady_clock::time_p
   print_line(text, s.json(wall));
 }
 
+// --export-hf: the whole model gathered to world rank 0, which writes it (collective over the
+// world). Under ZeRO-1/2 with a compute copy the step gathers only the copy, so the masters are
+// gathered first (a DP collective; nothing to do otherwise). Under ZeRO-3 no rank holds a whole
+// master: each is assembled from the shard group by full_master(i), a collective every rank of
+// the group calls in the same order (gather_full_tensors asks for parameters 0, 1, ... on every
+// rank, and the ranks of a shard group hold the same parameters).
+void export_hf(triax::Trainer& trainer, const std::string& path) {
+  triax::Optimizer& opt = trainer.optimizer();
+  triax::ParamStore& store = trainer.store();
+  const triax::GptConfig& m = trainer.model_config();
+  if (!m.is_gpt2()) triax::check_hf_llama(m);  // every rank, before the collectives
+  opt.gather_master_weights();
+  const bool sharded_params = opt.zero_level() == 3;
+  const triax::FullWeights w = triax::gather_full_tensors(
+      store, trainer.grid().tp(), trainer.grid().world(),
+      [&](size_t i) { return sharded_params ? opt.sharding().full_master(i) : store.param_to_host(i); });
+  triax::write_on_rank0(trainer.grid().world(), [&] {
+    if (m.is_gpt2()) triax::write_hf_safetensors(path, m, w);
+    else triax::write_hf_dir(path, m, w);
+  });
+  if (trainer.grid().world().rank() == 0)
+    triax::log::info("exported the model to {} ({})", path,
+                     m.is_gpt2() ? "HF GPT2LMHeadModel safetensors" : "HF LlamaForCausalLM directory");
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -227,19 +252,7 @@ int main(int argc, char** argv) {
     checkpoints.finish();
     if (const int64_t it = checkpoints.last_save().iteration; it > 0)  // the last save is committed now
       summary->set_checkpoint((std::filesystem::path(c.save) / triax::checkpoint_dir_name(it)).string());
-    if (!c.export_hf.empty()) {
-      // Under ZeRO-1 with a compute copy the step gathers only the copy; the export reads every
-      // master of the stage (a DP collective, so every rank calls it; nothing to do otherwise).
-      trainer.optimizer().gather_master_weights();
-      const triax::GptConfig& m = trainer.model_config();
-      if (m.is_gpt2()) {
-        triax::save_weights(c.export_hf, triax::WeightFormat::safetensors, m, trainer.store(), trainer.grid());
-        if (rank == 0) triax::log::info("exported the model to {} (HF GPT2LMHeadModel safetensors)", c.export_hf);
-      } else {
-        triax::save_hf_dir(c.export_hf, m, trainer.store(), trainer.grid());
-        if (rank == 0) triax::log::info("exported the model to {} (HF LlamaForCausalLM directory)", c.export_hf);
-      }
-    }
+    if (!c.export_hf.empty()) export_hf(trainer, c.export_hf);
     if (jsonl && std::fclose(jsonl) != 0) {
       jsonl = nullptr;
       throw triax::IoError(fmt::format("--metrics-jsonl {}: closing failed: {}", c.metrics_jsonl, std::strerror(errno)));

@@ -310,9 +310,10 @@ void Checkpointer::prepare_save(const std::string& tmp_dir, int64_t iteration) {
 // pages are what makes a first copy slow): the blocking part of a save. Per parameter, runs
 // (begin, end) of its local tensor and where each run starts in the Adam state. Replicated
 // tensors are written by tp rank 0, the tied embedding by the first stage; without ZeRO-1 DP
-// rank 0 writes, with it each its own shard. A MoE expert lives on one rank of each
-// expert-parallel group: expert-DP rank 0 writes it (under its global name, so any other ep can
-// load it; ZeRO-1 runs only with ep 1).
+// rank 0 writes, with ZeRO-1/2/3 each its own shard (under ZeRO-3 the parameter values too come
+// from the rank's master shard; with HSDP only the first replica group writes). A MoE expert lives
+// on one rank of each expert-parallel group: without ZeRO expert-DP rank 0 writes it, under ZeRO-2/3
+// each expert-DP rank its piece (under its global name either way, so any other ep can load it).
 CheckpointManifest Checkpointer::stage_shard(const std::string& file) {
   ParamStore& store = t_.store();
   Optimizer& opt = t_.optimizer();
@@ -385,7 +386,8 @@ void Checkpointer::save() {
   part.seed = cfg.seed;
   part.seq = *cfg.seq;
   part.model = t_.model_config();
-  part.tp = cfg.tp, part.pp = cfg.pp, part.dp = t_.grid().dp().size(), part.vpp = cfg.vpp, part.zero1 = opt.zero_level() == 1;
+  part.tp = cfg.tp, part.pp = cfg.pp, part.dp = t_.grid().dp().size(), part.vpp = cfg.vpp;
+  part.zero = opt.zero_level(), part.zero1 = part.zero >= 1;
   part.schedule = std::string(schedule_kind_name(cfg.schedule));
   part.config_toml = to_toml(cfg);
   part.batch = CheckpointBatch{*cfg.global_batch, *cfg.micro_batch, *cfg.num_micro_batches, cfg.rampup,
@@ -592,9 +594,10 @@ void Checkpointer::announce_resume(const std::string& dir, const CheckpointManif
     batch_since_consumed_ = m.batch->since_consumed_samples;
   }
   if (!root) return;
-  log::info("resumed from {}: iteration {}, {} consumed samples (written at tp {} pp {} dp {}{}, loaded at tp "
-            "{} pp {} dp {}{})", dir, m.iteration, m.consumed_samples, m.tp, m.pp, m.dp, m.zero1 ? " zero1" : "",
-            cfg.tp, cfg.pp, t_.grid().dp().size(), cfg.zero > 0 ? fmt::format(" zero{}", cfg.zero) : std::string());
+  log::info("resumed from {}: iteration {}, {} consumed samples (written at tp {} pp {} dp {} zero {}, loaded at "
+            "tp {} pp {} dp {} zero {}{})", dir, m.iteration, m.consumed_samples, m.tp, m.pp, m.dp, m.zero, cfg.tp,
+            cfg.pp, t_.grid().dp().size(), t_.optimizer().zero_level(),
+            cfg.zero_shard_size > 0 ? fmt::format(" shard size {}", cfg.zero_shard_size) : std::string());
   if (!m.batch)
     log::warn("{} (format version 1) does not record its batch settings: this run uses {} (give the original run's "
               "--global-batch-size to keep its batch)", dir, now);

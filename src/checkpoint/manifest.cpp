@@ -163,6 +163,13 @@ void parse_scalars(const Reader& r, const json& j, CheckpointManifest& m) {
   m.dp = static_cast<int>(r.integer(lo, "dp", "layout", 1, 1 << 24));
   m.vpp = static_cast<int>(r.integer(lo, "vpp", "layout", 1, 1 << 20));
   m.zero1 = r.boolean(lo, "zero1", "layout");
+  m.zero = m.zero1 ? 1 : 0;  // before ZeRO-2/3 the manifest had only zero1
+  if (lo.contains("zero")) {
+    m.zero = static_cast<int>(r.integer(lo, "zero", "layout", 0, 3));
+    if (m.zero1 != (m.zero >= 1))
+      r.fail(fmt::format("layout.zero1 = {} contradicts layout.zero = {} (zero1 is true exactly for zero >= 1)",
+                         m.zero1, m.zero));
+  }
   m.schedule = r.string(lo, "schedule", "layout");
   m.config_toml = r.string(j, "config", "manifest");
 }
@@ -427,7 +434,7 @@ std::string checkpoint_manifest_json(const CheckpointManifest& m) {
                        {"swiglu", c.swiglu}, {"positions", enum_name(c.positions)}, {"rope_theta", c.rope_theta},
                        {"rope_scaling", std::move(scaling)}, {"bias", c.bias}});
   }
-  j["layout"] = {{"tp", m.tp}, {"pp", m.pp}, {"dp", m.dp}, {"vpp", m.vpp}, {"zero1", m.zero1},
+  j["layout"] = {{"tp", m.tp}, {"pp", m.pp}, {"dp", m.dp}, {"vpp", m.vpp}, {"zero", m.zero}, {"zero1", m.zero >= 1},
                  {"schedule", m.schedule}};
   if (m.batch) {
     const CheckpointBatch& b = *m.batch;

@@ -58,10 +58,10 @@ ranks_of() { local m; m=$(pgrep -P "$1" | head -n 1); [ -n "$m" ] && pgrep -P "$
 
 case $case_ in
 exact)
-  # 8 iterations straight vs 4 + save + resume + 4, at tp2 x pp2 x dp2, with ZeRO-1 and with
-  # overlapped DP all-reduce: the same losses and the same saved state, bit for bit.
-  for variant in zero1 overlap; do
-    extra=(--tp 2 --pp 2); [ $variant = zero1 ] && extra+=(--zero1)
+  # 8 iterations straight vs 4 + save + resume + 4, at tp2 x pp2 x dp2, with ZeRO-1, ZeRO-2,
+  # ZeRO-3 and with overlapped DP all-reduce: the same losses and the same saved state, bit for bit.
+  for variant in zero1 zero2 zero3 overlap; do
+    extra=(--tp 2 --pp 2); [ $variant != overlap ] && extra+=(--zero "${variant#zero}")
     run -np 8 "$exe" "${base[@]}" "${extra[@]}" --save "straight_$variant" --metrics-jsonl a.jsonl >a.log 2>&1 ||
       { tail -5 a.log; fail "straight run ($variant)"; }
     run -np 8 "$exe" "${base[@]}" "${extra[@]}" --train-iters 4 --save "ck_$variant" --metrics-jsonl b.jsonl >b.log 2>&1 ||
@@ -280,6 +280,9 @@ f=open('rank_00000.bin','r+b'); f.seek(100); b=f.read(1); f.seek(100); f.write(b
   corrupt iteration "applied_steps 4 + skipped_steps 0 != iteration 5" edit "m['iteration']=5"
   corrupt consumed "consumed_samples 80 != 64" edit "m['consumed_samples']=80"
   corrupt batch "global_batch 32 != micro_batch 4 x dp 2 x num_micro_batches 2" edit "m['batch']['global_batch']=32"
+  # The ZeRO level (issue 27): out of range, or contradicting zero1 (which old readers read).
+  corrupt zero_level "layout.zero = 7 is out of range \[0, 3\]" edit "m['layout']['zero']=7"
+  corrupt zero1 "layout.zero1 = true contradicts layout.zero = 0" edit "m['layout']['zero1']=True"
   # A version 1 checkpoint (before digests and batch settings): loaded, with a warning.
   rm -rf v1; cp -r ck v1; (cd v1/iter_0000004 && rm manifest.sha256 && python3 -c "
 import json; m=json.load(open('manifest.json')); m['format_version']=1; del m['batch']
@@ -428,6 +431,130 @@ export_hf)
     --export-hf model.safetensors >t.log 2>&1 || { tail -5 t.log; fail "training run"; }
   "$hf_python" "$scripts/hf_export_check.py" "$gpt_eval" model.safetensors --mpirun "$mpiexec" --np 2 || fail "HF disagrees"
   ok "exported file: HF loss = gpt_eval loss"
+  ;;
+zero)
+  # Issue 27: a checkpoint saved at each ZeRO level at dp 4 (0, 1, 2, 3, and 3 with HSDP groups of
+  # 2) is loaded at every level. The manifest and the resume message name both levels. The same
+  # level continues the straight run bit for bit (losses and the saved state); another level within
+  # 1e-5 (an all-reduce and a reduce-scatter sum in other orders).
+  levels=("0" "1" "2" "3" "3 --zero-shard-size 2")
+  for k in "${!levels[@]}"; do
+    lv=(--zero ${levels[$k]})
+    run -np 4 "$exe" "${base[@]}" "${lv[@]}" --save "straight_$k" --metrics-jsonl "a_$k.jsonl" >a.log 2>&1 ||
+      { tail -5 a.log; fail "straight run at --zero ${levels[$k]}"; }
+    run -np 4 "$exe" "${base[@]}" "${lv[@]}" --train-iters 4 --save "half_$k" >b.log 2>&1 ||
+      { tail -5 b.log; fail "first half at --zero ${levels[$k]}"; }
+    python3 -c "import json,sys; l=json.load(open('half_$k/iter_0000004/manifest.json'))['layout']
+sys.exit(None if (l['zero'], l['zero1']) == (${lv[1]}, ${lv[1]} >= 1) else f'layout {l}')" ||
+      fail "the manifest does not record --zero ${levels[$k]}"
+  done
+  for k in "${!levels[@]}"; do
+    for j in "${!levels[@]}"; do
+      lj=(--zero ${levels[$j]}); zk=${levels[$k]%% *}
+      rm -f r.jsonl; rm -rf res
+      run -np 4 "$exe" "${base[@]}" "${lj[@]}" --load "half_$k" --save res --metrics-jsonl r.jsonl >r.log 2>&1 ||
+        { tail -5 r.log; fail "--zero ${levels[$k]} checkpoint resumed at --zero ${levels[$j]}"; }
+      grep -q "resumed from half_$k/iter_0000004: iteration 4, 128 consumed samples (written at tp 1 pp 1 dp 4 zero $zk, loaded at tp 1 pp 1 dp 4 zero ${lj[1]}" r.log ||
+        { grep resumed r.log; fail "no resume message naming the levels ($k -> $j)"; }
+      tail -n 4 "a_$j.jsonl" >a_tail.jsonl
+      if [ "$k" = "$j" ]; then
+        same_losses a_tail.jsonl r.jsonl 0
+        same_state "straight_$j/iter_0000008" res/iter_0000008
+      else
+        same_losses a_tail.jsonl r.jsonl 1e-5
+      fi
+      ok "saved at --zero ${levels[$k]}, resumed at --zero ${levels[$j]}"
+    done
+  done
+  # A manifest written before ZeRO-2/3 has zero1 and no zero: read as level 1 (or 0).
+  rm -rf old; cp -r half_1 old
+  python3 "$forge" old/iter_0000004 "del m['layout']['zero']" || fail "forge"
+  run -np 4 "$exe" "${base[@]}" --zero 3 --load old --metrics-jsonl r.jsonl >r.log 2>&1 || { tail -5 r.log; fail "old manifest"; }
+  grep -q "written at tp 1 pp 1 dp 4 zero 1, loaded at tp 1 pp 1 dp 4 zero 3)" r.log || { grep resumed r.log; fail "old manifest's level"; }
+  tail -n 4 a_3.jsonl >a_tail.jsonl
+  same_losses a_tail.jsonl r.jsonl 1e-5
+  ok "a manifest without layout.zero (zero1 only) loads as level 1"
+  ;;
+zero_layouts)
+  # Issue 27: checkpoints of sharded runs load at other layouts and levels: tp2 x pp2 x dp2 with
+  # ZeRO-3, dp 2 with ZeRO-2, dp 4 with ZeRO-3 (HSDP 2) and MoE at dp 4 x ep 2 with ZeRO-3, each
+  # resumed at other tp / pp / dp (dp 2 <-> 4 <-> 8) / ep, schedules and levels: the straight
+  # run's losses within 1e-5.
+  moe="--moe-every 2 --experts 4 --topk 2 --no-drop"  # experts shard over expert-DP
+  sources=("8 --tp 2 --pp 2 --zero 3" "2 --zero 2" "4 --zero 3 --zero-shard-size 2" "4 --ep 2 --zero 3 $moe")
+  targets=("4 --zero 3|8 --tp 1 --pp 4 --zero 3|8 --tp 2 --pp 1 --zero 2|2 --zero 0|8 --zero 3 --zero-shard-size 4|4 --tp 1 --pp 2 --vpp 2 --schedule interleaved --zero 3"
+           "4 --zero 3|8 --tp 2 --pp 2 --zero 3|4 --zero 3 --zero-shard-size 2|4 --tp 2 --zero 1"
+           "2 --zero 3|8 --tp 2 --pp 2 --zero 2|8 --zero 3 --zero-shard-size 4|1 --zero 0"
+           "4 --ep 1 --zero 0 $moe|4 --ep 4 --zero 2 $moe|2 --ep 2 --zero 3 $moe")
+  for k in "${!sources[@]}"; do
+    set -- ${sources[$k]}; np=$1; shift; src=("$@")
+    rm -rf ck; rm -f a.jsonl
+    run -np "$np" "$exe" "${base[@]}" "${src[@]}" --metrics-jsonl a.jsonl >a.log 2>&1 || { tail -5 a.log; fail "straight run (${sources[$k]})"; }
+    tail -n 4 a.jsonl >a_tail.jsonl
+    run -np "$np" "$exe" "${base[@]}" "${src[@]}" --train-iters 4 --save ck >b.log 2>&1 || { tail -5 b.log; fail "first half (${sources[$k]})"; }
+    IFS='|' read -ra layouts <<<"${targets[$k]}"
+    for layout in "${layouts[@]}"; do
+      set -- $layout; np=$1; shift
+      rm -f r.jsonl
+      run -np "$np" "$exe" "${base[@]}" "$@" --load ck --metrics-jsonl r.jsonl >r.log 2>&1 ||
+        { tail -5 r.log; fail "np ${sources[$k]} resumed at np $layout"; }
+      grep -q "resumed from ck/iter_0000004: iteration 4" r.log || fail "no resume at $layout"
+      same_losses a_tail.jsonl r.jsonl 1e-5
+      ok "saved at np ${sources[$k]}, resumed at np $layout"
+    done
+  done
+  ;;
+export_zero)
+  # Issue 27: --export-hf under ZeRO-2 with a compute copy (cpu-emulated bf16: the step gathers the
+  # copy, the export gathers the masters) and under ZeRO-3 (no whole master on any rank: each is
+  # assembled from the shard group), GPT-2 and Llama: every exported tensor is the zero-0 run's
+  # within 1e-5 (the gradient reductions sum in other orders), ZeRO-2 = ZeRO-3 bit for bit at
+  # the same layout; a run one iteration shorter differs by far more (the comparison can fail).
+  cat >cmp.py <<'PY'
+import array, json, os, struct, sys
+def load(p):
+    if os.path.isdir(p): p = os.path.join(p, "model.safetensors")
+    b = open(p, "rb").read(); n = struct.unpack("<Q", b[:8])[0]; h = json.loads(b[8:8 + n]); d = b[8 + n:]
+    out = {}
+    for k, v in h.items():
+        if k == "__metadata__": continue
+        assert v["dtype"] == "F32", (k, v["dtype"])
+        s, e = v["data_offsets"]; out[k] = array.array("f", d[s:e])
+    return out
+a, b, tol, far = load(sys.argv[1]), load(sys.argv[2]), float(sys.argv[3]), sys.argv[4:] == ["far"]
+assert a.keys() == b.keys() and a, (sorted(a), sorted(b))
+d = max(max(abs(x - y) for x, y in zip(a[k], b[k])) for k in a)
+print(f"{sys.argv[1]} vs {sys.argv[2]}: {len(a)} tensors, max difference {d:.3g}")
+sys.exit(0 if (d > tol if far else d <= tol) else 1)
+PY
+  same_export() { python3 cmp.py "$1" "$2" "$3" || fail "exports differ: $1 vs $2 (tolerance $3)"; }
+  ex() {  # ex OUT NP FLAGS...: train 3 iterations, export to OUT
+    local out=$1 np=$2; shift 2
+    run -np "$np" "$exe" "${base[@]}" --train-iters 3 "$@" --export-hf "$out" >"$out.log" 2>&1 ||
+      { tail -5 "$out.log"; fail "export run $out"; }
+    grep -q "exported the model to $out" "$out.log" || fail "no export message ($out)"
+  }
+  ex z0.safetensors 4 --zero 0
+  ex z0_short.safetensors 4 --zero 0 --train-iters 2
+  python3 cmp.py z0.safetensors z0_short.safetensors 1e-4 far || fail "one iteration more changed no weight by 1e-4"
+  ex z3.safetensors 4 --zero 3
+  ex z3_3d.safetensors 8 --tp 2 --pp 2 --zero 3
+  ex z3_hsdp.safetensors 8 --zero 3 --zero-shard-size 4
+  for f in z3 z3_3d z3_hsdp; do same_export z0.safetensors $f.safetensors 1e-5; done
+  ok "GPT-2 export under ZeRO-3 (dp 4, tp2 x pp2 x dp2, HSDP 4 of dp 8) = ZeRO-0's"
+  bf=(--backend cpu-emulated --bf16)
+  for z in 0 2 3; do ex "b$z.safetensors" 4 "${bf[@]}" --zero $z; done
+  same_export b0.safetensors b2.safetensors 1e-5
+  cmp b2.safetensors b3.safetensors || fail "ZeRO-2 and ZeRO-3 exports (bf16 compute copy) differ"
+  ok "bf16 compute copy: ZeRO-2 export = ZeRO-3 export bit for bit, = ZeRO-0's within 1e-5"
+  base=(--model llama-nano --num-layers 4 --micro-batch-size 4 --global-batch-size 32 --lr-decay-iters 8)
+  ex l0 4 --zero 0
+  ex l3 8 --tp 2 --zero 3
+  ex l2 4 --zero 2
+  cmp l0/config.json l3/config.json || fail "Llama config.json differs"
+  same_export l0 l3 1e-5
+  same_export l0 l2 1e-5
+  ok "Llama directory export under ZeRO-3 at tp 2 x dp 4 and ZeRO-2 = ZeRO-0's"
   ;;
 *) fail "unknown case $case_" ;;
 esac

@@ -389,3 +389,40 @@ TEST_CASE("checkpoint manifest: an older manifest holds GPT-2's block; a version
     CHECK_THROWS_WITH(parse_checkpoint_manifest(k.dump(1), "m.json"), Contains("m.json: ") && Contains(why));
   }
 }
+
+TEST_CASE("checkpoint manifest: the ZeRO level round-trips; zero1 stays for old readers; old manifests read",
+          "[checkpoint][zero]") {
+  const ManifestSample s = manifest_sample();
+  for (const int level : {0, 1, 2, 3}) {
+    INFO(level);
+    const std::string text = edit(s, [&](auto& m) { m.zero = level; });
+    const auto j = nlohmann::json::parse(text);
+    CHECK(j["layout"]["zero"] == level);
+    CHECK(j["layout"]["zero1"] == (level >= 1));  // what a reader before ZeRO-2/3 looks at
+    const CheckpointManifest p = parse_checkpoint_manifest(text, "m.json");
+    CHECK(p.zero == level);
+    CHECK(p.zero1 == (level >= 1));
+    CHECK(checkpoint_manifest_json(p) == text);
+  }
+  // Written before ZeRO-2/3: no "zero", the level follows zero1.
+  for (const bool zero1 : {false, true}) {
+    auto j = nlohmann::json::parse(checkpoint_manifest_json(s.m));
+    j["layout"].erase("zero");
+    j["layout"]["zero1"] = zero1;
+    CHECK(parse_checkpoint_manifest(j.dump(1), "m.json").zero == (zero1 ? 1 : 0));
+  }
+  const auto j = nlohmann::json::parse(edit(s, [](auto& m) { m.zero = 2; }));
+  const std::pair<std::function<void(nlohmann::json&)>, const char*> bad[] = {
+      {[](auto& l) { l["zero"] = 4; }, "layout.zero = 4 is out of range [0, 3]"},
+      {[](auto& l) { l["zero"] = -1; }, "layout.zero = -1 is out of range [0, 3]"},
+      {[](auto& l) { l["zero"] = "2"; }, "layout.zero is not an integer"},
+      {[](auto& l) { l["zero1"] = false; }, "layout.zero1 = false contradicts layout.zero = 2"},
+      {[](auto& l) { l["zero"] = 0; }, "layout.zero1 = true contradicts layout.zero = 0"},
+  };
+  for (const auto& [change, why] : bad) {
+    INFO(why);
+    auto k = j;
+    change(k["layout"]);
+    CHECK_THROWS_WITH(parse_checkpoint_manifest(k.dump(1), "m.json"), Contains("m.json: ") && Contains(why));
+  }
+}

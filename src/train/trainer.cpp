@@ -507,10 +507,10 @@ void Trainer::report_memory() {
     if (std::abs(q - 1) > std::abs(at(far, 0) / std::max(1.0, at(far, 1)) - 1)) far = r;
   }
   const double MiB = 1 << 20;
-  log::info("# memory: rank {} peak {:.2f} MiB measured, {:.2f} MiB predicted (the rank furthest from the model; "
+  log::info("# memory: rank {} (pipeline stage {:.0f}) peak {:.2f} MiB measured, {:.2f} MiB predicted (the rank furthest from the model; "
             "measured / predicted {:.3f} to {:.3f} over {} ranks, allocator high-water mark after iteration {}); "
             "rank 0: {:.2f} MiB measured, predicted {}",
-            far, at(far, 0) / MiB, at(far, 1) / MiB, lo, hi, W, iteration_, at(0, 0) / MiB,
+            far, at(far, 2), at(far, 0) / MiB, at(far, 1) / MiB, lo, hi, W, iteration_, at(0, 0) / MiB,
             describe_rank_memory(predicted_memory_));
 }
 

@@ -4,6 +4,8 @@
 #                      memory refusal, the metrics textfile and late errors (issue 24).
 #   train.checkpoint.* tests/train/checkpoint_test.sh: checkpoints (docs/CHECKPOINTS.md), GPT-2 and Llama,
 #                      across ZeRO levels and layouts (zero, zero_layouts) and the HF export under ZeRO-2/3.
+#   train.memory.*     tests/train/zero_memory_test.sh: measured peak memory per rank against the memory
+#                      model under ZeRO 0-3 (np 4) and ZeRO-3 at dp 8 (issue 27).
 # triax_add_train_script_tests(GROUP SCRIPT SESSION_PREFIX CASES case... [ARGS extra...]): runs
 # `bash SCRIPT train_gpt mpiexec CASE extra...`.
 function(triax_add_train_script_tests group script session_prefix)
@@ -25,6 +27,7 @@ if(TRIAX_WITH_MPI AND TRIAX_BUILD_EXAMPLES)
   # train.timeline.*: --profile-steps (docs/OBSERVE.md, Timeline): the merged trace of a pp 4 1F1B
   # run and its bubble against the schedule simulator; malformed windows refused.
   triax_add_train_script_tests(timeline timeline_test.sh timeline CASES pp4_1f1b errors)
+  triax_add_train_script_tests(memory zero_memory_test.sh zero_memory CASES dp4 dp8)
   triax_add_train_script_tests(checkpoint checkpoint_test.sh checkpoint
     CASES exact reshard moe llama moe_llama kill9 sigterm sigusr1 bad prune wide batch startup init init_checked export_hf
           zero zero_layouts export_zero ARGS $<TARGET_FILE:gpt_eval> ${TRIAX_HF_PYTHON})

@@ -6,9 +6,12 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 
+#include "triax/core/dtype.h"
 #include "triax/core/error.h"
+#include "triax/optim/zero_sharding.h"
 #include "triax/pipeline/schedule.h"
 
 namespace triax {
@@ -32,21 +35,121 @@ double chunk_activation_floats(const ResolvedTrainConfig& r, double layers, bool
   return per_layer * layers + (embedding ? N : 0) + (head ? Nl * C : 0);
 }
 
-// Parameters of `layers` layers starting at `first` on one TP rank (MoE layers replace the MLP).
-double layer_params(const ResolvedTrainConfig& r, int64_t first, int64_t layers) {
+// One layer's parameters on one TP rank: the dense unit (attention, norms, and the MLP or the MoE
+// router) and, for an MoE layer, its local experts (their own unit, sharded over expert-DP).
+struct LayerParams {
+  double dense = 0, experts = 0;
+};
+LayerParams layer_params(const ResolvedTrainConfig& r, bool moe) {
   const TrainConfig& c = r.explicit_cfg;
   const GptConfig& m = r.model;
   const double tp = c.tp, C = m.n_embd, F = m.ffn_size(), Q = m.qkv_width(), b = m.bias ? 1 : 0;
   const double norms = 2 * (m.norm_kind_has_bias() ? 2 : 1) * C;  // two norms, replicated
   const double attn = norms + (Q * C + b * Q) / tp + C * C / tp + b * C;
   const double up = m.swiglu ? 2 : 1;  // gate and up, or c_fc
+  if (!moe) return {attn + ((up + 1) * F * C + b * up * F) / tp + b * C, 0};
   const double expert = (up + 1) * F * C + b * (up * F + C);
-  const double mlp = ((up + 1) * F * C + b * up * F) / tp + b * C;
-  int64_t moe = 0;
-  if (c.moe_every > 0) moe = (first + layers) / c.moe_every - first / c.moe_every;
-  const double experts = c.experts, local_experts = experts / c.ep;
-  const double moe_mlp = experts * C + local_experts * expert;
-  return static_cast<double>(layers) * attn + static_cast<double>(layers - moe) * mlp + static_cast<double>(moe) * moe_mlp;
+  return {attn + static_cast<double>(c.experts) * C, static_cast<double>(c.experts) / c.ep * expert};
+}
+
+// `count` ZeRO units of `size` parameters (unpadded) each, sharded over `group` ranks. `tied`: the
+// tied embedding's copy under pp > 1, whose gradient stays open until the step (summed over stages).
+struct UnitKind {
+  double size = 0, count = 0;
+  double group = 1;
+  bool tied = false;
+  double padded() const { return std::ceil(size / group) * group; }
+  double piece() const { return padded() / group; }
+};
+
+// The units of a rank of pipeline stage `stage`, as GptChunk declares them (begin_unit): the
+// embedding, each layer (an MoE layer's experts as a second unit), the head (final norm, and the
+// untied head matrix), the tied embedding's copy on the last stage when pp > 1.
+std::vector<UnitKind> stage_units(const ResolvedTrainConfig& r, int stage) {
+  const TrainConfig& c = r.explicit_cfg;
+  const int P = c.pp, V = c.vpp;
+  const double C = r.model.n_embd, vocab = static_cast<double>(r.model.padded_vocab(c.tp)) / c.tp * C;
+  const double g = c.zero >= 2 && c.zero_shard_size > 0 ? c.zero_shard_size : r.dp;
+  const double eg = c.ep > 1 ? static_cast<double>(r.dp) / c.ep : g;
+  const bool tied = r.model.tied_embeddings, learned = r.model.positions == PositionEmbedding::learned_absolute;
+  std::vector<UnitKind> us;
+  int64_t first = 0;
+  for (int vs = 0; vs < P * V; ++vs) {
+    const int64_t count = r.stage_layers.at(static_cast<size_t>(vs));
+    if (vs % P == stage) {
+      if (vs == 0) us.push_back({vocab + (learned ? static_cast<double>(r.model.max_seq) * C : 0), 1, g, tied && P > 1});
+      // Layer l is an MoE layer when (l + 1) % moe_every == 0.
+      const int64_t moe = c.moe_every > 0 ? (first + count) / c.moe_every - first / c.moe_every : 0;
+      us.push_back({layer_params(r, false).dense, static_cast<double>(count - moe), g});
+      const LayerParams ml = layer_params(r, true);
+      us.push_back({ml.dense, static_cast<double>(moe), g});
+      us.push_back({ml.experts, static_cast<double>(moe), eg});
+      if (vs == P * V - 1) {
+        // The tied head is the embedding itself: on this store when pp is 1, a copy otherwise.
+        us.push_back({(r.model.norm_kind_has_bias() ? 2 : 1) * C + (tied ? 0 : vocab), 1, g});
+        if (tied && P > 1) us.push_back({vocab, 1, g, true});
+      }
+    }
+    first += count;
+  }
+  std::erase_if(us, [](const UnitKind& u) { return u.size <= 0 || u.count <= 0; });
+  return us;
+}
+
+// The sum of `value` over the k units with the largest value (units of a kind count separately).
+template <class F>
+double largest(std::vector<UnitKind> us, double k, F value) {
+  std::sort(us.begin(), us.end(), [&](const UnitKind& a, const UnitKind& b) { return value(a) > value(b); });
+  double sum = 0;
+  for (const UnitKind& u : us) {
+    const double n = std::min(k, u.count);
+    sum += n * value(u);
+    k -= n;
+    if (k <= 0) break;
+  }
+  return sum;
+}
+
+// Weights, gradients, moments and the ZeRO terms of m (m.params set), by level (RankMemory).
+void zero_state(const ResolvedTrainConfig& r, const std::vector<UnitKind>& us, RankMemory& m) {
+  const TrainConfig& c = r.explicit_cfg;
+  m.zero = c.zero;
+  m.shard_group = c.zero >= 2 && c.zero_shard_size > 0 ? c.zero_shard_size : static_cast<int>(r.dp);
+  const double d = m.shard_group;
+  if (c.zero <= 1) {
+    const double padded = c.zero == 1 ? std::ceil(m.params / d) * d : m.params;  // ParamStore::finalize(dp)
+    m.shard = c.zero == 1 ? padded / d : m.params;
+    m.weights = m.grads = 4 * padded;
+    m.moments = 8 * m.shard;
+    if (c.zero == 1) m.grads += 4 * m.shard, m.staging = 4 * m.shard;
+    return;
+  }
+  double padded = 0;
+  for (const UnitKind& u : us) padded += u.count * u.padded(), m.shard += u.count * u.piece();
+  m.weights = 4 * (c.zero == 3 ? m.shard : padded);
+  m.grads = 4 * m.shard;
+  m.moments = 8 * m.shard;
+  if (c.zero == 2) m.staging = 4 * m.shard;  // ZeroSharding::gather_weights
+  const ZeroShardingOptions zo;
+  const auto size = [](const UnitKind& u) { return u.padded(); };
+  const auto piece = [](const UnitKind& u) { return u.piece(); };
+  const double reducing = static_cast<double>(zo.max_reducing);
+  if (!c.overlap_grad_reduce) {
+    m.unit_grads = 4 * (padded + largest(us, reducing, piece));  // every unit open until the step
+  } else {
+    // Open while backward writes them: one unit (two in an MoE layer: its experts and the rest),
+    // plus the tied embedding all step; max_reducing more reduce-scattering into their pieces.
+    std::vector<UnitKind> untied = us, tied_units = us;
+    std::erase_if(untied, [](const UnitKind& u) { return u.tied; });
+    std::erase_if(tied_units, [](const UnitKind& u) { return !u.tied; });
+    const double open = c.moe_every > 0 ? 2 : 1;
+    m.unit_grads = 4 * (largest(untied, open + reducing, size) + largest(tied_units, 1, size) +
+                        largest(us, reducing, piece));
+  }
+  if (c.zero == 3) {
+    const double resident = static_cast<double>(zo.max_resident);
+    m.gathered = static_cast<double>(dtype_size(r.compute)) * (largest(us, resident, size) + largest(us, resident, piece));
+  }
 }
 
 }  // namespace
@@ -59,26 +162,13 @@ RankMemory predict_rank_memory(const ResolvedTrainConfig& r, int stage) {
   RankMemory m;
   m.stage = stage;
   double largest_chunk = 0;
-  int64_t first = 0;
-  for (int vs = 0; vs < P * V; ++vs) {
-    const int64_t count = r.stage_layers.at(static_cast<size_t>(vs));
-    if (vs % P == stage) {
-      const bool embedding = vs == 0, head = vs == P * V - 1;
-      m.params += layer_params(r, first, count);
-      const bool learned = r.model.positions == PositionEmbedding::learned_absolute;
-      if (embedding) m.params += vocab_rows * C + (learned ? static_cast<double>(r.model.max_seq) * C : 0);
-      // The final norm, and the head: its own matrix when untied; when tied, a copy of the
-      // embedding when the embedding lives on another stage.
-      if (head)
-        m.params += (r.model.norm_kind_has_bias() ? 2 : 1) * C +
-                    (!r.model.tied_embeddings || P > 1 ? vocab_rows * C : 0);
-      largest_chunk = std::max(largest_chunk, chunk_activation_floats(r, static_cast<double>(count), embedding, head));
-    }
-    first += count;
+  for (int vs = stage; vs < P * V; vs += P) {
+    const double count = static_cast<double>(r.stage_layers.at(static_cast<size_t>(vs)));
+    largest_chunk = std::max(largest_chunk, chunk_activation_floats(r, count, vs == 0, vs == P * V - 1));
   }
-  m.weights = 4 * m.params;
-  m.grads = 4 * m.params;
-  m.moments = 8 * m.params / (c.zero >= 1 ? r.dp : 1);
+  const std::vector<UnitKind> us = stage_units(r, stage);
+  for (const UnitKind& u : us) m.params += u.count * u.size;
+  zero_state(r, us, m);
   const int mbs = static_cast<int>(std::min<int64_t>(r.batch.num_micro_batches, std::numeric_limits<int>::max()));
   m.in_flight = activation_bound(c.schedule, P, V, mbs, stage);
   m.per_micro_batch = 4 * largest_chunk;
@@ -93,13 +183,27 @@ RankMemory predict_rank_memory(const ResolvedTrainConfig& r, int stage) {
   return m;
 }
 
-std::string describe_rank_memory(const RankMemory& m, bool zero1) {
+std::string describe_rank_memory(const RankMemory& m) {
+  auto mib = [](double b) { return fmt::format("{:.1f} MiB", b * kMiB); };
+  std::string zero;
+  if (m.zero >= 1)
+    zero = fmt::format(" (ZeRO-{}: {} of {:.0f} values, 1/{} of the {})", m.zero,
+                       m.zero == 3 ? "masters, gradients and moments" : m.zero == 2 ? "gradients and moments" : "moments",
+                       m.shard, m.shard_group, m.zero >= 2 ? "padded units" : "padded store");
+  std::string extra;
+  if (m.gathered > 0) extra += fmt::format(" + ZeRO-3 gathered units {}", mib(m.gathered));
+  if (m.zero == 2)
+    extra += fmt::format(" + the larger of the unit gradient buffers in flight {} and the weights' all-gather staging {}",
+                         mib(m.unit_grads), mib(m.staging));
+  else if (m.unit_grads > 0)
+    extra += fmt::format(" + unit gradient buffers in flight {}", mib(m.unit_grads));
+  if (m.zero == 1) extra += fmt::format(" + all-gather staging {}", mib(m.staging));
   return fmt::format(
-      "{:.0f} MiB = parameters {:.0f} MiB ({:.0f} fp32 values) + gradients {:.0f} MiB + AdamW moments {:.0f} MiB{} + "
-      "activations {:.0f} MiB ({} micro-batch chunks in flight x {:.2f} MiB) + working buffers {:.0f} MiB{}",
-      m.total() * kMiB, m.weights * kMiB, m.params, m.grads * kMiB, m.moments * kMiB, zero1 ? " (ZeRO-1)" : "",
-      m.activations * kMiB, m.in_flight, m.per_micro_batch * kMiB, m.working * kMiB,
-      m.data >= (1 << 20) ? fmt::format(" + generated data {:.0f} MiB", m.data * kMiB) : std::string());
+      "{} = parameters {} ({:.0f} fp32 values) + gradients {} + AdamW moments {}{}{} + activations {} ({} micro-batch "
+      "chunks in flight x {:.2f} MiB) + working buffers {}{}",
+      mib(m.total()), mib(m.weights), m.params, mib(m.grads), mib(m.moments), zero, extra, mib(m.activations),
+      m.in_flight, m.per_micro_batch * kMiB, mib(m.working),
+      m.data >= (1 << 20) ? fmt::format(" + generated data {}", mib(m.data)) : std::string());
 }
 
 void refuse_if_over_memory(const ResolvedTrainConfig& r, const std::vector<int>& stages_on_host,
@@ -110,7 +214,7 @@ void refuse_if_over_memory(const ResolvedTrainConfig& r, const std::vector<int>&
   for (const int s : stages_on_host) {
     const RankMemory m = predict_rank_memory(r, s);
     need += m.total();
-    need_state += m.weights + m.grads + m.moments + m.data;
+    need_state += m.state() + m.data;
     if (m.total() > largest.total()) largest = m;
   }
   const double room = static_cast<double>(*limit.bytes);
@@ -136,7 +240,7 @@ void refuse_if_over_memory(const ResolvedTrainConfig& r, const std::vector<int>&
               "needs {}. To fit: {}",
               need * kMiB, stages_on_host.size(), stages_on_host.size() == 1 ? "" : "s", host,
               static_cast<double>(*limit.bytes) * kMiB, limit.source, largest.stage,
-              describe_rank_memory(largest, c.zero >= 1), advice);
+              describe_rank_memory(largest), advice);
 }
 
 }  // namespace triax

@@ -94,7 +94,7 @@ std::string describe_start_up_oom(const ResolvedTrainConfig& r, int world_size, 
       "micro-batch {} x seq {}): this rank needs about {} (memory model, docs/PLANNER.md); {}. Use a smaller model, "
       "more tp/pp, --zero 1/2/3 or --recompute full",
       rank, r.model.describe(), c.tp, c.pp, r.dp, r.batch.micro_batch, r.seq,
-      describe_rank_memory(predict_rank_memory(r, stage), c.zero >= 1),
+      describe_rank_memory(predict_rank_memory(r, stage)),
       limit.bytes ? fmt::format("{:.0f} MiB are available ({})", static_cast<double>(*limit.bytes) / (1 << 20), limit.source)
                   : std::string("the available memory is unknown"));
 }
@@ -229,6 +229,7 @@ Trainer::Trainer(const std::shared_ptr<Communicator>& world, const ResolvedTrain
   batches_ = std::make_unique<BatchSchedule>(r.batch, cfg_.rampup);
   build_model(r);
   build_optimizer(r);
+  predicted_memory_ = predict_rank_memory(r, grid_->coord().pp);
   flops_per_token_ = 6.0 * static_cast<double>(model_.num_params()) +
                      6.0 * model_.n_layer * static_cast<double>(model_.n_embd) * T_;
 } catch (const std::bad_alloc&) {
@@ -482,10 +483,35 @@ IterationMetrics Trainer::step(bool record_events) {
   mt.peak_mem_bytes = static_cast<int64_t>(maxes[5]);
   step_s_sum_ += maxes[0];
   ++steps_run_;
+  if (steps_run_ <= 3 && (steps_run_ == 3 || iteration_ == cfg_.train_iters)) report_memory();  // once
   mt.eta_s = step_s_sum_ / static_cast<double>(steps_run_) * static_cast<double>(std::max<int64_t>(0, cfg_.train_iters - iteration_));
   check_step(mt, rep, std::span<const double>(sums).subspan(2));
   watchdog_->progress();
   return mt;
+}
+
+void Trainer::report_memory() {
+  const int W = grid_->world().size(), me = grid_->world().rank();
+  std::vector<double> v(3 * static_cast<size_t>(W), 0.0);  // per rank: measured, predicted, stage
+  const auto at = [&](int r, int k) -> double& { return v[3 * static_cast<size_t>(r) + static_cast<size_t>(k)]; };
+  at(me, 0) = static_cast<double>(backend_->peak_bytes());
+  at(me, 1) = predicted_memory_.total();
+  at(me, 2) = predicted_memory_.stage;
+  grid_->world().all_reduce(std::span<double>(v), ReduceOp::sum).wait();
+  if (me != 0) return;
+  int far = 0;
+  double lo = 1e300, hi = 0;
+  for (int r = 0; r < W; ++r) {
+    const double q = at(r, 0) / std::max(1.0, at(r, 1));
+    lo = std::min(lo, q), hi = std::max(hi, q);
+    if (std::abs(q - 1) > std::abs(at(far, 0) / std::max(1.0, at(far, 1)) - 1)) far = r;
+  }
+  const double MiB = 1 << 20;
+  log::info("# memory: rank {} (pipeline stage {:.0f}) peak {:.2f} MiB measured, {:.2f} MiB predicted (the rank furthest from the model; "
+            "measured / predicted {:.3f} to {:.3f} over {} ranks, allocator high-water mark after iteration {}); "
+            "rank 0: {:.2f} MiB measured, predicted {}",
+            far, at(far, 2), at(far, 0) / MiB, at(far, 1) / MiB, lo, hi, W, iteration_, at(0, 0) / MiB,
+            describe_rank_memory(predicted_memory_));
 }
 
 void Trainer::check_step(IterationMetrics& mt, const StepReport& rep, std::span<const double> busy) {

@@ -287,7 +287,7 @@ mean = sum(r["elapsed_ms"] for r in rows[:10]) / 10 / 1e3
 assert abs(rows[9]["eta_s"] - 20 * mean) <= 1e-6 * max(1.0, 20 * mean), (rows[9]["eta_s"], 20 * mean)
 PY
   check_summary "$tmp/out" completed 30 "none (no --save)"
-  grep -q "^# run: layout 8 ranks = tp 2 x pp 2 x dp 2 (vpp 1, ep 1), schedule 1f1b, ZeRO-1 off" "$tmp/out" &&
+  grep -q "^# run: layout 8 ranks = tp 2 x pp 2 x dp 2 (vpp 1, ep 1), schedule 1f1b, ZeRO 0," "$tmp/out" &&
     grep -q "^# run: model tiny: .*params=" "$tmp/out" && grep -q "^# run: data synthetic" "$tmp/out" &&
     grep -q "^# run: metrics to standard output (one line per iteration), --metrics-jsonl $tmp/m.jsonl; checkpoints not saved" "$tmp/out" ||
     { head -5 "$tmp/out"; fail "the first lines do not say what the run is"; }

@@ -3,6 +3,7 @@
 // generated data's table), computed from the resolved configuration alone, before anything is
 // built, so that a run that cannot fit is refused with the numbers instead of being killed.
 #pragma once
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -14,16 +15,34 @@
 namespace triax {
 
 // Bytes one rank needs, by kind (doubles: huge shapes must not overflow on their way to "no").
+// The ZeRO levels (docs/OPTIM.md) as the code allocates them, with d = shard_group:
+//   0: weights, gradients and AdamW's two moments whole (4 + 4 + 8 bytes a parameter);
+//   1: the store padded to a multiple of d; moments of the shard (padded / d), plus the shard's
+//      reduce-scattered gradients and the optimizer's all-gather staging (4 bytes x shard each);
+//   2: weights whole (every unit padded to a multiple of d), gradients and moments of the shard
+//      (sum over units of padded unit / d), plus the larger of the unit gradient buffers alive at
+//      once in backward (unit_grads) and the staging of the weights' all-gather after the update;
+//   3: as 2 with the masters sharded too, plus the gathered units held at once (gathered).
+// Exact for levels 0 and 1 and for the shard terms of 2 and 3; gathered and unit_grads are upper
+// bounds (the largest units), exact when the largest units are the ones in flight (equal layers).
 struct RankMemory {
   int stage = 0;             // pipeline stage of the rank
-  double params = 0;         // parameter values this rank holds (fp32 each)
+  int zero = 0;              // ZeRO level (0..3)
+  int shard_group = 1;       // ranks the state is sharded over (dp; --zero-shard-size under 2/3)
+  double params = 0;         // parameter values of this rank's part of the model (unsharded, unpadded)
+  double shard = 0;          // values of this rank's shard (levels 1..3; params at level 0)
   double weights = 0, grads = 0, moments = 0;
+  double gathered = 0;       // ZeRO-3: max_resident largest units in the compute type + their staging pieces
+  double unit_grads = 0;     // ZeRO-2/3: unit gradient buffers alive at once (open + max_reducing) + pieces
+  double staging = 0;        // the shard's all-gather staging after the update: ZeRO-1 keeps it between
+                             // steps, ZeRO-2 holds it while the weights are gathered (not with unit_grads)
   double activations = 0;    // kept for backward, all micro-batches in flight
   double per_micro_batch = 0;  // activations of one (micro-batch, chunk)
   int in_flight = 0;         // (micro-batch, chunk) pairs in flight at most (the schedule's bound)
   double working = 0;        // logits and one layer's backward scratch
   double data = 0;           // the synthetic data's successor table (generated data only)
-  double total() const { return weights + grads + moments + activations + working + data; }
+  double state() const { return weights + grads + moments + gathered + std::max(unit_grads, staging); }
+  double total() const { return state() + activations + working + data; }
 };
 
 // The prediction for a rank of pipeline stage `stage`.
@@ -42,7 +61,7 @@ class MemoryRefused : public OutOfMemoryError {
 void refuse_if_over_memory(const ResolvedTrainConfig& r, const std::vector<int>& stages_on_host,
                            const MemoryLimit& limit, const std::string& host);
 
-// "this rank needs about N MiB = parameters ... + gradients ... + ..." for messages.
-std::string describe_rank_memory(const RankMemory& m, bool zero1);
+// "N MiB = parameters ... + gradients ... + ..." for messages, naming the ZeRO level and its terms.
+std::string describe_rank_memory(const RankMemory& m);
 
 }  // namespace triax

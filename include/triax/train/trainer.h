@@ -24,6 +24,7 @@
 #include "triax/faults/fault_checks.h"
 #include "triax/faults/fault_injection.h"
 #include "triax/faults/watchdog.h"
+#include "triax/train/memory_plan.h"
 
 namespace triax {
 
@@ -159,6 +160,10 @@ class Trainer {
   void open_validation();  // trainer_eval.cpp
   // Non-finite gradients, loss spikes, stragglers, --max-skipped-iterations (after each step).
   void check_step(IterationMetrics& mt, const StepReport& rep, std::span<const double> busy);
+  // After the run's third step, or its last if it has fewer (collective): every rank's allocator
+  // high-water mark next to the memory model's prediction for it; rank 0 prints the spread and
+  // the rank furthest off.
+  void report_memory();
   TrainerOptions opts_;
   TrainConfig cfg_;
   GptConfig model_;
@@ -186,6 +191,7 @@ class Trainer {
   double step_s_sum_ = 0;  // this run's iteration times (the ETA's mean)
   int64_t steps_run_ = 0;
   int moe_layers_ = 0;
+  RankMemory predicted_memory_;  // the memory model's prediction for this rank (memory_plan.h)
   // Faults (docs/FAULTS.md).
   FaultInjector faults_;
   std::unique_ptr<Watchdog> watchdog_;

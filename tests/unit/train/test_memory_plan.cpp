@@ -8,6 +8,8 @@
 #include <cstdlib>
 
 #include "triax/distributed/comm/self_comm.h"
+#include "triax/model/gpt.h"
+#include "triax/params/param_store.h"
 #include "triax/train/memory_plan.h"
 #include "triax/train/trainer.h"
 
@@ -35,6 +37,38 @@ std::string oom_of(const std::function<void()>& f) {
   FAIL("expected an OutOfMemoryError");
   return {};
 }
+
+// The parameters a rank of pipeline stage `stage` registers (its chunks, as the trainer builds
+// them, on one TP rank), laid out by ZeRO level `zero` for rank 0 of a shard group of d.
+struct StageStore {
+  std::unique_ptr<Communicator> self = make_self_communicator();
+  ParamStore store;
+  std::vector<std::unique_ptr<GptChunk>> chunks;
+  StageStore(const ResolvedTrainConfig& r, int stage, int zero, int d) {
+    const TrainConfig& c = r.explicit_cfg;
+    ChunkMoe moe;
+    if (c.moe_every > 0) moe = ChunkMoe{c.moe_every, r.moe, self.get()};
+    for (int v = 0; v < c.vpp; ++v) {
+      const int vs = v * c.pp + stage;
+      int first = 0;
+      for (int i = 0; i < vs; ++i) first += static_cast<int>(r.stage_layers.at(static_cast<size_t>(i)));
+      const ChunkSpec spec{first, static_cast<int>(r.stage_layers.at(static_cast<size_t>(vs))), vs == 0,
+                           vs == c.pp * c.vpp - 1};
+      chunks.push_back(std::make_unique<GptChunk>(r.model, spec, *self, store, c.recompute, c.pp == 1, false, moe));
+    }
+    if (zero >= 2) store.finalize_sharded(ShardSpec{zero, d, 0, d, 0});
+    else store.finalize(zero == 1 ? static_cast<size_t>(d) : 1);
+  }
+  // The k largest units' padded sizes (or pieces) added up.
+  double largest(size_t k, bool piece) const {
+    std::vector<double> v;
+    for (const auto& u : store.units()) v.push_back(static_cast<double>(piece ? u.piece() : u.size()));
+    std::sort(v.rbegin(), v.rend());
+    double s = 0;
+    for (size_t i = 0; i < std::min(k, v.size()); ++i) s += v[i];
+    return s;
+  }
+};
 }  // namespace
 
 TEST_CASE("the memory model counts the parameters and activations the trainer builds", "[train]") {
@@ -129,4 +163,64 @@ TEST_CASE("the trainer refuses a config over the limit before building it, in we
   CHECK_THAT(oom_of([&] { Trainer t(std::shared_ptr<Communicator>(make_self_communicator()), huge); }),
              Contains("refused before allocating") && Contains("--num-layers 2147483647"));
   CHECK(std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count() < 5.0);
+}
+
+TEST_CASE("ZeRO 1-3: the shard, weights, gradients and moments as the store lays them out", "[train]") {
+  // GPT-2 (tied: pp 2 puts a copy of the embedding on the last stage), the Llama block (untied)
+  // and MoE layers (the experts their own unit); dp 4, shard groups of 4 and (HSDP) 2.
+  for (const int block : {0, 1})
+  for (const bool moe : {false, true})
+  for (const int pp : {1, 2})
+  for (const int zero : {1, 2, 3})
+  for (const int shard : {0, 2}) {
+    if (zero == 1 && shard) continue;
+    TrainConfig c = small(6);
+    c.hidden = 99, c.heads = 3;  // odd widths: units are not multiples of the groups, padding shows
+    if (block == 1) c.model = "llama-tiny", c.hidden = 102, c.heads = 3, c.group_query_attention = false;
+    if (moe) c.moe_every = 2, c.experts = 3, c.topk = 1;
+    c.pp = pp, c.zero = zero, c.zero_shard_size = shard;
+    const ResolvedTrainConfig r = resolve_train_config(c, 4 * pp);
+    const int d = shard ? shard : 4;
+    for (int stage = 0; stage < pp; ++stage) {
+      CAPTURE(block, moe, pp, zero, shard, stage);
+      const StageStore s(r, stage, zero, d);
+      const RankMemory m = predict_rank_memory(r, stage);
+      const double n = static_cast<double>(s.store.numel());
+      const double sh = zero >= 2 ? static_cast<double>(s.store.shard_size()) : static_cast<double>(s.store.padded_numel()) / d;
+      CHECK(m.zero == zero);
+      CHECK(m.shard_group == d);
+      CHECK(m.params == n);
+      CHECK(m.shard == sh);
+      CHECK(m.moments == 8 * sh);
+      if (zero == 1) {
+        CHECK(m.weights == 4.0 * static_cast<double>(s.store.padded_numel()));
+        CHECK(m.grads == m.weights + 4 * sh);  // the whole gradients and the reduce-scattered shard
+        CHECK(m.staging == 4 * sh);
+        continue;
+      }
+      CHECK(m.weights == 4.0 * static_cast<double>(zero == 3 ? s.store.shard_size() : s.store.padded_numel()));
+      CHECK(m.grads == 4 * sh);
+      CHECK(m.staging == (zero == 2 ? 4 * sh : 0.0));
+      // ZeRO-3: the two largest units gathered (max_resident) in the compute type with their pieces.
+      CHECK(m.gathered == (zero == 3 ? 4 * (s.largest(2, false) + s.largest(2, true)) : 0.0));
+      // Gradient buffers: open (one unit, two in an MoE layer) + 2 reducing + their 2 pieces, and the
+      // tied embedding's copy all step under pp 2 (an upper bound, exact for equal layers).
+      if (pp == 1 && !moe) CHECK(m.unit_grads == 4 * (s.largest(3, false) + s.largest(2, true)));
+      CHECK(m.unit_grads <= 4 * (s.largest(5, false) + s.largest(2, true)));
+      CHECK(m.unit_grads >= 4 * (s.largest(3, false) + s.largest(2, true)) - 4 * s.largest(1, false));
+    }
+  }
+  // ZeRO-3 at dp 8 holds 1/8 of the masters, gradients and moments (units padded to 8).
+  TrainConfig c = small(6);
+  c.zero = 3;
+  const ResolvedTrainConfig r = resolve_train_config(c, 8);
+  const RankMemory m = predict_rank_memory(r, 0);
+  CHECK(m.shard * 8 >= m.params);
+  CHECK(m.shard * 8 < m.params + 8 * 8);  // 8 units (embedding, 6 layers, head), each padded by < 8
+  CHECK_THAT(describe_rank_memory(m), Contains("(ZeRO-3: masters, gradients and moments of") &&
+                                          Contains("1/8 of the padded units") && Contains("ZeRO-3 gathered units"));
+  // Without overlap every unit's gradient buffer stays open until the step: the whole padded store.
+  c.overlap_grad_reduce = false;
+  const RankMemory all = predict_rank_memory(resolve_train_config(c, 8), 0);
+  CHECK(all.unit_grads > 4 * 8 * m.shard);
 }

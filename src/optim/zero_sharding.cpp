@@ -74,6 +74,7 @@ void ZeroSharding::open_step() {
 Tensor ZeroSharding::grads(size_t begin, size_t end) {
   const size_t u = unit_at(store_, begin, end);
   open_step();
+  progress();  // a layer fetches its views op by op: drive the collectives in flight between its ops
   Tensor& g = open_grads_[u];
   if (!g.defined()) g = store_.backend().zeros(Shape{static_cast<int64_t>(store_.units()[u].size())}, store_.dtype());
   const size_t b0 = store_.units()[u].begin;
@@ -248,6 +249,9 @@ ZeroSharding::Resident& ZeroSharding::gather(size_t u, bool prefetch) {
 Tensor ZeroSharding::weights(size_t begin, size_t end) {
   if (store_.zero_level() != 3) TRIAX_THROW(ConfigError, "ZeroSharding::weights: the store is not ZeRO-3");
   const size_t u = unit_at(store_, begin, end);
+  // On the CPU backend a started gather moves only while this rank is inside MPI; the model fetches
+  // each op's weights just before the op, so testing here drives the prefetch between a unit's ops.
+  progress();
   Resident* r = find_resident(u);
   if (!r) r = &gather(u, false);
   wait_resident(*r);

@@ -66,6 +66,7 @@ struct Mode {
   std::unique_ptr<ZeroSharding> zs;
   // Per round (sums over the round's steps): gather exposed/total, reduce-scatter exposed, step.
   std::vector<double> g_exposed, g_total, rs_exposed, step;
+  std::vector<double> g_exposed_least;  // gather exposed of the rank that waited least (min over ranks)
   size_t gathers = 0, prefetched = 0, peak_resident = 0;
   int64_t wrong = 0;
 };
@@ -158,8 +159,11 @@ void run_round(Mode& m, Communicator& world, Communicator& dp, int iters, bool w
     m.prefetched = g.prefetched;
     m.peak_resident = std::max(m.peak_resident, g.peak_resident);
   }
+  double least[1] = {sums[0]};  // the rank that waited least for gathers: the last to arrive, net of skew
   world.all_reduce(std::span<double>(sums), ReduceOp::max).wait();
+  world.all_reduce(std::span<double>(least), ReduceOp::min).wait();
   if (warmup) return;
+  m.g_exposed_least.push_back(least[0] / iters);
   m.g_exposed.push_back(sums[0] / iters);
   m.g_total.push_back(sums[1] / iters);
   m.rs_exposed.push_back(sums[2] / iters);
@@ -181,27 +185,37 @@ int report(std::vector<Mode>& modes, Communicator& world, const BenchShape& sh, 
     fmt::print("# zero_bench: ZeRO-3 at dp {} | {} units of {:.1f} MB ({} ops each) | forward {:.1f} ms of compute per "
                "unit, backward twice | means per step over the round, worst rank\n",
                world.size(), sh.layers, unit_mb, sh.ops, forward_ms);
-    fmt::print("{:>5} | {:>21} | {:>21} | {:>14} | {:>24}\n", "round", "gather exposed (ms)",
-               "gather hidden", "rs exposed", "step (ms)");
-    fmt::print("{:>5} | {:>10} {:>10} | {:>10} {:>10} | {:>6} {:>7} | {:>7} {:>7} {:>8}\n", "", "prefetch", "no pref.",
-               "vs no pf.", "of total", "ovl.", "no ovl.", "pf.", "no pf.", "no ovl.");
+    fmt::print("{:>5} | {:>21} | {:>21} | {:>21} | {:>14} | {:>24}\n", "round", "gather exposed (ms)",
+               "gather hidden", "least-waiting rank", "rs exposed", "step (ms)");
+    fmt::print("{:>5} | {:>10} {:>10} | {:>10} {:>10} | {:>6} {:>6} {:>7} | {:>6} {:>7} | {:>7} {:>7} {:>8}\n", "",
+               "prefetch", "no pref.", "vs no pf.", "of total", "pf.", "no pf.", "hidden", "ovl.", "no ovl.", "pf.",
+               "no pf.", "no ovl.");
   }
   for (size_t r = 0; r < p.g_exposed.size(); ++r) {
     const double h = share(p.g_exposed[r], np.g_exposed[r]);
-    best = std::max(best, h);
+    // The check needs both: hidden against the blocking baseline (drifts with the machine) and
+    // hidden of the gathers' own lifetime (about 0 whenever nothing is prefetched).
+    best = std::max(best, std::min(h, share(p.g_exposed[r], p.g_total[r])));
     if (r0)
-      fmt::print("{:>5} | {:>10.2f} {:>10.2f} | {:>9.1f}% {:>9.1f}% | {:>6.2f} {:>7.2f} | {:>7.1f} {:>7.1f} {:>8.1f}\n",
+      fmt::print("{:>5} | {:>10.2f} {:>10.2f} | {:>9.1f}% {:>9.1f}% | {:>6.2f} {:>6.2f} {:>6.1f}% | {:>6.2f} {:>7.2f} | "
+                 "{:>7.1f} {:>7.1f} {:>8.1f}\n",
                  r + 1, p.g_exposed[r] * 1e3, np.g_exposed[r] * 1e3, 100 * h,
-                 100 * share(p.g_exposed[r], p.g_total[r]), np.rs_exposed[r] * 1e3, no.rs_exposed[r] * 1e3,
+                 100 * share(p.g_exposed[r], p.g_total[r]), p.g_exposed_least[r] * 1e3, np.g_exposed_least[r] * 1e3,
+                 100 * share(p.g_exposed_least[r], np.g_exposed_least[r]), np.rs_exposed[r] * 1e3, no.rs_exposed[r] * 1e3,
                  p.step[r] * 1e3, np.step[r] * 1e3, no.step[r] * 1e3);
   }
   if (r0) {
     fmt::print("gathers per step {} ({} prefetched), peak resident units {}; wrong values {}\n", p.gathers,
                p.prefetched, p.peak_resident, w[0]);
-    fmt::print("gather hidden: median {:.1f}%, best round {:.1f}% (1 - exposed prefetch / exposed no prefetch); "
+    fmt::print("gather hidden: median {:.1f}% (1 - exposed prefetch / exposed no prefetch), best round {:.1f}% (the "
+               "smaller of that and 1 - exposed / total); "
                "{:.2f} -> {:.2f} ms exposed per step (medians)\n",
                100 * share(median(p.g_exposed), median(np.g_exposed)), 100 * best, median(np.g_exposed) * 1e3,
                median(p.g_exposed) * 1e3);
+    fmt::print("gather hidden, least-waiting rank (net of waiting for slower ranks): median {:.1f}% ({:.2f} -> {:.2f} "
+               "ms exposed per step)\n",
+               100 * share(median(p.g_exposed_least), median(np.g_exposed_least)), median(np.g_exposed_least) * 1e3,
+               median(p.g_exposed_least) * 1e3);
     fmt::print("reduce-scatter hidden: median {:.1f}% ({:.2f} -> {:.2f} ms exposed per step, no overlap -> overlap)\n",
                100 * share(median(np.rs_exposed), median(no.rs_exposed)), median(no.rs_exposed) * 1e3,
                median(np.rs_exposed) * 1e3);
@@ -230,7 +244,8 @@ int main(int argc, char** argv) {
   app.add_option("--rounds", rounds, "rounds; each runs every mode for --iters steps, in turn");
   app.add_option("--iters", iters, "timed steps per mode and round (after one untimed step per mode)");
   app.add_option("--min-hidden", min_hidden,
-                 "exit 3 unless the best round hides at least this share of the gather time (0..1)");
+                 "exit 3 unless some round hides at least this share of the gather time, both against no prefetch and of "
+                 "the gathers' own time (0..1)");
   app.add_option("--candidate", candidate, "the mode measured against 'no prefetch': prefetch (default) or none "
                  "(no prefetch either: the check must then fail)")->check(CLI::IsMember({"prefetch", "none"}));
   CLI11_PARSE(app, argc, argv);

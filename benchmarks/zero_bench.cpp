@@ -72,6 +72,7 @@ struct Mode {
 };
 
 struct BenchShape {
+  int level = 3;
   int layers = 8, ops = 4;
   size_t per_op = 0;
 };
@@ -84,10 +85,15 @@ std::unique_ptr<ParamStore> make_store(const BenchShape& sh, Communicator& dp) {
       store->add(ParamSpec{fmt::format("h.{}.w{}", l, o), {static_cast<int64_t>(sh.per_op)}}, {static_cast<int64_t>(sh.per_op)});
   }
   ShardSpec spec;
-  spec.level = 3;
+  spec.level = sh.level;
   spec.group = dp.size();
   spec.rank = dp.rank();
   store->finalize_sharded(spec);
+  if (sh.level == 2) {  // whole masters (no compute copy on the fp32 CPU backend: the weights too)
+    float* flat = static_cast<float*>(store->params_t().raw_data());
+    for (size_t k = 0; k < store->padded_numel(); ++k) flat[k] = weight_value(k);
+    return store;
+  }
   float* shard = static_cast<float*>(store->params_t().raw_data());
   for (const auto& seg : store->shard_segments())
     for (size_t k = 0; k < seg.count; ++k) shard[seg.shard_offset + k] = weight_value(seg.flat_offset + k);
@@ -182,9 +188,9 @@ int report(std::vector<Mode>& modes, Communicator& world, const BenchShape& sh, 
   double best = -1;
   const bool r0 = world.rank() == 0;
   if (r0) {
-    fmt::print("# zero_bench: ZeRO-3 at dp {} | {} units of {:.1f} MB ({} ops each) | forward {:.1f} ms of compute per "
+    fmt::print("# zero_bench: ZeRO-{} at dp {} | {} units of {:.1f} MB ({} ops each) | forward {:.1f} ms of compute per "
                "unit, backward twice | means per step over the round, worst rank\n",
-               world.size(), sh.layers, unit_mb, sh.ops, forward_ms);
+               sh.level, world.size(), sh.layers, unit_mb, sh.ops, forward_ms);
     fmt::print("{:>5} | {:>21} | {:>21} | {:>21} | {:>14} | {:>24}\n", "round", "gather exposed (ms)",
                "gather hidden", "least-waiting rank", "rs exposed", "step (ms)");
     fmt::print("{:>5} | {:>10} {:>10} | {:>10} {:>10} | {:>6} {:>6} {:>7} | {:>6} {:>7} | {:>7} {:>7} {:>8}\n", "",
@@ -238,6 +244,8 @@ int main(int argc, char** argv) {
   int rounds = 5, iters = 2;
   std::string candidate = "prefetch";
   app.add_option("--unit-mb", unit_mb, "full (gathered) size of one unit, fp32 (MB)");
+  app.add_option("--level", sh.level, "ZeRO level: 3 (gathers and reduce-scatters) or 2 (reduce-scatters only)")
+      ->check(CLI::IsMember({2, 3}));
   app.add_option("--layers", sh.layers, "units");
   app.add_option("--ops", sh.ops, "parameters per unit (each fetched just before its op computes)");
   app.add_option("--forward-ms", forward_ms, "compute of one unit's forward (ms, calibrated; backward is twice that)");

@@ -7,6 +7,7 @@
 
 #include "triax/backend/comm_ops.h"
 #include "triax/core/clock.h"
+#include "triax/core/trace.h"
 
 namespace triax {
 using Clock = std::chrono::steady_clock;
@@ -151,10 +152,7 @@ void ZeroSharding::drain(size_t keep) {
 void ZeroSharding::progress() {
   const double p0 = step_open_ ? now_s() : 0;
   for (auto& r : resident_)
-    if (r.in_flight && r.work.test()) {
-      r.in_flight = false;
-      gstats_.total_s += now_s() - r.issued_s;
-    }
+    if (r.in_flight && r.work.test()) gather_done(r);
   while (!reducing_.empty()) {
     advance(reducing_.front(), false);
     if (reducing_.front().stage != 2) break;
@@ -208,10 +206,24 @@ ZeroSharding::Resident* ZeroSharding::find_resident(size_t unit) {
 void ZeroSharding::wait_resident(Resident& r) {
   if (!r.in_flight) return;
   const auto w0 = Clock::now();
+  const double tr0 = trace::on() ? trace::now_us() : 0;
   r.work.wait();
-  r.in_flight = false;
   gstats_.exposed_s += since(w0);
-  gstats_.total_s += std::chrono::duration<double>(Clock::now() - t0_).count() - r.issued_s;
+  if (trace::on())
+    trace::record(trace::Lane::dp, fmt::format("zero3 gather wait unit {} (exposed)", r.unit), tr0, trace::now_us());
+  gather_done(r);
+}
+
+// A gather seen complete (by progress() or a wait): its issue-to-completion time, and its span.
+void ZeroSharding::gather_done(Resident& r) {
+  r.in_flight = false;
+  const double done = now_s();
+  gstats_.total_s += done - r.issued_s;
+  if (trace::on()) {
+    const double tr = trace::now_us();
+    trace::record(trace::Lane::dp, fmt::format("zero3 all-gather unit {}", r.unit), tr - (done - r.issued_s) * 1e6, tr,
+                  -1, -1, static_cast<int64_t>(r.buf.nbytes()));
+  }
 }
 
 void ZeroSharding::evict_for_one_more() {

@@ -271,10 +271,15 @@ Tensor ZeroSharding::weights(size_t begin, size_t end) {
   const size_t b0 = store_.units()[u].begin;
   Tensor view = range(r->buf, begin - b0, end - b0);
   // Prefetch the neighbour in the direction of travel (resident_ may move: r is not used after).
-  if (opts_.overlap && opts_.prefetch && opts_.max_resident >= 2 && last_unit_ && *last_unit_ != u) {
-    const long next = static_cast<long>(u) + (u > *last_unit_ ? 1 : -1);
-    if (next >= 0 && next < static_cast<long>(store_.units().size()) && !find_resident(static_cast<size_t>(next)))
-      gather(static_cast<size_t>(next), true);
+  // At the first or last unit the direction is known without a previous touch: a pass starts
+  // there (so the second unit of a step's first forward is prefetched too).
+  const long n = static_cast<long>(store_.units().size());
+  long dir = last_unit_ && *last_unit_ != u ? (u > *last_unit_ ? 1 : -1) : 0;
+  if (u == 0) dir = 1;
+  else if (static_cast<long>(u) == n - 1) dir = -1;
+  if (opts_.overlap && opts_.prefetch && opts_.max_resident >= 2 && dir != 0) {
+    const long next = static_cast<long>(u) + dir;
+    if (next >= 0 && next < n && !find_resident(static_cast<size_t>(next))) gather(static_cast<size_t>(next), true);
   }
   last_unit_ = u;
   return view;

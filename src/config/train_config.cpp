@@ -463,6 +463,8 @@ void parallel_options(Options& t) {
   t.push_back(int_opt("zero-shard-size", "HSDP: with --zero 2 or 3, shard inside groups of this many DP ranks "
                       "(divides dp) and all-reduce across the groups; 0: one group of all dp", TRIAX_FIELD(zero_shard_size),
                       0, kMaxInt));
+  t.push_back(bool_opt("no-zero-prefetch", "ZeRO-3: gather each unit when it is needed instead of one unit ahead "
+                       "(the baseline of the overlap figure)", TRIAX_FIELD(zero_prefetch), /*invert=*/true));
   t.push_back(real_opt("bucket-mb", "DP gradient bucket size (MiB)", TRIAX_FIELD(bucket_mb), {0, 1 << 20, true, false}));
   t.push_back(bool_opt("no-overlap-grad-reduce", "reduce gradients after backward instead of during it",
                        TRIAX_FIELD(overlap_grad_reduce), /*invert=*/true));

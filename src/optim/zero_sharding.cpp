@@ -7,6 +7,7 @@
 
 #include "triax/backend/comm_ops.h"
 #include "triax/core/clock.h"
+#include "triax/core/trace.h"
 
 namespace triax {
 using Clock = std::chrono::steady_clock;
@@ -74,6 +75,7 @@ void ZeroSharding::open_step() {
 Tensor ZeroSharding::grads(size_t begin, size_t end) {
   const size_t u = unit_at(store_, begin, end);
   open_step();
+  progress();  // a layer fetches its views op by op: drive the collectives in flight between its ops
   Tensor& g = open_grads_[u];
   if (!g.defined()) g = store_.backend().zeros(Shape{static_cast<int64_t>(store_.units()[u].size())}, store_.dtype());
   const size_t b0 = store_.units()[u].begin;
@@ -150,10 +152,7 @@ void ZeroSharding::drain(size_t keep) {
 void ZeroSharding::progress() {
   const double p0 = step_open_ ? now_s() : 0;
   for (auto& r : resident_)
-    if (r.in_flight && r.work.test()) {
-      r.in_flight = false;
-      gstats_.total_s += now_s() - r.issued_s;
-    }
+    if (r.in_flight && r.work.test()) gather_done(r);
   while (!reducing_.empty()) {
     advance(reducing_.front(), false);
     if (reducing_.front().stage != 2) break;
@@ -207,10 +206,24 @@ ZeroSharding::Resident* ZeroSharding::find_resident(size_t unit) {
 void ZeroSharding::wait_resident(Resident& r) {
   if (!r.in_flight) return;
   const auto w0 = Clock::now();
+  const double tr0 = trace::on() ? trace::now_us() : 0;
   r.work.wait();
-  r.in_flight = false;
   gstats_.exposed_s += since(w0);
-  gstats_.total_s += std::chrono::duration<double>(Clock::now() - t0_).count() - r.issued_s;
+  if (trace::on())
+    trace::record(trace::Lane::dp, fmt::format("zero3 gather wait unit {} (exposed)", r.unit), tr0, trace::now_us());
+  gather_done(r);
+}
+
+// A gather seen complete (by progress() or a wait): its issue-to-completion time, and its span.
+void ZeroSharding::gather_done(Resident& r) {
+  r.in_flight = false;
+  const double done = now_s();
+  gstats_.total_s += done - r.issued_s;
+  if (trace::on()) {
+    const double tr = trace::now_us();
+    trace::record(trace::Lane::dp, fmt::format("zero3 all-gather unit {}", r.unit), tr - (done - r.issued_s) * 1e6, tr,
+                  -1, -1, static_cast<int64_t>(r.buf.nbytes()));
+  }
 }
 
 void ZeroSharding::evict_for_one_more() {
@@ -248,6 +261,9 @@ ZeroSharding::Resident& ZeroSharding::gather(size_t u, bool prefetch) {
 Tensor ZeroSharding::weights(size_t begin, size_t end) {
   if (store_.zero_level() != 3) TRIAX_THROW(ConfigError, "ZeroSharding::weights: the store is not ZeRO-3");
   const size_t u = unit_at(store_, begin, end);
+  // On the CPU backend a started gather moves only while this rank is inside MPI; the model fetches
+  // each op's weights just before the op, so testing here drives the prefetch between a unit's ops.
+  progress();
   Resident* r = find_resident(u);
   if (!r) r = &gather(u, false);
   wait_resident(*r);
@@ -255,10 +271,15 @@ Tensor ZeroSharding::weights(size_t begin, size_t end) {
   const size_t b0 = store_.units()[u].begin;
   Tensor view = range(r->buf, begin - b0, end - b0);
   // Prefetch the neighbour in the direction of travel (resident_ may move: r is not used after).
-  if (opts_.overlap && opts_.prefetch && opts_.max_resident >= 2 && last_unit_ && *last_unit_ != u) {
-    const long next = static_cast<long>(u) + (u > *last_unit_ ? 1 : -1);
-    if (next >= 0 && next < static_cast<long>(store_.units().size()) && !find_resident(static_cast<size_t>(next)))
-      gather(static_cast<size_t>(next), true);
+  // At the first or last unit the direction is known without a previous touch: a pass starts
+  // there (so the second unit of a step's first forward is prefetched too).
+  const long n = static_cast<long>(store_.units().size());
+  long dir = last_unit_ && *last_unit_ != u ? (u > *last_unit_ ? 1 : -1) : 0;
+  if (u == 0) dir = 1;
+  else if (static_cast<long>(u) == n - 1) dir = -1;
+  if (opts_.overlap && opts_.prefetch && opts_.max_resident >= 2 && dir != 0) {
+    const long next = static_cast<long>(u) + dir;
+    if (next >= 0 && next < n && !find_resident(static_cast<size_t>(next))) gather(static_cast<size_t>(next), true);
   }
   last_unit_ = u;
   return view;

@@ -85,6 +85,13 @@ std::vector<prom::Family> MetricsSnapshot::families() const {
   f.push_back(gauge("triax_dp_exposed_seconds", "DP gradient communication not hidden behind backward (max over ranks)",
                     it.dp_exposed_ms / 1e3));
   f.push_back(gauge("triax_dp_comm_seconds", "Span of the DP collectives (max over ranks)", it.dp_comm_ms / 1e3));
+  if (it.zero3) {
+    f.push_back(gauge("triax_zero3_gather_exposed_seconds",
+                      "ZeRO-3 unit all-gather time compute waited for in the last iteration (max over ranks)",
+                      it.zero3_gather_exposed_ms / 1e3));
+    f.push_back(gauge("triax_zero3_gather_seconds", "ZeRO-3 unit all-gathers' issue-to-completion time in the last "
+                      "iteration (max over ranks)", it.zero3_gather_ms / 1e3));
+  }
   f.push_back(gauge("triax_pipeline_wait_seconds", "Wait for pipeline sends and receives (max over ranks)",
                     it.p2p_wait_ms / 1e3));
   f.push_back(counter("triax_skipped_iterations_total", "Iterations skipped (non-finite gradients)",

@@ -45,9 +45,13 @@ std::string IterationMetrics::log_line() const {
       " iteration {:>8}/{:>8} | consumed samples: {:>12} | elapsed time per iteration (ms): {:.1f} | "
       "throughput (tokens/s): {:.0f} | TFLOP/s per rank: {:.4f} | learning rate: {:.6E} | global batch size: {:>5} | "
       "lm loss: {:.6E} | grad norm: {:.3f} | number of skipped iterations: {:>3} | "
-      "dp exposed (ms): {:.2f} | p2p wait (ms): {:.2f} |{} ETA: {} |",
+      "dp exposed (ms): {:.2f} |{} p2p wait (ms): {:.2f} |{} ETA: {} |",
       iteration, train_iters, consumed_samples, elapsed_ms, tokens_per_s, tflops, lr, global_batch, loss, grad_norm,
-      skipped, dp_exposed_ms, p2p_wait_ms, moe ? fmt::format(" load balancing loss: {:.6E} |", moe_aux_loss) : "",
+      skipped, dp_exposed_ms,
+      zero3 ? fmt::format(" zero3 gather exposed (ms): {:.2f} of {:.2f} ({:.0f}% hidden) |", zero3_gather_exposed_ms,
+                          zero3_gather_ms, 100 * zero3_hidden())
+            : "",
+      p2p_wait_ms, moe ? fmt::format(" load balancing loss: {:.6E} |", moe_aux_loss) : "",
       format_duration(eta_s));
 }
 
@@ -69,6 +73,11 @@ std::string IterationMetrics::json() const {
   j["dp_comm_ms"] = dp_comm_ms;
   j["p2p_wait_ms"] = p2p_wait_ms;
   j["compute_ms"] = compute_ms;
+  if (zero3) {
+    j["zero3_gather_exposed_ms"] = zero3_gather_exposed_ms;
+    j["zero3_gather_ms"] = zero3_gather_ms;
+    j["zero3_gather_hidden"] = zero3_hidden();
+  }
   j["peak_mem_bytes"] = peak_mem_bytes;
   j["eta_s"] = eta_s;
   if (step_skipped) {
@@ -347,6 +356,7 @@ void Trainer::build_optimizer(const ResolvedTrainConfig& r) {
   oc.zero_shard_size = cfg.zero_shard_size;
   oc.grad_sync.bucket_bytes = static_cast<size_t>(cfg.bucket_mb * 1024 * 1024);
   oc.grad_sync.overlap = cfg.overlap_grad_reduce;
+  oc.sharding.prefetch = cfg.zero_prefetch;
   // The tied embedding's two copies (first and last stage) add their gradients.
   if (cfg.pp > 1 && model_.tied_embeddings && (grid_->is_first_stage() || grid_->is_last_stage()))
     oc.grad_sync.tied_param = store_->find(model_.embedding_param());
@@ -450,8 +460,9 @@ IterationMetrics Trainer::step(bool record_events) {
       std::max(0.0, elapsed - last_.p2p_wait_s - rep.sync.exposed_s - rep.gather_s);
   grid_->world().all_reduce(std::span<double>(sums), ReduceOp::sum).wait();
   // The last: the backend allocator's high-water mark (bytes), the largest over the ranks.
-  double maxes[6] = {elapsed, rep.sync.exposed_s + rep.gather_s, rep.sync.comm_span_s, last_.p2p_wait_s,
-                     last_.compute_s, static_cast<double>(backend_->peak_bytes())};
+  double maxes[8] = {elapsed, rep.sync.exposed_s + rep.gather_s, rep.sync.comm_span_s, last_.p2p_wait_s,
+                     last_.compute_s, static_cast<double>(backend_->peak_bytes()), rep.zero3.exposed_s,
+                     rep.zero3.total_s};
   grid_->world().all_reduce(std::span<double>(maxes), ReduceOp::max).wait();
 
   consumed_ += plan.global_batch;
@@ -481,6 +492,9 @@ IterationMetrics Trainer::step(bool record_events) {
   mt.p2p_wait_ms = maxes[3] * 1e3;
   mt.compute_ms = maxes[4] * 1e3;
   mt.peak_mem_bytes = static_cast<int64_t>(maxes[5]);
+  mt.zero3 = optimizer_->zero_level() == 3;
+  mt.zero3_gather_exposed_ms = maxes[6] * 1e3;
+  mt.zero3_gather_ms = maxes[7] * 1e3;
   step_s_sum_ += maxes[0];
   ++steps_run_;
   if (steps_run_ <= 3 && (steps_run_ == 3 || iteration_ == cfg_.train_iters)) report_memory();  // once

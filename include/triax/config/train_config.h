@@ -83,6 +83,9 @@ struct TrainConfig {
   // dp (--zero1 is --zero 1). zero_shard_size: HSDP, shard inside groups of this many DP ranks (0: all).
   int zero = 0;
   int zero_shard_size = 0;
+  // ZeRO-3: gather the next unit while this one computes (--no-zero-prefetch: every gather blocks,
+  // the baseline of the overlap figure).
+  bool zero_prefetch = true;
   double bucket_mb = 16.0;
   bool overlap_grad_reduce = true;
   Recompute recompute = Recompute::none;

@@ -121,6 +121,7 @@ class ZeroSharding final : public GradReadySink, public ParamProvider {
   Resident* find_resident(size_t unit);
   Resident& gather(size_t unit, bool prefetch);
   void wait_resident(Resident& r);
+  void gather_done(Resident& r);
   void evict_for_one_more();
   void start_reduce(size_t unit);
   void advance(Reducing& r, bool block);

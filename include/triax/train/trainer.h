@@ -50,6 +50,12 @@ struct IterationMetrics {
   double dp_comm_ms = 0;          // DP collectives' span
   double p2p_wait_ms = 0;         // this rank's wait for pipeline receives and sends
   double compute_ms = 0;
+  // ZeRO-3 only (zero3): the step's unit all-gathers, max over ranks: the time compute waited for
+  // them (blocking gathers and waits on prefetches) and their issue-to-completion time in all.
+  bool zero3 = false;
+  double zero3_gather_exposed_ms = 0;
+  double zero3_gather_ms = 0;
+  double zero3_hidden() const { return zero3_gather_ms > 0 ? 1.0 - zero3_gather_exposed_ms / zero3_gather_ms : 0.0; }
   // The backend allocator's high-water mark since start-up, the largest over the ranks (bytes):
   // what the planner's memory model predicts (device memory on --backend cuda).
   int64_t peak_mem_bytes = 0;

@@ -45,6 +45,7 @@ TrainConfig unusual() {
   c.zero_shard_size = 2;
   c.bucket_mb = 0.125;
   c.overlap_grad_reduce = false;
+  c.zero_prefetch = false;
   c.recompute = Recompute::selective;
   c.sequence_parallel = true;
   c.moe_every = 2, c.experts = 6, c.topk = 1, c.capacity_factor = 1.5, c.no_drop = true, c.moe_aux_coef = 0.02;

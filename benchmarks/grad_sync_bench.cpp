@@ -18,39 +18,17 @@
 #include "triax/distributed/grid.h"
 #include "triax/optim/grad_buffer.h"
 
+#include "synthetic_compute.h"
+
 using namespace triax;
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
-double secs(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
-
-// Arithmetic on an L1-resident buffer: CPU work that does not compete for memory bandwidth.
-float g_sink = 0;
-void compute(int64_t units) {
-  static float x[256];
-  static bool init = false;
-  if (!init) {
-    for (int i = 0; i < 256; ++i) x[i] = 1.0f + 1e-3f * static_cast<float>(i);
-    init = true;
-  }
-  for (int64_t u = 0; u < units; ++u)
-    for (int i = 0; i < 256; ++i) x[i] = x[i] * 0.9999f + 1e-4f;
-  g_sink += x[0];
-}
-
-// Units of compute() per millisecond on this rank, measured once.
-double calibrate() {
-  compute(2000);
-  int64_t units = 1000;
-  for (;;) {
-    const auto a = Clock::now();
-    compute(units);
-    const double ms = secs(a, Clock::now()) * 1e3;
-    if (ms > 50) return static_cast<double>(units) / ms;
-    units *= 2;
-  }
-}
+using bench::Clock;
+using bench::calibrate;
+using bench::compute;
+using bench::median;
+using bench::secs;
 
 float base_value(size_t k) { return static_cast<float>(static_cast<int64_t>(k % 97) - 48) / 8.0f; }
 
@@ -62,11 +40,6 @@ struct Mode {
   int64_t wrong = 0;
 };
 
-double median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
 
 }  // namespace
 

@@ -22,37 +22,17 @@
 #include "triax/distributed/grid.h"
 #include "triax/optim/zero_sharding.h"
 
+#include "synthetic_compute.h"
+
 using namespace triax;
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
-double secs(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
-
-// Arithmetic on an L1-resident buffer: CPU work that does not compete for memory bandwidth.
-float g_sink = 0;
-void compute(int64_t units) {
-  static float x[256];
-  static bool init = false;
-  if (!init) {
-    for (int i = 0; i < 256; ++i) x[i] = 1.0f + 1e-3f * static_cast<float>(i);
-    init = true;
-  }
-  for (int64_t u = 0; u < units; ++u)
-    for (int i = 0; i < 256; ++i) x[i] = x[i] * 0.9999f + 1e-4f;
-  g_sink += x[0];
-}
-
-// Units of compute() per millisecond on this rank.
-double calibrate() {
-  compute(2000);
-  for (int64_t units = 1000;; units *= 2) {
-    const auto a = Clock::now();
-    compute(units);
-    const double ms = secs(a, Clock::now()) * 1e3;
-    if (ms > 50) return static_cast<double>(units) / ms;
-  }
-}
+using bench::Clock;
+using bench::calibrate;
+using bench::compute;
+using bench::median;
+using bench::secs;
 
 // The master value of flat element k and the gradient rank r writes there (sums of small
 // multiples of 1/8: exact in fp32, and so is their average over ranks).
@@ -144,10 +124,6 @@ int64_t check_shard(Mode& m, int ranks) {
   return wrong;
 }
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0 : v[v.size() / 2];
-}
 
 // iters steps of mode m; appends the round's means (worst rank) unless warm-up.
 void run_round(Mode& m, Communicator& world, Communicator& dp, int iters, bool warmup, int64_t fwd_units) {

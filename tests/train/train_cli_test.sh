@@ -263,7 +263,7 @@ inputs)
   out=$( (ulimit -v 3145728; timeout 300 "$exe" --model gpt2-1.5b --train-iters 1) 2>&1); rc=$?
   [ $rc -eq 5 ] || { echo "$out" | tail -5; fail "out of memory: exit $rc, expected 5"; }
   grep -q "out of memory, refused before allocating" <<<"$out" && grep -q "the address-space limit (ulimit -v)" <<<"$out" &&
-    grep -q "parameters [0-9]* MiB" <<<"$out" && grep -q "the memory model (docs/PLANNER.md)" <<<"$out" ||
+    grep -q "parameters [0-9.]* MiB" <<<"$out" && grep -q "the memory model (docs/PLANNER.md)" <<<"$out" ||
     { echo "$out"; fail "out-of-memory message lacks what, how much, or the prediction"; }
   echo "ok: out of memory at start-up"
   ;;

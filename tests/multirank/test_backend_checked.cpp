@@ -1,7 +1,7 @@
 // The Backend seam holds: whole 3D training steps run through the checking CPU backend, whose
 // buffers are PROT_NONE outside its own calls and the communicator calls on them, so any read or
 // write of buffer memory by model, optimizer, executor or trainer code would kill the rank with
-// SIGSEGV. The runs cover GPT-2 and Llama blocks, dense and MoE layers, every schedule kind, ZeRO-1, sequence parallelism
+// SIGSEGV. The runs cover GPT-2 and Llama blocks, dense and MoE layers, every schedule kind, ZeRO-1/2/3, sequence parallelism
 // and each recompute mode, and must produce exactly the plain CPU backend's losses and weights.
 #include <catch2/catch.hpp>
 
@@ -22,7 +22,8 @@ struct Layout {
   int tp, pp;
   const char* schedule;
   int vpp;
-  bool zero1, sp;
+  int zero;
+  bool sp;
   const char* recompute;
   int moe_every, ep;
   const char* model = "nano";
@@ -33,13 +34,18 @@ struct Layout {
 TEST_CASE("3D steps through the checking backend equal the plain backend bit for bit", "[backend][train]") {
   const int W = test::world().size();
   std::vector<Layout> layouts = {
-      {2, 2, "1f1b", 1, true, true, "selective", 0, 1},
-      {1, 2, "zb-h1", 1, false, false, "none", 0, 1},
-      {2, 2, "interleaved", 2, false, false, "full", 0, 1},
-      {1, 2, "gpipe", 1, false, false, "none", 2, 2},
+      {2, 2, "1f1b", 1, 1, true, "selective", 0, 1},
+      {1, 2, "zb-h1", 1, 0, false, "none", 0, 1},
+      {2, 2, "interleaved", 2, 0, false, "full", 0, 1},
+      {1, 2, "gpipe", 1, 0, false, "none", 2, 2},
       // The Llama block (RMSNorm, SwiGLU, RoPE tables, GQA, untied head), dense and MoE.
-      {2, 2, "interleaved", 2, true, true, "full", 0, 1, "llama-nano"},
-      {2, 1, "1f1b", 1, false, false, "selective", 2, 2, "llama-nano"},
+      {2, 2, "interleaved", 2, 1, true, "full", 0, 1, "llama-nano"},
+      {2, 1, "1f1b", 1, 0, false, "selective", 2, 2, "llama-nano"},
+      // ZeRO-2/3: unit gathers, per-pass gradient buffers and their reduce-scatters on backend buffers only.
+      {1, 2, "1f1b", 1, 3, false, "selective", 0, 1},
+      {2, 1, "1f1b", 1, 2, true, "none", 0, 1},
+      {1, 2, "interleaved", 2, 3, false, "full", 0, 1, "llama-nano"},
+      {1, 1, "gpipe", 1, 3, false, "none", 2, 2},
   };
   for (const auto& l : layouts) {
     if (W % (l.tp * l.pp) != 0) continue;
@@ -52,13 +58,13 @@ TEST_CASE("3D steps through the checking backend equal the plain backend bit for
     cfg.dp = dp;
     cfg.schedule = parse_schedule_kind(l.schedule);
     cfg.vpp = l.vpp;
-    cfg.zero = (l.zero1) ? 1 : 0;
+    cfg.zero = l.zero;
     cfg.sequence_parallel = l.sp;
     cfg.recompute = parse_recompute(l.recompute);
     cfg.moe_every = l.moe_every;
     cfg.experts = 4;
     cfg.ep = l.ep;
-    INFO(l.model << " tp " << l.tp << " pp " << l.pp << " dp " << dp << " " << l.schedule << " zero1 " << l.zero1 << " sp "
+    INFO(l.model << " tp " << l.tp << " pp " << l.pp << " dp " << dp << " " << l.schedule << " zero " << l.zero << " sp "
                << l.sp << " recompute " << l.recompute << " moe " << l.moe_every);
     const Result plain = train(world_ptr(), cfg);
     cfg.backend = "cpu-checked";

@@ -26,3 +26,4 @@ triax_add_multirank_test(test_emulated_precision SOURCES ${CMAKE_CURRENT_LIST_DI
 # ZeRO-2/3 (issue 27): GPT-2, Llama and MoE at dp 2/4/8 with TP, PP (every schedule), recompute, SP
 # and HSDP train the one-process losses and final weights, and equal ZeRO 0 at the same layout.
 triax_add_multirank_test(test_zero_sharded SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_zero_sharded.cpp NP 2 4 8 TIMEOUT 600)
+triax_add_gloo_runs(test_zero_sharded NP 4 TIMEOUT 600)

@@ -45,7 +45,12 @@ inline Result train(std::shared_ptr<Communicator> world, const TrainConfig& cfg)
     r.losses.push_back(m.loss);
     r.grad_norms.push_back(m.grad_norm);
   });
-  for (size_t i = 0; i < t.store().size(); ++i) r.params[t.store().info(i).spec.name] = t.store().param_to_host(i);
+  // Whole masters at any ZeRO level: gathered first when only the compute copy travelled (1, 2),
+  // assembled from the shard group under ZeRO-3 (a collective every rank calls in order).
+  t.optimizer().gather_master_weights();
+  for (size_t i = 0; i < t.store().size(); ++i)
+    r.params[t.store().info(i).spec.name] =
+        t.optimizer().zero_level() == 3 ? t.optimizer().sharding().full_master(i) : t.store().param_to_host(i);
   return r;
 }
 

@@ -40,32 +40,46 @@ std::vector<UpdateRange> update_ranges(const ParamStore& store, std::span<const 
   return out;
 }
 
+void all_gather_pieces(Backend& be, std::span<const PieceRange> ranges, const Tensor& flat, Tensor& staging,
+                       size_t shard_size) {
+  if (!staging.defined() || static_cast<size_t>(staging.numel()) != shard_size || staging.dtype() != flat.dtype())
+    staging = be.empty(Shape{static_cast<int64_t>(shard_size)}, flat.dtype());
+  auto at = [](const Tensor& t, size_t off, size_t n) {
+    return t.slice(static_cast<int64_t>(off), static_cast<int64_t>(off + n));
+  };
+  std::vector<Work> works;
+  works.reserve(ranges.size());
+  for (const auto& r : ranges) {
+    const Tensor mine = at(staging, r.shard_offset, r.piece);
+    be.copy(mine, at(flat, r.piece_begin, r.piece));
+    works.push_back(all_gather(*r.comm, be, mine, at(flat, r.begin, r.end - r.begin)));
+  }
+  wait_all(works);
+}
+
+std::vector<std::pair<size_t, size_t>> segment_ranges(std::span<const ShardSegment> segments) {
+  std::vector<std::pair<size_t, size_t>> out;
+  for (const auto& s : segments) {
+    if (!out.empty() && out.back().second == s.flat_offset) out.back().second += s.count;  // runs on
+    else out.emplace_back(s.flat_offset, s.flat_offset + s.count);
+  }
+  return out;
+}
+
 namespace {
 void need_zero(const GradBuffer& zero, const char* what) {
   if (zero.options().sync != GradSync::reduce_scatter)
     TRIAX_THROW(ConfigError, "{}: the GradBuffer does not reduce-scatter (not ZeRO-1)", what);
 }
 
-// All-gathers every bucket of the flat buffer `flat` (the masters or the compute copy) over DP: a
-// collective per bucket, all in flight together.
+// All-gathers every bucket of the flat buffer `flat` (the masters or the compute copy) over DP.
 void gather_flat(GradBuffer& zero, Tensor& staging, const Tensor& flat) {
-  Backend& be = zero.store().backend();
-  if (!staging.defined() || static_cast<size_t>(staging.numel()) != zero.shard_size() || staging.dtype() != flat.dtype())
-    staging = be.empty(Shape{static_cast<int64_t>(zero.shard_size())}, flat.dtype());
-  auto at = [](const Tensor& t, size_t off, size_t n) {
-    return t.slice(static_cast<int64_t>(off), static_cast<int64_t>(off + n));
-  };
-  std::vector<Work> works;
-  works.reserve(zero.num_buckets());
+  std::vector<PieceRange> ranges;
   for (size_t b = 0; b < zero.num_buckets(); ++b) {
     const auto& bk = zero.bucket(b);
-    const size_t n = zero.piece_size(b);
-    // The collective's input may not alias its output, so this rank's piece goes via staging.
-    const Tensor mine = at(staging, bk.shard_offset, n);
-    be.copy(mine, at(flat, zero.piece_begin(b), n));
-    works.push_back(all_gather(zero.dp(), be, mine, at(flat, bk.begin, bk.size())));
+    ranges.push_back({bk.begin, bk.end, zero.piece_begin(b), zero.piece_size(b), bk.shard_offset, &zero.dp()});
   }
-  wait_all(works);
+  all_gather_pieces(zero.store().backend(), ranges, flat, staging, zero.shard_size());
 }
 }  // namespace
 
@@ -76,12 +90,7 @@ double zero_all_gather_params(GradBuffer& zero, Tensor& staging) {
   gather_flat(zero, staging, store.weights_t());
   if (store.has_compute_copy() && zero.dp().size() > 1) {
     // Only the copy travelled: the masters are current in this rank's shard alone.
-    std::vector<std::pair<size_t, size_t>> mine;
-    for (const auto& s : zero.shard_segments()) {
-      if (!mine.empty() && mine.back().second == s.flat_offset) mine.back().second += s.count;  // runs on
-      else mine.emplace_back(s.flat_offset, s.flat_offset + s.count);
-    }
-    store.mark_masters_sharded(std::move(mine));
+    store.mark_masters_sharded(segment_ranges(zero.shard_segments()));
   }
   return since(t0);
 }

@@ -3,11 +3,11 @@
 
 #include <algorithm>
 #include <cstring>
-#include <functional>
 
 #include "triax/backend/comm_ops.h"
 #include "triax/core/clock.h"
 #include "triax/core/trace.h"
+#include "triax/optim/zero.h"
 
 namespace triax {
 using Clock = std::chrono::steady_clock;
@@ -300,37 +300,22 @@ GatherStats ZeroSharding::take_gather_stats() {
 
 // ---- ZeRO-2 weights after the update, and whole masters --------------------------------------
 
-namespace {
-// All-gathers every unit of `flat` (the store's full flat weights or masters) from this rank's
-// pieces; staging holds the pieces (inputs may not alias outputs).
-void gather_units(ParamStore& store, const std::function<Communicator&(size_t)>& comm, const Tensor& flat, Tensor& staging) {
-  Backend& be = store.backend();
-  if (!staging.defined() || static_cast<size_t>(staging.numel()) != store.shard_size() || staging.dtype() != flat.dtype())
-    staging = be.empty(Shape{static_cast<int64_t>(store.shard_size())}, flat.dtype());
-  std::vector<Work> works;
-  const auto& us = store.units();
-  for (size_t u = 0; u < us.size(); ++u) {
-    const Tensor mine = sized(staging, us[u].shard_offset, us[u].piece());
-    be.copy(mine, sized(flat, us[u].piece_begin(), us[u].piece()));
-    works.push_back(all_gather(comm(u), be, mine, range(flat, us[u].begin, us[u].end)));
-  }
-  wait_all(works);
+// Every unit as a range each rank of its group holds a piece of (zero.h's all_gather_pieces).
+std::vector<PieceRange> ZeroSharding::unit_ranges() {
+  std::vector<PieceRange> out;
+  const auto& us = store_.units();
+  for (size_t u = 0; u < us.size(); ++u)
+    out.push_back({us[u].begin, us[u].end, us[u].piece_begin(), us[u].piece(), us[u].shard_offset, &comm_of(u)});
+  return out;
 }
-}  // namespace
 
 double ZeroSharding::gather_weights() {
   const auto t0 = Clock::now();
   if (store_.zero_level() != 2) return 0.0;
-  Tensor staging;
-  gather_units(store_, [this](size_t u) -> Communicator& { return comm_of(u); }, store_.weights_t(), staging);
-  if (store_.has_compute_copy() && shard_.size() > 1) {
-    std::vector<std::pair<size_t, size_t>> mine;
-    for (const auto& s : store_.shard_segments()) {
-      if (!mine.empty() && mine.back().second == s.flat_offset) mine.back().second += s.count;
-      else mine.emplace_back(s.flat_offset, s.flat_offset + s.count);
-    }
-    store_.mark_masters_sharded(std::move(mine));
-  }
+  Tensor staging;  // transient: the memory model counts it against the unit gradient buffers, never alive together
+  all_gather_pieces(store_.backend(), unit_ranges(), store_.weights_t(), staging, store_.shard_size());
+  // Only the copy travelled: the masters are current in this rank's pieces alone.
+  if (store_.has_compute_copy() && shard_.size() > 1) store_.mark_masters_sharded(segment_ranges(store_.shard_segments()));
   return since(t0);
 }
 
@@ -338,7 +323,7 @@ double ZeroSharding::gather_masters() {
   const auto t0 = Clock::now();
   if (store_.zero_level() != 2 || store_.masters_current()) return since(t0);
   Tensor staging;
-  gather_units(store_, [this](size_t u) -> Communicator& { return comm_of(u); }, store_.params_t(), staging);
+  all_gather_pieces(store_.backend(), unit_ranges(), store_.params_t(), staging, store_.shard_size());
   store_.mark_masters_current();
   return since(t0);
 }

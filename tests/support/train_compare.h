@@ -36,15 +36,18 @@ struct Result {
   std::vector<double> losses;
   std::vector<double> grad_norms;  // global norm before clipping, per iteration
   std::map<std::string, std::vector<float>> params;  // full shape (serial) or local shard
+  int zero_level = 0, store_level = 0;  // the optimizer's ZeRO level and the store's layout (2/3 when sharded)
 };
 
-inline Result train(std::shared_ptr<Communicator> world, const TrainConfig& cfg) {
-  Trainer t(std::move(world), cfg);
+inline Result train(std::shared_ptr<Communicator> world, const TrainConfig& cfg, const TrainerOptions& opts = {}) {
+  Trainer t(std::move(world), cfg, opts);
   Result r;
   t.train([&](const IterationMetrics& m) {
     r.losses.push_back(m.loss);
     r.grad_norms.push_back(m.grad_norm);
   });
+  r.zero_level = t.optimizer().zero_level();
+  r.store_level = t.store().zero_level();
   // Whole masters at any ZeRO level: gathered first when only the compute copy travelled (1, 2),
   // assembled from the shard group under ZeRO-3 (a collective every rank calls in order).
   t.optimizer().gather_master_weights();

@@ -33,6 +33,22 @@ std::vector<UpdateRange> update_ranges(const ParamStore& store, const GradBuffer
 // The same over any shard's segments (ZeRO-2/3: ParamStore::shard_segments()).
 std::vector<UpdateRange> update_ranges(const ParamStore& store, std::span<const ShardSegment> segments);
 
+// One range of a flat buffer that the ranks of `comm` each hold a piece of: [begin, end) is
+// gathered from this rank's piece [piece_begin, piece_begin + piece), staged at shard_offset.
+// ZeRO-1 buckets and ZeRO-2/3 units are both described so.
+struct PieceRange {
+  size_t begin = 0, end = 0, piece_begin = 0, piece = 0, shard_offset = 0;
+  Communicator* comm = nullptr;
+};
+// All-gathers every range of `flat` (a collective per range, all in flight together); staging
+// (resized to shard_size elements of flat's type) holds this rank's pieces, since a collective's
+// input may not alias its output.
+void all_gather_pieces(Backend& be, std::span<const PieceRange> ranges, const Tensor& flat, Tensor& staging,
+                       size_t shard_size);
+// The flat ranges of a shard's segments, merged where they run on: the ranges whose masters stay
+// current when only the compute copy is gathered (ParamStore::mark_masters_sharded).
+std::vector<std::pair<size_t, size_t>> segment_ranges(std::span<const ShardSegment> segments);
+
 // After this rank has updated the parameters of its pieces: all-gathers every bucket over DP (a
 // collective per bucket, all in flight together), so every rank holds every updated weight.
 // What travels is what the layers read, store.weights_t(): the compute copy when the store has

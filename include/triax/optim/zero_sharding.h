@@ -28,6 +28,7 @@
 
 #include "triax/distributed/comm/comm.h"
 #include "triax/optim/grad_buffer.h"
+#include "triax/optim/zero.h"
 #include "triax/params/param_store.h"
 #include "triax/pipeline/grad_ready.h"
 
@@ -117,6 +118,7 @@ class ZeroSharding final : public GradReadySink, public ParamProvider {
     double issued_s = 0;
   };
   Communicator& comm_of(size_t unit);
+  std::vector<PieceRange> unit_ranges();
   double now_s() const;
   Resident* find_resident(size_t unit);
   Resident& gather(size_t unit, bool prefetch);

@@ -3,6 +3,8 @@
 // communicator's job (Backend::adapt; docs/CUDA.md "How the CUDA backend plugs in").
 #include "triax/backend/comm_ops.h"
 
+#include <vector>
+
 namespace triax {
 
 namespace {
@@ -68,6 +70,26 @@ Work send(Communicator& c, Backend& be, const Tensor& t, int peer, int tag) {
 
 Work recv(Communicator& c, Backend& be, const Tensor& t, int peer, int tag) {
   return typed(be, t, "recv", [&](auto s) { return c.recv(s, peer, tag); });
+}
+
+Work send_recv(Communicator& c, Backend& be, std::span<const Tensor> sends, int to, std::span<const Tensor> recvs,
+               int from, int tag) {
+  std::vector<P2POp> ops;
+  ops.reserve(sends.size() + recvs.size());
+  int t = tag;
+  for (const Tensor& x : sends)
+    typed(be, x, "send_recv", [&](auto s) {
+      using T = typename decltype(s)::element_type;
+      ops.push_back(P2POp::send(std::span<const T>(s), to, t++));
+      return Work();
+    });
+  t = tag;
+  for (const Tensor& x : recvs)
+    typed(be, x, "send_recv", [&](auto s) {
+      ops.push_back(P2POp::recv(s, from, t++));
+      return Work();
+    });
+  return c.batch_send_recv(ops);
 }
 
 }  // namespace triax

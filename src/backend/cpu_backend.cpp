@@ -545,6 +545,57 @@ void CpuBackend::attention_backward(const Tensor& dqkv, const Tensor& dout, cons
   });
 }
 
+void CpuBackend::attention_block_forward(const Tensor& out, const Tensor& lse, const Tensor& q, const Tensor& kv,
+                                         const ops::AttentionBlock& blk) {
+  const char* op = "attention_block_forward";
+  const int kvh = ops::check_attention_block(op, blk);
+  need(out, op, "out", int64_t{blk.B} * blk.q_T * blk.C);
+  need(lse, op, "lse", int64_t{blk.B} * blk.NH * blk.q_T);
+  need(q, op, "q", int64_t{blk.B} * blk.q_T * qkv_row(blk.C, blk.NH, kvh));
+  need(kv, op, "kv", int64_t{blk.B} * blk.kv_T * blk.kv_width);
+  auto a = open({&out, &lse, &q, &kv});
+  by_real(out.dtype(), op, [&](auto r) {
+    using R = decltype(r);
+    ops::attention_block_forward(ptr<R>(out, op, "out"), ptr<R>(lse, op, "lse"), static_cast<const R*>(ptr<R>(q, op, "q")),
+                                 static_cast<const R*>(ptr<R>(kv, op, "kv")), blk);
+  });
+}
+
+void CpuBackend::attention_block_backward(const Tensor& dq, const Tensor& dkv, const Tensor& dout, const Tensor& q,
+                                          const Tensor& kv, const Tensor& out, const Tensor& lse,
+                                          const ops::AttentionBlock& blk) {
+  const char* op = "attention_block_backward";
+  const int kvh = ops::check_attention_block(op, blk);
+  const int64_t qn = int64_t{blk.B} * blk.q_T * qkv_row(blk.C, blk.NH, kvh);
+  const int64_t kn = int64_t{blk.B} * blk.kv_T * blk.kv_width;
+  need(dq, op, "dq", qn);
+  need(q, op, "q", qn);
+  need(dkv, op, "dkv", kn);
+  need(kv, op, "kv", kn);
+  need(dout, op, "dout", int64_t{blk.B} * blk.q_T * blk.C);
+  need(out, op, "out", int64_t{blk.B} * blk.q_T * blk.C);
+  need(lse, op, "lse", int64_t{blk.B} * blk.NH * blk.q_T);
+  auto a = open({&dq, &dkv, &dout, &q, &kv, &out, &lse});
+  by_real(dq.dtype(), op, [&](auto r) {
+    using R = decltype(r);
+    const auto in = [&](const Tensor& t, const char* what) { return static_cast<const R*>(ptr<R>(t, op, what)); };
+    ops::attention_block_backward(ptr<R>(dq, op, "dq"), ptr<R>(dkv, op, "dkv"), in(dout, "dout"), in(q, "q"),
+                                  in(kv, "kv"), in(out, "out"), in(lse, "lse"), blk);
+  });
+}
+
+void CpuBackend::copy_columns(const Tensor& dst, const Tensor& src, int64_t rows, int dst_width, int dst_col0,
+                              int src_width, int src_col0, int ncols) {
+  const char* op = "copy_columns";
+  need(dst, op, "dst", rows * dst_width);
+  need(src, op, "src", rows * src_width);
+  if (dst.dtype() != src.dtype())
+    TRIAX_THROW(ConfigError, "backend {}: dst {} and src {} differ in type", op, dst.str(), src.str());
+  auto a = open({&dst, &src});
+  ops::copy_columns(dst.raw_data(), src.raw_data(), static_cast<int>(dtype_size(dst.dtype())), rows, dst_width,
+                    dst_col0, src_width, src_col0, ncols);
+}
+
 void CpuBackend::embedding_forward(const Tensor& out, const Tensor& tokens, const Tensor& wte, int N, int C, int v0,
                                    int v1) {
   const char* op = "embedding_forward";

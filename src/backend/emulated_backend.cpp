@@ -196,6 +196,26 @@ class EmulatedBackend final : public Backend {
          {out, Cls::act, "out", false}, {lse, Cls::stat, "lse", false}},
         [&](auto& v) { cpu_->attention_backward(v[0], v[1], v[2], v[3], v[4], B, T, C, NH, NKV); });
   }
+  void attention_block_forward(const Tensor& out, const Tensor& lse, const Tensor& q, const Tensor& kv,
+                               const ops::AttentionBlock& blk) override {
+    run("attention_block_forward",
+        {{out, Cls::act, "out", true}, {lse, Cls::stat, "lse", true}, {q, Cls::act, "q", false},
+         {kv, Cls::act, "kv", false}},
+        [&](auto& v) { cpu_->attention_block_forward(v[0], v[1], v[2], v[3], blk); });
+  }
+  void attention_block_backward(const Tensor& dq, const Tensor& dkv, const Tensor& dout, const Tensor& q,
+                                const Tensor& kv, const Tensor& out, const Tensor& lse,
+                                const ops::AttentionBlock& blk) override {
+    run("attention_block_backward",
+        {{dq, Cls::act, "dq", true}, {dkv, Cls::act, "dkv", true}, {dout, Cls::act, "dout", false},
+         {q, Cls::act, "q", false}, {kv, Cls::act, "kv", false}, {out, Cls::act, "out", false},
+         {lse, Cls::stat, "lse", false}},
+        [&](auto& v) { cpu_->attention_block_backward(v[0], v[1], v[2], v[3], v[4], v[5], v[6], blk); });
+  }
+  void copy_columns(const Tensor& dst, const Tensor& src, int64_t rows, int dst_width, int dst_col0, int src_width,
+                    int src_col0, int ncols) override {
+    cpu_->copy_columns(dst, src, rows, dst_width, dst_col0, src_width, src_col0, ncols);
+  }
   void embedding_forward(const Tensor& out, const Tensor& tokens, const Tensor& wte, int N, int C, int v0,
                          int v1) override {
     run("embedding_forward", {{out, Cls::act, "out", true}, {tokens, Cls::any, "tokens", false}, {wte, Cls::act, "wte", false}},

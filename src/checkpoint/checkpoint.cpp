@@ -320,7 +320,8 @@ CheckpointManifest Checkpointer::stage_shard(const std::string& file) {
   ProcessGrid& grid = t_.grid();
   const auto coord = grid.coord();
   const int tp = grid.tp().size();
-  const int edp_rank = grid.expert_dp().rank();
+  // One writer per weight replica: dp x cp ranks hold the same weights (context parallelism).
+  const int edp_rank = grid.expert_dp_cp().rank(), dp_rank = grid.dp_cp().rank();
   std::vector<std::pair<size_t, std::vector<std::array<size_t, 3>>>> plan;
   size_t total = kCheckpointShardMagic.size();
   for (size_t i = 0; i < store.size(); ++i) {
@@ -329,7 +330,7 @@ CheckpointManifest Checkpointer::stage_shard(const std::string& file) {
     if (is_tied_embedding(t_.model_config(), info.spec.name) && coord.pp != 0) continue;
     std::vector<std::array<size_t, 3>> runs;
     if (!opt.sharded_state()) {
-      if ((info.spec.expert ? edp_rank : coord.dp) == 0) runs.push_back({0, info.numel, info.offset});
+      if ((info.spec.expert ? edp_rank : dp_rank) == 0) runs.push_back({0, info.numel, info.offset});
     } else if (opt.replica_writer()) {  // HSDP: the first replica group writes the shards
       for (const auto& r : opt.ranges()) {
         const size_t b = std::max(r.flat_offset, info.offset), e = std::min(r.flat_offset + r.count, info.offset + info.numel);
@@ -386,7 +387,7 @@ void Checkpointer::save() {
   part.seed = cfg.seed;
   part.seq = *cfg.seq;
   part.model = t_.model_config();
-  part.tp = cfg.tp, part.pp = cfg.pp, part.dp = t_.grid().dp().size(), part.vpp = cfg.vpp;
+  part.tp = cfg.tp, part.pp = cfg.pp, part.dp = t_.grid().dp().size(), part.vpp = cfg.vpp, part.cp = cfg.cp;
   part.zero = opt.zero_level(), part.zero1 = part.zero >= 1;
   part.schedule = std::string(schedule_kind_name(cfg.schedule));
   part.config_toml = to_toml(cfg);

@@ -162,6 +162,7 @@ void parse_scalars(const Reader& r, const json& j, CheckpointManifest& m) {
   m.pp = static_cast<int>(r.integer(lo, "pp", "layout", 1, 1 << 20));
   m.dp = static_cast<int>(r.integer(lo, "dp", "layout", 1, 1 << 24));
   m.vpp = static_cast<int>(r.integer(lo, "vpp", "layout", 1, 1 << 20));
+  if (lo.contains("cp")) m.cp = static_cast<int>(r.integer(lo, "cp", "layout", 1, 1 << 20));
   m.zero1 = r.boolean(lo, "zero1", "layout");
   m.zero = m.zero1 ? 1 : 0;  // before ZeRO-2/3 the manifest had only zero1
   if (lo.contains("zero")) {
@@ -434,7 +435,7 @@ std::string checkpoint_manifest_json(const CheckpointManifest& m) {
                        {"swiglu", c.swiglu}, {"positions", enum_name(c.positions)}, {"rope_theta", c.rope_theta},
                        {"rope_scaling", std::move(scaling)}, {"bias", c.bias}});
   }
-  j["layout"] = {{"tp", m.tp}, {"pp", m.pp}, {"dp", m.dp}, {"vpp", m.vpp}, {"zero", m.zero}, {"zero1", m.zero >= 1},
+  j["layout"] = {{"tp", m.tp}, {"cp", m.cp}, {"pp", m.pp}, {"dp", m.dp}, {"vpp", m.vpp}, {"zero", m.zero}, {"zero1", m.zero >= 1},
                  {"schedule", m.schedule}};
   if (m.batch) {
     const CheckpointBatch& b = *m.batch;
@@ -490,10 +491,10 @@ CheckpointManifest parse_checkpoint_part(std::string_view text, const std::strin
 
 void check_checkpoint_manifest_structure(const CheckpointManifest& m, const std::string& source) {
   const Reader r{source};
-  const int64_t world = static_cast<int64_t>(m.tp) * m.pp * m.dp;
+  const int64_t world = static_cast<int64_t>(m.tp) * m.cp * m.pp * m.dp;
   if (static_cast<int64_t>(m.files.size()) != world)
-    r.fail(fmt::format("{} files for the layout tp {} x pp {} x dp {} = {} ranks (one file per rank)", m.files.size(),
-                       m.tp, m.pp, m.dp, world));
+    r.fail(fmt::format("{} files for the layout tp {}{} x pp {} x dp {} = {} ranks (one file per rank)", m.files.size(),
+                       m.tp, m.cp > 1 ? fmt::format(" x cp {}", m.cp) : std::string(), m.pp, m.dp, world));
   for (size_t k = 0; k < m.files.size(); ++k)
     if (m.files[k].name != checkpoint_shard_name(static_cast<int>(k)))
       r.fail(fmt::format("files[{}] is '{}', expected '{}'", k, m.files[k].name, checkpoint_shard_name(static_cast<int>(k))));

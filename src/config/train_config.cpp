@@ -446,11 +446,16 @@ ConfigOption zero1_alias_opt() {
 void parallel_options(Options& t) {
   t.push_back(int_opt("tp", "tensor-parallel size", TRIAX_FIELD(tp), 1, kMaxInt));
   t.push_back(int_opt("pp", "pipeline-parallel size", TRIAX_FIELD(pp), 1, kMaxInt));
-  t.push_back(int_opt("dp", "data-parallel size (default world / (tp x pp))", TRIAX_FIELD(dp), 1, kMaxInt));
+  t.push_back(int_opt("dp", "data-parallel size (default world / (tp x cp x pp))", TRIAX_FIELD(dp), 1, kMaxInt));
+  t.push_back(int_opt("cp", "context-parallel size: each sequence split over cp ranks (ring attention)", TRIAX_FIELD(cp),
+                      1, kMaxInt));
+  t.push_back(string_opt("cp-comm-type", "context parallelism's K/V exchange: p2p (ring, overlapped) or allgather",
+                         TRIAX_FIELD(cp_comm_type), {"p2p", "allgather"}));
   t.push_back(int_opt("vpp", "virtual chunks per pipeline stage (interleaved schedule)", TRIAX_FIELD(vpp), 1, kMaxInt));
   t.push_back(int_opt("ep", "expert-parallel size (divides dp)", TRIAX_FIELD(ep), 1, kMaxInt));
   t.push_back(string_opt("order", "grid axis order, fastest first", TRIAX_FIELD(order),
-                         {"tp-dp-pp", "tp-pp-dp", "dp-tp-pp", "dp-pp-tp", "pp-tp-dp", "pp-dp-tp"}));
+                         {"tp-dp-pp", "tp-pp-dp", "dp-tp-pp", "dp-pp-tp", "pp-tp-dp", "pp-dp-tp", "tp-cp-dp-pp",
+                          "tp-cp-pp-dp", "cp-tp-dp-pp"}));
   t.push_back(bool_opt("allow-tp-across-hosts", "allow TP groups spanning hosts", TRIAX_FIELD(allow_tp_across_hosts)));
   t.push_back(pipeline_layers_opt());
   t.push_back(enum_opt("schedule", "pipeline schedule", TRIAX_FIELD(schedule)));
@@ -990,12 +995,43 @@ static void check_profile(const TrainConfig& cfg) {
           "--profile-steps {} needs --profile-dir DIR (where the timeline files go)", cfg.profile_steps);
 }
 
+// Context parallelism: the zigzag cuts every sequence into 2 cp chunks of equal length.
+static void check_context_parallel(const TrainConfig& cfg, int seq) {
+  if (cfg.cp == 1) return;
+  require(seq % (2 * cfg.cp) == 0,
+          "--seq-length {} is not divisible by 2 x cp = {}: context parallelism cuts every sequence into 2 cp equal "
+          "chunks (rank r holds chunks r and 2 cp - 1 - r)",
+          seq, 2 * cfg.cp);
+}
+
 // HSDP groups: --zero-shard-size only with ZeRO-2/3, dividing dp.
 static void check_zero(const TrainConfig& cfg, int dp) {
   if (cfg.zero_shard_size == 0) return;
   require(cfg.zero >= 2, "--zero-shard-size {} (HSDP) needs --zero 2 or 3, not --zero {}", cfg.zero_shard_size, cfg.zero);
   require(dp % cfg.zero_shard_size == 0, "--zero-shard-size {} does not divide the data-parallel size {}",
           cfg.zero_shard_size, dp);
+}
+
+// The data-parallel size: --dp, or the world divided by tp x cp x pp.
+static int resolve_dp(const TrainConfig& cfg, int W) {
+  const bool cp = cfg.cp > 1;
+  const int64_t tp_pp = cp ? checked_product("tp x cp x pp", {cfg.tp, cfg.cp, cfg.pp}) : checked_product("tp x pp", {cfg.tp, cfg.pp});
+  if (cfg.dp) {
+    const int64_t ranks = cp ? checked_product("tp x cp x pp x dp", {cfg.tp, cfg.cp, cfg.pp, *cfg.dp})
+                             : checked_product("tp x pp x dp", {cfg.tp, cfg.pp, *cfg.dp});
+    if (cfg.cp > 1)
+      require(ranks == W, "tp x cp x pp x dp = {} x {} x {} x {} = {} but the world has {} ranks", cfg.tp, cfg.cp,
+              cfg.pp, *cfg.dp, ranks, W);
+    require(ranks == W, "tp x pp x dp = {} x {} x {} = {} but the world has {} ranks", cfg.tp, cfg.pp, *cfg.dp, ranks, W);
+    return *cfg.dp;
+  } else if (cfg.cp > 1) {
+    require(W % tp_pp == 0, "the world of {} ranks is not divisible by tp {} x cp {} x pp {} = {}", W, cfg.tp, cfg.cp,
+            cfg.pp, tp_pp);
+    return static_cast<int>(W / tp_pp);
+  } else {
+    require(W % tp_pp == 0, "the world of {} ranks is not divisible by tp {} x pp {} = {}", W, cfg.tp, cfg.pp, tp_pp);
+    return static_cast<int>(W / tp_pp);
+  }
 }
 
 ResolvedTrainConfig resolve_train_config(const TrainConfig& cfg, int world_size) {
@@ -1006,15 +1042,7 @@ ResolvedTrainConfig resolve_train_config(const TrainConfig& cfg, int world_size)
   e = cfg;
   r.compute = resolve_compute_dtype(cfg);
   const int W = world_size;
-  const int64_t tp_pp = checked_product("tp x pp", {cfg.tp, cfg.pp});
-  if (cfg.dp) {
-    const int64_t ranks = checked_product("tp x pp x dp", {cfg.tp, cfg.pp, *cfg.dp});
-    require(ranks == W, "tp x pp x dp = {} x {} x {} = {} but the world has {} ranks", cfg.tp, cfg.pp, *cfg.dp, ranks, W);
-    r.dp = *cfg.dp;
-  } else {
-    require(W % tp_pp == 0, "the world of {} ranks is not divisible by tp {} x pp {} = {}", W, cfg.tp, cfg.pp, tp_pp);
-    r.dp = static_cast<int>(W / tp_pp);
-  }
+  r.dp = resolve_dp(cfg, W);
   e.dp = r.dp;
   check_zero(cfg, r.dp);
 
@@ -1038,9 +1066,13 @@ ResolvedTrainConfig resolve_train_config(const TrainConfig& cfg, int world_size)
   fill_block_flags(e, m);
   check_export_hf(cfg, m);
   r.seq = cfg.seq.value_or(m.max_seq);
+  // RoPE has no position table: a longer --seq-length extends max_seq (the rotary angles are
+  // computed, nothing per position is learned), unless max-position-embeddings was given.
+  if (m.positions == PositionEmbedding::rope && !cfg.max_seq && r.seq > m.max_seq) e.max_seq = m.max_seq = r.seq;
   require(r.seq <= m.max_seq, "--seq-length {} exceeds the model's position table: expected 1 <= seq-length <= {} "
           "(max-position-embeddings)", r.seq, m.max_seq);
   e.seq = r.seq;
+  check_context_parallel(cfg, r.seq);
 
   const ScheduleKind kind = cfg.schedule;
   require(cfg.vpp == 1 || kind == ScheduleKind::interleaved, "--vpp {} needs the interleaved schedule (got '{}')",

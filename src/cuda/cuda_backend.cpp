@@ -282,6 +282,25 @@ void CudaBackend::copy(const Tensor& dst, const Tensor& src) {
   TRIAX_CHECK_CUDA(cudaMemcpyAsync(dst.raw_data(), src.raw_data(), n, cudaMemcpyDeviceToDevice, stream_));
 }
 
+void CudaBackend::copy_columns(const Tensor& dst, const Tensor& src, int64_t rows, int dst_width, int dst_col0,
+                               int src_width, int src_col0, int ncols) {
+  need(dst, "copy_columns", "dst", rows * dst_width);
+  need(src, "copy_columns", "src", rows * src_width);
+  if (dst.dtype() != src.dtype())
+    TRIAX_THROW(ConfigError, "backend copy_columns: dst {} and src {} differ in type", dst.str(), src.str());
+  if (ncols < 0 || dst_col0 < 0 || src_col0 < 0 || dst_col0 + ncols > dst_width || src_col0 + ncols > src_width)
+    TRIAX_THROW(ConfigError, "backend copy_columns: columns [{}, +{}) of rows {} wide into [{}, +{}) of rows {} wide",
+                src_col0, ncols, src_width, dst_col0, ncols, dst_width);
+  if (rows == 0 || ncols == 0) return;
+  use_device();
+  const size_t e = dst.element_size();
+  TRIAX_CHECK_CUDA(cudaMemcpy2DAsync(static_cast<char*>(dst.raw_data()) + static_cast<size_t>(dst_col0) * e,
+                                     static_cast<size_t>(dst_width) * e,
+                                     static_cast<const char*>(src.raw_data()) + static_cast<size_t>(src_col0) * e,
+                                     static_cast<size_t>(src_width) * e, static_cast<size_t>(ncols) * e,
+                                     static_cast<size_t>(rows), cudaMemcpyDeviceToDevice, stream_));
+}
+
 void CudaBackend::fill(const Tensor& x, double value) {
   need(x, "fill", "x", -1);
   use_device();

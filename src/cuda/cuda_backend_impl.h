@@ -73,6 +73,13 @@ class CudaBackend final : public Backend {
                          int NH, int NKV = 0) override;
   void attention_backward(const Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& out,
                           const Tensor& lse, int B, int T, int C, int NH, int NKV = 0) override;
+  void attention_block_forward(const Tensor& out, const Tensor& lse, const Tensor& q, const Tensor& kv,
+                               const ops::AttentionBlock& blk) override;
+  void attention_block_backward(const Tensor& dq, const Tensor& dkv, const Tensor& dout, const Tensor& q,
+                                const Tensor& kv, const Tensor& out, const Tensor& lse,
+                                const ops::AttentionBlock& blk) override;
+  void copy_columns(const Tensor& dst, const Tensor& src, int64_t rows, int dst_width, int dst_col0, int src_width,
+                    int src_col0, int ncols) override;
   void embedding_forward(const Tensor& out, const Tensor& tokens, const Tensor& wte, int N, int C, int v0,
                          int v1) override;
   void embedding_backward(const Tensor& dwte, const Tensor& dout, const Tensor& tokens, int N, int C, int v0,

@@ -217,6 +217,17 @@ void CudaBackend::attention_forward(const Tensor& out, const Tensor& lse, const 
   });
 }
 
+// The ring-attention blocks have no CUDA kernel yet (kernels/attention_block.cu is the next step):
+// context parallelism runs on the CPU backends until then.
+void CudaBackend::attention_block_forward(const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                                          const ops::AttentionBlock&) {
+  TRIAX_THROW(DeviceError, "attention_block_forward (context parallelism) has no CUDA kernel yet");
+}
+void CudaBackend::attention_block_backward(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                                           const Tensor&, const Tensor&, const ops::AttentionBlock&) {
+  TRIAX_THROW(DeviceError, "attention_block_backward (context parallelism) has no CUDA kernel yet");
+}
+
 void CudaBackend::attention_backward(const Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& out,
                                      const Tensor& lse, int B, int T, int C, int NH, int NKV) {
   const char* op = "attention_backward";

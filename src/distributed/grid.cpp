@@ -15,27 +15,34 @@ std::string_view axis_name(Axis a) {
     case Axis::tp: return "tp";
     case Axis::pp: return "pp";
     case Axis::dp: return "dp";
+    case Axis::cp: return "cp";
   }
   return "?";
 }
 
 namespace {
-std::array<Axis, 3> parse_order(const std::string& order) {
-  std::array<Axis, 3> out{};
+std::array<Axis, 4> parse_order(const std::string& order) {
   std::vector<std::string> parts;
   std::stringstream ss(order);
   for (std::string p; std::getline(ss, p, '-');) parts.push_back(p);
-  if (parts.size() != 3)
-    TRIAX_THROW(ConfigError, "grid order '{}' must name the three axes tp, pp and dp once each, fastest first "
-                "(e.g. 'tp-dp-pp')", order);
-  bool seen[3] = {false, false, false};
-  for (size_t i = 0; i < 3; ++i) {
+  if (parts.size() == 3 && std::find(parts.begin(), parts.end(), "cp") == parts.end()) {
+    // The three-axis orders of before context parallelism: cp goes right after tp.
+    const auto tp = std::find(parts.begin(), parts.end(), "tp");
+    parts.insert(tp == parts.end() ? parts.begin() : tp + 1, "cp");
+  }
+  if (parts.size() != 4)
+    TRIAX_THROW(ConfigError, "grid order '{}' must name the axes tp, pp and dp (and optionally cp) once each, "
+                "fastest first (e.g. 'tp-dp-pp' or 'tp-cp-dp-pp')", order);
+  std::array<Axis, 4> out{};
+  bool seen[4] = {false, false, false, false};
+  for (size_t i = 0; i < 4; ++i) {
     Axis a;
     if (parts[i] == "tp") a = Axis::tp;
     else if (parts[i] == "pp") a = Axis::pp;
     else if (parts[i] == "dp") a = Axis::dp;
+    else if (parts[i] == "cp") a = Axis::cp;
     else
-      TRIAX_THROW(ConfigError, "grid order '{}': unknown axis '{}' (known: tp, pp, dp)", order, parts[i]);
+      TRIAX_THROW(ConfigError, "grid order '{}': unknown axis '{}' (known: tp, cp, pp, dp)", order, parts[i]);
     if (seen[static_cast<int>(a)]) TRIAX_THROW(ConfigError, "grid order '{}': axis '{}' appears twice", order, parts[i]);
     seen[static_cast<int>(a)] = true;
     out[i] = a;
@@ -46,18 +53,22 @@ std::array<Axis, 3> parse_order(const std::string& order) {
 
 GridLayout::GridLayout(int world_size, const GridShape& shape) : world_size_(world_size), shape_(shape) {
   if (world_size < 1) TRIAX_THROW(ConfigError, "world size must be at least 1, got {}", world_size);
-  if (shape.tp < 1 || shape.pp < 1 || shape.dp < 1 || shape.ep < 1)
-    TRIAX_THROW(ConfigError, "parallel sizes must be at least 1: tp={} pp={} dp={} ep={}", shape.tp, shape.pp, shape.dp,
-                shape.ep);
-  const long long product = static_cast<long long>(shape.tp) * shape.pp * shape.dp;
-  if (product != world_size)
+  if (shape.tp < 1 || shape.pp < 1 || shape.dp < 1 || shape.ep < 1 || shape.cp < 1)
+    TRIAX_THROW(ConfigError, "parallel sizes must be at least 1: tp={} cp={} pp={} dp={} ep={}", shape.tp, shape.cp,
+                shape.pp, shape.dp, shape.ep);
+  const long long product = static_cast<long long>(shape.tp) * shape.cp * shape.pp * shape.dp;
+  if (product != world_size) {
+    if (shape.cp > 1)
+      TRIAX_THROW(ConfigError, "tp x cp x pp x dp = {} x {} x {} x {} = {} but the world has {} ranks", shape.tp,
+                  shape.cp, shape.pp, shape.dp, product, world_size);
     TRIAX_THROW(ConfigError, "tp x pp x dp = {} x {} x {} = {} but the world has {} ranks", shape.tp, shape.pp,
                 shape.dp, product, world_size);
+  }
   if (shape.dp % shape.ep != 0)
     TRIAX_THROW(ConfigError, "expert parallel size ep={} must divide dp={} (experts are carved out of data parallel)",
                 shape.ep, shape.dp);
   order_ = parse_order(shape.order);
-  sizes_ = {shape.tp, shape.pp, shape.dp};
+  sizes_ = {shape.tp, shape.pp, shape.dp, shape.cp};
   ep_ = shape.ep;
   int stride = 1;
   for (Axis a : order_) {
@@ -106,7 +117,7 @@ std::vector<int> GridLayout::model_parallel_group(int rank) const {
   GridCoord c = coord(rank);
   std::vector<int> out;
   for (int p = 0; p < size(Axis::pp); ++p)
-    for (int t = 0; t < size(Axis::tp); ++t) out.push_back(rank_of({t, p, c.dp}));
+    for (int t = 0; t < size(Axis::tp); ++t) out.push_back(rank_of({t, p, c.dp, c.cp}));
   return out;
 }
 
@@ -115,21 +126,35 @@ std::vector<int> GridLayout::embedding_group(int rank) const {
   const int last = size(Axis::pp) - 1;
   if (last == 0) return {rank};
   if (c.pp != 0 && c.pp != last) return {};
-  return {rank_of({c.tp, 0, c.dp}), rank_of({c.tp, last, c.dp})};
+  return {rank_of({c.tp, 0, c.dp, c.cp}), rank_of({c.tp, last, c.dp, c.cp})};
 }
 
 std::vector<int> GridLayout::ep_group(int rank) const {
   const GridCoord c = coord(rank);
   const int base = (c.dp / ep_) * ep_;
   std::vector<int> out;
-  for (int i = 0; i < ep_; ++i) out.push_back(rank_of({c.tp, c.pp, base + i}));
+  for (int i = 0; i < ep_; ++i) out.push_back(rank_of({c.tp, c.pp, base + i, c.cp}));
   return out;
 }
 
 std::vector<int> GridLayout::expert_dp_group(int rank) const {
   const GridCoord c = coord(rank);
   std::vector<int> out;
-  for (int j = 0; j < size(Axis::dp) / ep_; ++j) out.push_back(rank_of({c.tp, c.pp, j * ep_ + c.dp % ep_}));
+  for (int j = 0; j < size(Axis::dp) / ep_; ++j) out.push_back(rank_of({c.tp, c.pp, j * ep_ + c.dp % ep_, c.cp}));
+  return out;
+}
+std::vector<int> GridLayout::dp_cp_group(int rank) const {
+  const GridCoord c = coord(rank);
+  std::vector<int> out;
+  for (int d = 0; d < size(Axis::dp); ++d)
+    for (int k = 0; k < size(Axis::cp); ++k) out.push_back(rank_of({c.tp, c.pp, d, k}));
+  return out;
+}
+std::vector<int> GridLayout::expert_dp_cp_group(int rank) const {
+  const GridCoord c = coord(rank);
+  std::vector<int> out;
+  for (int j = 0; j < size(Axis::dp) / ep_; ++j)
+    for (int k = 0; k < size(Axis::cp); ++k) out.push_back(rank_of({c.tp, c.pp, j * ep_ + c.dp % ep_, k}));
   return out;
 }
 
@@ -158,13 +183,43 @@ int GridLayout::next_stage_wrap(int rank) const {
 
 std::string GridLayout::describe() const {
   std::string s = fmt::format("tp={} pp={} dp={}", size(Axis::tp), size(Axis::pp), size(Axis::dp));
+  if (size(Axis::cp) > 1) s += fmt::format(" cp={}", size(Axis::cp));
   if (ep_ > 1) s += fmt::format(" ep={}", ep_);
   return s + fmt::format(" order={}", shape_.order);
 }
 
+namespace {
+// The tp x cp block of rank 0's coordinates (same pp and dp) for every block: refused when it
+// spans hosts although every host holds at least tp x cp ranks.
+void check_tp_cp_placement(const GridLayout& layout, const std::vector<std::string>& hosts, bool allow) {
+  const int tp = layout.size(Axis::tp), cp = layout.size(Axis::cp);
+  if (cp <= 1 || allow) return;
+  std::map<std::string, int> per_host;
+  for (const auto& h : hosts) ++per_host[h];
+  for (const auto& [h, n] : per_host)
+    if (n < tp * cp) return;  // some host cannot hold a whole block: spanning is unavoidable
+  for (const auto& g : layout.groups(Axis::cp)) {
+    std::vector<int> block;
+    for (int r : g) {
+      const auto t = layout.group(Axis::tp, r);
+      block.insert(block.end(), t.begin(), t.end());
+    }
+    std::map<std::string, std::vector<int>> by_host;
+    for (int r : block) by_host[hosts[static_cast<size_t>(r)]].push_back(r);
+    if (by_host.size() <= 1) continue;
+    TRIAX_THROW(ConfigError,
+                "the tp x cp block of world ranks [{}] (tp={} cp={}) spans {} hosts although each host has at least "
+                "{} ranks: the context-parallel ring would cross the network in every layer. Use an axis order with "
+                "tp and cp fastest (e.g. 'tp-cp-dp-pp'), or allow it explicitly (--allow-tp-across-hosts)",
+                fmt::join(block, ","), tp, cp, by_host.size(), tp * cp);
+  }
+}
+}  // namespace
+
 void check_tp_placement(const GridLayout& layout, const std::vector<std::string>& hosts, bool allow) {
   if (static_cast<int>(hosts.size()) != layout.world_size())
     TRIAX_THROW(ConfigError, "{} host names for a world of {} ranks", hosts.size(), layout.world_size());
+  check_tp_cp_placement(layout, hosts, allow);
   for (const auto& g : layout.groups(Axis::tp)) {
     std::map<std::string, std::vector<int>> by_host;
     for (int r : g) by_host[hosts[static_cast<size_t>(r)]].push_back(r);
@@ -232,6 +287,11 @@ ProcessGrid::ProcessGrid(std::shared_ptr<Communicator> world, const GridShape& s
   ep_ = split_by(w, layout_.ep_group(me), "ep");
   edp_ = split_by(w, layout_.expert_dp_group(me), "expert_dp");
   emb_ = split_by(w, layout_.embedding_group(me), "embedding");
+  cp_ = split_by(w, layout_.group(Axis::cp, me), "cp");
+  if (layout_.size(Axis::cp) > 1) {
+    dpcp_ = split_by(w, layout_.dp_cp_group(me), "dp_cp");
+    edpcp_ = split_by(w, layout_.expert_dp_cp_group(me), "expert_dp_cp");
+  }
 }
 
 int ProcessGrid::prev_stage() const { return coord().pp == 0 ? -1 : coord().pp - 1; }

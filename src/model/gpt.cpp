@@ -385,16 +385,40 @@ void GptChunk::add_sp_grads(std::initializer_list<size_t> params, const Tensor& 
   }
 }
 
-// RoPE's cos or sin table (T, D/2) in the statistics type: angle t * inv_freq[i] in double.
+// The true position of each of the T local rows of a sequence: 0..T-1, or the zigzag chunks'.
+std::vector<int64_t> GptChunk::local_positions(int T) const {
+  if (!cp_) {
+    std::vector<int64_t> p(static_cast<size_t>(T));
+    for (int t = 0; t < T; ++t) p[static_cast<size_t>(t)] = t;
+    return p;
+  }
+  return cp_->zigzag(T * cp_->size()).positions();
+}
+
+const Tensor& GptChunk::cp_positions(int T) {
+  auto it = cp_pos_.find(T);
+  if (it == cp_pos_.end()) {
+    const auto pos = local_positions(T);
+    std::vector<int32_t> idx(pos.begin(), pos.end());
+    Tensor t = be_.empty(Shape{T}, DType::i32);
+    be_.copy_from_host(t, idx.data(), idx.size() * sizeof(int32_t));
+    it = cp_pos_.emplace(T, t).first;
+  }
+  return it->second;
+}
+
+// RoPE's cos or sin table (T, D/2) in the statistics type: angle pos(t) * inv_freq[i] in double,
+// pos(t) = t, or the true position of local row t under context parallelism.
 const Tensor& GptChunk::rope_table(int T, bool sin) {
   auto it = rope_.find(T);
   if (it == rope_.end()) {
     const auto inv = cfg_.rope_inv_freq();
     const size_t half = inv.size(), n = static_cast<size_t>(T) * half;
+    const auto pos = local_positions(T);
     std::vector<double> c(n), sn(n);
     for (int t = 0; t < T; ++t)
       for (size_t i = 0; i < half; ++i) {
-        const double ang = static_cast<double>(t) * inv[i];
+        const double ang = static_cast<double>(pos[static_cast<size_t>(t)]) * inv[i];
         c[static_cast<size_t>(t) * half + i] = std::cos(ang);
         sn[static_cast<size_t>(t) * half + i] = std::sin(ang);
       }
@@ -419,7 +443,10 @@ void GptChunk::attention_forward_block(Layer& L, Acts& a, int B, int T) {
   be_.linear_forward(a.qkv, a.ln1, P(L.qkvw), L.qkvb.defined() ? P(L.qkvb) : Tensor(), Nf, C_, Ql_);
   if (cfg_.positions == PositionEmbedding::rope)
     be_.rope_forward(a.qkv, rope_table(T, false), rope_table(T, true), B, T, NHl_, KVl_, D_);
-  be_.attention_forward(a.att, a.lse, a.qkv, B, T, Cl_, NHl_, KVl_);
+  if (cp_)
+    cp_->forward(a.att, a.lse, a.qkv, B, T, Cl_, NHl_, KVl_);
+  else
+    be_.attention_forward(a.att, a.lse, a.qkv, B, T, Cl_, NHl_, KVl_);
 }
 
 // The MLP's activation a.g (N, Fl) from a.h: GELU, or SwiGLU on h's [gate | up] halves.
@@ -638,7 +665,10 @@ void GptChunk::attention_backward_block(Layer& L, Acts& a, Slot& s, int B, int T
   Backs& S = *backs_;
   Tensor& dqkv = S.dqkv;
   ensure(dqkv, static_cast<size_t>(Nf) * Ql_);
-  be_.attention_backward(dqkv, S.datt, a.qkv, a.att, a.lse, B, T, Cl_, NHl_, KVl_);
+  if (cp_)
+    cp_->backward(dqkv, S.datt, a.qkv, a.att, a.lse, B, T, Cl_, NHl_, KVl_);
+  else
+    be_.attention_backward(dqkv, S.datt, a.qkv, a.att, a.lse, B, T, Cl_, NHl_, KVl_);
   if (cfg_.positions == PositionEmbedding::rope)
     be_.rope_backward(dqkv, rope_table(T, false), rope_table(T, true), B, T, NHl_, KVl_, D_);
   Tensor& dln1 = S.dln;
@@ -710,7 +740,15 @@ void GptChunk::embed(Slot& s, std::span<const int32_t> tokens, int B, int T) {
     tp::reduce_scatter_to_sequence_parallel(tp_, be_, emb, S.cur);
   else
     tp::reduce_from_tp_forward(tp_, be_, S.cur);
-  if (wpe_ != SIZE_MAX) be_.add_rows_periodic(S.cur, P(wpe_), Nl, C_, row0, T);
+  if (wpe_ == SIZE_MAX) return;
+  if (cp_) {
+    // The table rows of this rank's true positions, then added periodically like the plain table.
+    ensure(cp_wpe_, static_cast<size_t>(T) * C_);
+    be_.gather_rows(cp_wpe_, P(wpe_), cp_positions(T), T, C_);
+    be_.add_rows_periodic(S.cur, cp_wpe_, Nl, C_, row0, T);
+  } else {
+    be_.add_rows_periodic(S.cur, P(wpe_), Nl, C_, row0, T);
+  }
 }
 
 // The head on the last activation S.cur: final norm, LM head (vocab-parallel logits,
@@ -845,7 +883,10 @@ void GptChunk::backward(int sl, const Tensor& dx_out, const Tensor& dx_in, bool 
         be_.fill(S.dwpe, 0.0);
         be_.sum_rows_periodic(S.dwpe, S.d, Nl, C_, tp_.rank() * Nl, T);
         tp::sum_over_tp(tp_, be_, S.dwpe);
-        be_.axpy(G(wpe_).slice(0, static_cast<int64_t>(T) * C_), 1.0, S.dwpe);
+        if (cp_)
+          be_.scatter_add_rows(G(wpe_), S.dwpe, cp_positions(T), Tensor(), T, C_);
+        else
+          be_.axpy(G(wpe_).slice(0, static_cast<int64_t>(T) * C_), 1.0, S.dwpe);
       }
       ensure(S.dfull, static_cast<size_t>(Nf) * C_);
       tp::gather_from_sequence_parallel(tp_, be_, S.d, S.dfull);
@@ -853,7 +894,14 @@ void GptChunk::backward(int sl, const Tensor& dx_out, const Tensor& dx_in, bool 
     } else {
       // reduce_from_tp's backward is the identity: every TP rank holds the full d.
       be_.embedding_backward(G(wte_), S.d, s.tokens, Nf, C_, v0_, v1_);
-      if (wpe_ != SIZE_MAX) be_.sum_rows_periodic(G(wpe_), S.d, Nf, C_, 0, T);
+      if (wpe_ != SIZE_MAX && cp_) {
+        ensure(S.dwpe, static_cast<size_t>(T) * C_, gt_);
+        be_.fill(S.dwpe, 0.0);
+        be_.sum_rows_periodic(S.dwpe, S.d, Nf, C_, 0, T);
+        be_.scatter_add_rows(G(wpe_), S.dwpe, cp_positions(T), Tensor(), T, C_);
+      } else if (wpe_ != SIZE_MAX) {
+        be_.sum_rows_periodic(G(wpe_), S.d, Nf, C_, 0, T);
+      }
     }
     ready(wpe_);
     ready(wte_);

@@ -86,8 +86,8 @@ double global_grad_norm(ParamStore& store, ProcessGrid& grid, const GradBuffer* 
     const auto h = read(be, acc);
     const double d = owned_plus_nonfinite(h[0], h[1]);
     const double e = owned_plus_nonfinite(h[2], h[3]);
-    mine = (grid.coord().dp == 0 || !std::isfinite(d) ? d : 0.0) +
-           (grid.expert_dp().rank() == 0 || !std::isfinite(e) ? e : 0.0);
+    mine = (grid.dp_cp().rank() == 0 || !std::isfinite(d) ? d : 0.0) +
+           (grid.expert_dp_cp().rank() == 0 || !std::isfinite(e) ? e : 0.0);
   }
   return std::sqrt(world_sum(grid, mine));
 }

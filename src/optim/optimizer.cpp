@@ -16,12 +16,12 @@ GradBufferOptions Optimizer::sync_options(const OptimizerConfig& cfg, ProcessGri
   GradBufferOptions o = cfg.grad_sync;
   o.sync = cfg.zero == 1 ? GradSync::reduce_scatter : GradSync::all_reduce;
   if (o.tied_param && !o.embedding) o.embedding = grid.embedding();
-  if (!o.expert_dp) o.expert_dp = &grid.expert_dp();  // used only if the store holds MoE experts
+  if (!o.expert_dp) o.expert_dp = &grid.expert_dp_cp();  // used only if the store holds MoE experts
   return o;
 }
 
 ZeroGroups make_zero_groups(ProcessGrid& grid, int zero_shard_size) {
-  Communicator& dp = grid.dp();
+  Communicator& dp = grid.dp_cp();
   const int n = zero_shard_size <= 0 ? dp.size() : zero_shard_size;
   if (dp.size() % n != 0)
     TRIAX_THROW(ConfigError, "--zero-shard-size {} does not divide the data-parallel size {}", n, dp.size());
@@ -48,8 +48,8 @@ ShardSpec zero_shard_spec(int zero, const ZeroGroups& g, ProcessGrid& grid, bool
   s.rank = g.shard->rank();
   // Experts shard over expert-DP when experts are split over EP ranks, else like every parameter.
   const bool split = grid.ep().size() > 1;
-  s.expert_group = split ? grid.expert_dp().size() : s.group;
-  s.expert_rank = split ? grid.expert_dp().rank() : s.rank;
+  s.expert_group = split ? grid.expert_dp_cp().size() : s.group;
+  s.expert_rank = split ? grid.expert_dp_cp().rank() : s.rank;
   s.force_compute_copy = force_compute_copy;
   return s;
 }
@@ -60,7 +60,7 @@ Optimizer::Optimizer(ParamStore& store, ProcessGrid& grid, const OptimizerConfig
   if (!std::isfinite(cfg_.max_grad_norm))
     TRIAX_THROW(ConfigError, "max_grad_norm = {} must be finite (<= 0 disables clipping)", cfg_.max_grad_norm);
   if (cfg_.zero < 0 || cfg_.zero > 3) TRIAX_THROW(ConfigError, "--zero {} is not a ZeRO level (0, 1, 2 or 3)", cfg_.zero);
-  if (cfg_.zero <= 1 && cfg_.zero_shard_size > 0 && cfg_.zero_shard_size != grid.dp().size())
+  if (cfg_.zero <= 1 && cfg_.zero_shard_size > 0 && cfg_.zero_shard_size != grid.dp_cp().size())
     TRIAX_THROW(ConfigError, "--zero-shard-size {} needs --zero 2 or 3 (ZeRO-{} shards over all of dp)",
                 cfg_.zero_shard_size, cfg_.zero);
   Backend& be = store_.backend();
@@ -76,14 +76,14 @@ Optimizer::Optimizer(ParamStore& store, ProcessGrid& grid, const OptimizerConfig
     o.embedding = cfg_.grad_sync.embedding ? cfg_.grad_sync.embedding : grid.embedding();
     o.replicate = groups_.replicate.get();
     if (grid.ep().size() > 1) {
-      o.expert_shard = &grid.expert_dp();
-      o.expert_scale = static_cast<double>(grid.expert_dp().size()) / grid.dp().size();
+      o.expert_shard = &grid.expert_dp_cp();
+      o.expert_scale = static_cast<double>(grid.expert_dp_cp().size()) / grid.dp_cp().size();
     }
     zs_ = std::make_unique<ZeroSharding>(store_, *groups_.shard, o);
     ranges_ = update_ranges(store_, store_.shard_segments());
     state = store_.shard_size();
   } else {
-    grads_ = std::make_unique<GradBuffer>(store, grid.dp(), sync_options(cfg, grid));
+    grads_ = std::make_unique<GradBuffer>(store, grid.dp_cp(), sync_options(cfg, grid));
     cfg_.grad_sync = grads_->options();
     ranges_ = cfg_.zero == 1 ? update_ranges(store_, *grads_) : update_ranges(store_);
     if (cfg_.zero == 1) state = grads_->shard_size();

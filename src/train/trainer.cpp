@@ -96,7 +96,7 @@ namespace {
 // limit unknown): the memory model's numbers for this rank and what the host reports.
 std::string describe_start_up_oom(const ResolvedTrainConfig& r, int world_size, int rank) {
   const TrainConfig& c = r.explicit_cfg;
-  const int stage = GridLayout(world_size, GridShape{c.tp, c.pp, r.dp, c.ep, c.order}).coord(rank).pp;
+  const int stage = GridLayout(world_size, GridShape{c.tp, c.pp, r.dp, c.ep, c.order, c.cp}).coord(rank).pp;
   const MemoryLimit limit = available_memory(Device::cpu());
   return fmt::format(
       "rank {}: out of memory while allocating the model, optimizer and pipeline buffers of {} (tp {} pp {} dp {}, "
@@ -228,6 +228,7 @@ Trainer::Trainer(const std::shared_ptr<Communicator>& world, const ResolvedTrain
       kind_(r.explicit_cfg.schedule),
       stage_layers_(r.stage_layers),
       T_(r.seq),
+      Tl_(r.seq / r.explicit_cfg.cp),
       moe_layers_(r.moe_layers) {
   start_rank(world, r);
   data_ = open_dataset(cfg_.data, model_.vocab, cfg_.seed, DataOptions{cfg_.data_shuffle, cfg_.data_respect_eod});
@@ -274,7 +275,7 @@ void Trainer::start_rank(const std::shared_ptr<Communicator>& world, const Resol
   watchdog_ = std::make_unique<Watchdog>(cfg.stall_timeout, comm->rank());
   spikes_ = LossSpikeDetector(cfg.loss_spike_zscore);
   stragglers_ = StragglerDetector(cfg.straggler_factor);
-  grid_ = std::make_unique<ProcessGrid>(comm, GridShape{cfg.tp, cfg.pp, r.dp, cfg.ep, cfg.order},
+  grid_ = std::make_unique<ProcessGrid>(comm, GridShape{cfg.tp, cfg.pp, r.dp, cfg.ep, cfg.order, cfg.cp},
                                         GridOptions{cfg.allow_tp_across_hosts}, std::move(hosts));
   // Refuse before allocating anything large when the ranks of this host would not fit
   // (docs/ERRORS.md, "Memory at start-up"). A GPU rank has its device's memory to itself.
@@ -323,12 +324,16 @@ void Trainer::build_model(const ResolvedTrainConfig& r) {
     moe.cfg = r.moe;
     moe.ep = &grid_->ep();
   }
+  if (cfg.cp > 1)
+    cp_ = std::make_unique<ContextParallel>(grid_->cp(), *backend_,
+                                            cfg.cp_comm_type == "allgather" ? CpCommType::allgather : CpCommType::p2p);
   for (int c = 0; c < V; ++c) {
     const int vs = c * P + s;
     const auto [first, count] = virtual_stage_layers(vs);
     const ChunkSpec spec{first, count, vs == 0, vs == P * V - 1};
     chunks_.push_back(std::make_unique<GptChunk>(model_, spec, grid_->tp(), *store_, cfg.recompute,
                                                  /*wte_norm_owner=*/P == 1, cfg.sequence_parallel, moe));
+    chunks_.back()->set_context_parallel(cp_.get());
   }
   // A compute copy exists when the backend computes in another type than the masters (or a test
   // forces one); init_params and the weight-file load refresh it.
@@ -337,7 +342,7 @@ void Trainer::build_model(const ResolvedTrainConfig& r) {
     zero_groups_ = make_zero_groups(*grid_, cfg.zero_shard_size);
     store_->finalize_sharded(zero_shard_spec(cfg.zero, zero_groups_, *grid_, opts_.force_compute_copy));
   } else {
-    store_->finalize(cfg.zero == 1 ? static_cast<size_t>(r.dp) : 1, opts_.force_compute_copy);
+    store_->finalize(cfg.zero == 1 ? static_cast<size_t>(grid_->dp_cp().size()) : 1, opts_.force_compute_copy);
   }
   for (auto& ch : chunks_) ch->init_params(cfg.seed);
   if (cfg.init_from.empty()) return;
@@ -367,7 +372,7 @@ void Trainer::build_optimizer(const ResolvedTrainConfig& r) {
 
   std::vector<Stage*> ptrs;
   for (auto& ch : chunks_) ptrs.push_back(ch.get());
-  executor_ = std::make_unique<PipelineExecutor>(ptrs, grid_->pp(), static_cast<int>(r.batch.micro_batch), T_,
+  executor_ = std::make_unique<PipelineExecutor>(ptrs, grid_->pp(), static_cast<int>(r.batch.micro_batch), Tl_,
                                                  model_.n_embd);
   watchdog_->set_detail([ex = executor_.get()] { return ex->position(); });
   lr_ = std::make_unique<LrSchedule>(r.lr);
@@ -399,7 +404,7 @@ std::string Trainer::resolved_config() const {
   s += fmt::format("# threads per rank: {} ({} ranks on this host)\n", omp_get_max_threads(), grid_->local_size());
   size_t act = 0;
   const BatchPlan p = batches_->target();
-  for (auto& ch : chunks_) act += ch->activation_floats(static_cast<int>(p.micro_batch), T_);
+  for (auto& ch : chunks_) act += ch->activation_floats(static_cast<int>(p.micro_batch), Tl_);
   s += fmt::format("# this rank: {} parameters, {:.2f} MiB of activations per in-flight micro-batch (recompute={})\n",
                    store_->numel(), act * 4.0 / (1 << 20), recompute_name(c.recompute));
   return s;
@@ -425,7 +430,7 @@ IterationMetrics Trainer::step(bool record_events) {
   const int64_t base = consumed_;
   const int mbs = static_cast<int>(plan.micro_batch);
   auto data = [&](int mb, std::vector<int32_t>& x, std::vector<int32_t>& y) {
-    data_->batch(base + (static_cast<int64_t>(d) * m + mb) * mbs, mbs, T_, x, y);
+    fetch(*data_, base + (static_cast<int64_t>(d) * m + mb) * mbs, mbs, x, y);
   };
   const double lr = lr_->lr(iteration_);
   const int64_t it = iteration_ + 1;
@@ -446,7 +451,8 @@ IterationMetrics Trainer::step(bool record_events) {
   const double elapsed = std::chrono::duration<double>(Clock::now() - t0).count();
   watchdog_->set_phase(fmt::format("iteration {}: metrics all-reduce", it));
 
-  // Loss from the last stage (one TP rank per pipeline), averaged over DP; times: max over ranks.
+  // Loss from the last stage (one TP rank per pipeline), averaged over DP and CP (every CP rank
+  // holds the mean of as many tokens); times: max over ranks.
   const bool reporter = grid_->is_last_stage() && grid_->coord().tp == 0;
   double aux = 0;
   for (auto& ch : chunks_) aux += ch->take_aux_loss();
@@ -454,8 +460,8 @@ IterationMetrics Trainer::step(bool record_events) {
   // the stragglers' data rides on the metrics reduction, no extra collective.
   const int W = grid_->world().size(), me = grid_->world().rank();
   std::vector<double> sums(2 + static_cast<size_t>(W), 0.0);
-  sums[0] = reporter ? last_.loss_sum / m / plan.dp : 0.0;
-  sums[1] = grid_->coord().tp == 0 ? aux / m / plan.dp : 0.0;
+  sums[0] = reporter ? last_.loss_sum / m / plan.dp / cfg_.cp : 0.0;
+  sums[1] = grid_->coord().tp == 0 ? aux / m / plan.dp / cfg_.cp : 0.0;
   sums[2 + static_cast<size_t>(me)] =
       std::max(0.0, elapsed - last_.p2p_wait_s - rep.sync.exposed_s - rep.gather_s);
   grid_->world().all_reduce(std::span<double>(sums), ReduceOp::sum).wait();
@@ -502,6 +508,14 @@ IterationMetrics Trainer::step(bool record_events) {
   check_step(mt, rep, std::span<const double>(sums).subspan(2));
   watchdog_->progress();
   return mt;
+}
+
+void Trainer::fetch(Dataset& ds, int64_t start, int mbs, std::vector<int32_t>& x, std::vector<int32_t>& y) const {
+  ds.batch(start, mbs, T_, x, y);
+  if (!cp_) return;
+  const CpZigzag z = cp_->zigzag(T_);
+  cp_slice_rows(z, mbs, x);
+  cp_slice_rows(z, mbs, y);
 }
 
 void Trainer::report_memory() {

@@ -55,10 +55,10 @@ EvalMetrics Trainer::evaluate() {
   for (int64_t k = 0; k < cfg_.eval_iters; ++k) {
     const int64_t base = k * plan.global_batch;
     auto data = [&](int mb, std::vector<int32_t>& x, std::vector<int32_t>& y) {
-      valid_->batch(base + (static_cast<int64_t>(d) * m + mb) * mbs, mbs, T_, x, y);
+      fetch(*valid_, base + (static_cast<int64_t>(d) * m + mb) * mbs, mbs, x, y);
     };
     const StepResult r = executor_->run(*eval_schedule_, data, nullptr, 1.0f);
-    if (reporter) sum[0] += r.loss_sum / m / plan.dp;
+    if (reporter) sum[0] += r.loss_sum / m / plan.dp / cfg_.cp;
   }
   for (auto& ch : chunks_) ch->take_aux_loss();  // evaluation forwards are no part of the training loss
   grid_->world().all_reduce(std::span<double>(sum), ReduceOp::sum).wait();

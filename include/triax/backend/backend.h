@@ -15,6 +15,7 @@
 #include "triax/distributed/comm/comm.h"
 #include "triax/ops/grad_mode.h"
 #include "triax/ops/adamw_config.h"
+#include "triax/ops/attention.h"
 #include "triax/tensor/tensor.h"
 
 namespace triax {
@@ -134,6 +135,20 @@ class Backend {
   // a key/value head's gradient sums over the query heads of its group.
   virtual void attention_backward(const Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& out,
                                   const Tensor& lse, int B, int T, int C, int NH, int NKV = 0) = 0;
+  // Context-parallel (ring) attention, one block of queries against one key/value block
+  // (ops/attention.h AttentionBlock: rows, true positions, the causal mask from them). Forward
+  // merges the block into the running out (B, q_T, C) / lse (B, NH, q_T) rows (lse = -inf: none
+  // yet); backward adds the block's share to dq (q's layout) and dkv (kv's layout), from the final
+  // out and lse. Every override repeats the default.
+  virtual void attention_block_forward(const Tensor& out, const Tensor& lse, const Tensor& q, const Tensor& kv,
+                                       const ops::AttentionBlock& blk) = 0;
+  virtual void attention_block_backward(const Tensor& dq, const Tensor& dkv, const Tensor& dout, const Tensor& q,
+                                        const Tensor& kv, const Tensor& out, const Tensor& lse,
+                                        const ops::AttentionBlock& blk) = 0;
+  // dst (rows, dst_width) columns [dst_col0, dst_col0 + ncols) = src (rows, src_width) columns
+  // [src_col0, ...): a strided copy of one element type (packs K/V out of qkv, and back).
+  virtual void copy_columns(const Tensor& dst, const Tensor& src, int64_t rows, int dst_width, int dst_col0,
+                            int src_width, int src_col0, int ncols) = 0;
   // Vocab-sharded lookup: rows of tokens (i32, N) outside [v0, v1) give zeros (the TP reduction
   // fills them in); wte (v1 - v0, C). Backward accumulates into dwte.
   virtual void embedding_forward(const Tensor& out, const Tensor& tokens, const Tensor& wte, int N, int C, int v0,

@@ -14,5 +14,10 @@ Work all_to_all_v(Communicator& c, Backend& be, const Tensor& in, std::span<cons
                   const Tensor& out, std::span<const int64_t> recv_counts);
 Work send(Communicator& c, Backend& be, const Tensor& t, int peer, int tag = 0);
 Work recv(Communicator& c, Backend& be, const Tensor& t, int peer, int tag = 0);
+// One batched exchange (Communicator::batch_send_recv): every tensor of sends goes to group rank
+// `to`, every tensor of recvs arrives from `from`, all started together (a ring step cannot
+// deadlock on the order of its halves). Tags are tag, tag + 1, ... in list order.
+Work send_recv(Communicator& c, Backend& be, std::span<const Tensor> sends, int to, std::span<const Tensor> recvs,
+               int from, int tag = 0);
 
 }  // namespace triax

@@ -70,6 +70,7 @@ struct CheckpointManifest {
   GptConfig model;
   // The layout it was written with (information; any layout the model allows can load it).
   int tp = 1, pp = 1, dp = 1, vpp = 1;
+  int cp = 1;  // context parallel (absent before it existed: 1); weights do not depend on it
   // The ZeRO level (0..3; layout.zero). layout.zero1 is written as zero >= 1 (the optimizer state
   // was sharded) for readers that predate the level; a manifest without "zero" (written before
   // ZeRO-2/3) reads as level 1 or 0 from zero1. Neither constrains the loading run's level.

@@ -61,7 +61,11 @@ struct TrainConfig {
   std::optional<bool> disable_bias_linear;
   // Layout.
   int tp = 1, pp = 1;
-  std::optional<int> dp;  // unset: world / (tp * pp)
+  std::optional<int> dp;  // unset: world / (tp * cp * pp)
+  // Context parallelism (docs/CONTEXT_PARALLEL.md): each sequence split over cp ranks (zigzag chunks),
+  // attention by ring exchange of K/V ("p2p") or one all-gather of K/V per layer ("allgather").
+  int cp = 1;
+  std::string cp_comm_type = "p2p";
   int vpp = 1;            // virtual chunks per stage (interleaved schedule)
   std::string order = "tp-dp-pp";
   bool allow_tp_across_hosts = false;

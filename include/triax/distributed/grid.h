@@ -1,5 +1,6 @@
-// The process grid: tp x pp x dp ranks (ep carved out of dp) over the world, with a configurable
-// axis order. GridLayout is the pure arithmetic (coordinates, groups, neighbours) and needs no
+// The process grid: tp x cp x pp x dp ranks (ep carved out of dp) over the world, with a
+// configurable axis order. cp (context parallel) splits every sequence; its ranks hold the same
+// weights, so the weights' data-parallel group is dp x cp (dp_cp_group). GridLayout is the pure arithmetic (coordinates, groups, neighbours) and needs no
 // communication, so it is tested over every factorisation; ProcessGrid adds a communicator per group.
 #pragma once
 #include <array>
@@ -13,8 +14,8 @@
 
 namespace triax {
 
-enum class Axis { tp = 0, pp = 1, dp = 2 };
-constexpr std::array<Axis, 3> kAxes{Axis::tp, Axis::pp, Axis::dp};
+enum class Axis { tp = 0, pp = 1, dp = 2, cp = 3 };
+constexpr std::array<Axis, 4> kAxes{Axis::tp, Axis::pp, Axis::dp, Axis::cp};
 std::string_view axis_name(Axis a);
 
 struct GridShape {
@@ -23,19 +24,21 @@ struct GridShape {
   int dp = 1;
   int ep = 1;  // expert parallel: divides dp; ep groups are consecutive dp coordinates
   // Axes from fastest-varying to slowest, joined by '-'. Megatron's default keeps TP inside a node.
+  // An order naming only tp, pp and dp places cp right after tp (TP x CP inside a node).
   std::string order = "tp-dp-pp";
+  int cp = 1;  // context parallel: each sequence split over cp ranks
 };
 
 struct GridCoord {
-  int tp = 0, pp = 0, dp = 0;
-  int operator[](Axis a) const { return a == Axis::tp ? tp : a == Axis::pp ? pp : dp; }
-  int& operator[](Axis a) { return a == Axis::tp ? tp : a == Axis::pp ? pp : dp; }
+  int tp = 0, pp = 0, dp = 0, cp = 0;
+  int operator[](Axis a) const { return a == Axis::tp ? tp : a == Axis::pp ? pp : a == Axis::dp ? dp : cp; }
+  int& operator[](Axis a) { return a == Axis::tp ? tp : a == Axis::pp ? pp : a == Axis::dp ? dp : cp; }
   bool operator==(const GridCoord&) const = default;
 };
 
 class GridLayout {
  public:
-  // Throws ConfigError showing the numbers when tp*pp*dp != world_size, a size is < 1, ep does
+  // Throws ConfigError showing the numbers when tp*cp*pp*dp != world_size, a size is < 1, ep does
   // not divide dp, or the order names unknown or repeated axes.
   GridLayout(int world_size, const GridShape& shape);
 
@@ -44,7 +47,7 @@ class GridLayout {
   int ep() const { return ep_; }
   const GridShape& shape() const { return shape_; }
   // Axes fastest first, as parsed from the order string.
-  const std::array<Axis, 3>& order() const { return order_; }
+  const std::array<Axis, 4>& order() const { return order_; }
 
   GridCoord coord(int rank) const;
   int rank_of(const GridCoord& c) const;
@@ -54,7 +57,7 @@ class GridLayout {
   std::vector<int> group(Axis a, int rank) const;
   // Every group along axis a: a partition of the world.
   std::vector<std::vector<int>> groups(Axis a) const;
-  // Model-parallel group (same dp coordinate): ordered by pp, then tp.
+  // Model-parallel group (same dp and cp coordinates): ordered by pp, then tp.
   std::vector<int> model_parallel_group(int rank) const;
   // First and last pipeline stage of rank's pipeline (one rank when pp == 1); the tied embedding
   // lives there. Ranks in the middle stages are in no embedding group (empty).
@@ -63,6 +66,10 @@ class GridLayout {
   // (dp/ep ranks holding the same experts).
   std::vector<int> ep_group(int rank) const;
   std::vector<int> expert_dp_group(int rank) const;
+  // The weights' data-parallel groups: dp x cp ranks (same tp and pp), ordered dp-major (group rank
+  // = dp * cp_size + cp), and its expert twin (expert_dp x cp). Equal to dp / expert_dp at cp = 1.
+  std::vector<int> dp_cp_group(int rank) const;
+  std::vector<int> expert_dp_cp_group(int rank) const;
 
   bool is_first_stage(int rank) const { return coord(rank).pp == 0; }
   bool is_last_stage(int rank) const { return coord(rank).pp == size(Axis::pp) - 1; }
@@ -79,14 +86,16 @@ class GridLayout {
  private:
   int world_size_;
   GridShape shape_;
-  std::array<int, 3> sizes_{};
-  std::array<Axis, 3> order_{};
-  std::array<int, 3> stride_{};  // stride of each axis (indexed by Axis) in the rank number
+  std::array<int, 4> sizes_{};
+  std::array<Axis, 4> order_{};
+  std::array<int, 4> stride_{};  // stride of each axis (indexed by Axis) in the rank number
   int ep_ = 1;
 };
 
 // Refuses a tensor-parallel group that spans hosts (its all-reduces would cross the network on
 // every layer), naming the ranks and the hosts, unless allow is set. hosts[r] is rank r's host.
+// With cp > 1 the tp x cp block (the ring's K/V exchanges every layer) must fit in a host too,
+// where the hosts allow it (a host with at least tp x cp ranks).
 void check_tp_placement(const GridLayout& layout, const std::vector<std::string>& hosts, bool allow);
 
 // Every rank's host name, by world rank (a fixed-width all_gather of host_name(), truncated to 255
@@ -123,6 +132,10 @@ class ProcessGrid {
   Communicator& mp() { return *mp_; }
   Communicator& ep() { return *ep_; }
   Communicator& expert_dp() { return *edp_; }
+  Communicator& cp() { return *cp_; }
+  // The weights' data-parallel groups (gradient reduction, ZeRO shards): dp x cp ranks.
+  Communicator& dp_cp() { return cp_->size() > 1 ? *dpcp_ : *dp_; }
+  Communicator& expert_dp_cp() { return cp_->size() > 1 ? *edpcp_ : *edp_; }
   // Null on middle pipeline stages, which hold no embedding.
   Communicator* embedding() { return emb_.get(); }
 
@@ -137,7 +150,7 @@ class ProcessGrid {
   GridLayout layout_;
   std::vector<std::string> hosts_;
   int local_rank_ = 0, local_size_ = 1;
-  std::unique_ptr<Communicator> tp_, pp_, dp_, mp_, ep_, edp_, emb_;
+  std::unique_ptr<Communicator> tp_, pp_, dp_, mp_, ep_, edp_, emb_, cp_, dpcp_, edpcp_;
 };
 
 }  // namespace triax

@@ -22,6 +22,7 @@
 #include "triax/model/moe.h"
 #include "triax/params/param_store.h"
 #include "triax/model/stage.h"
+#include "triax/parallel/context_parallel.h"
 
 namespace triax {
 
@@ -97,6 +98,11 @@ class GptChunk final : public Stage {
   // Rows of the hidden states this chunk takes and returns (B*T, or B*T/tp under SP).
   int io_rows(int B, int T) const override { return sp_ ? B * T / tp_.size() : B * T; }
   bool sequence_parallel() const { return sp_; }
+  // Context parallelism (parallel/context_parallel.h): forward and backward then take this rank's
+  // T = seq / cp rows of every sequence (its two zigzag chunks), positions (learned or RoPE) follow
+  // the chunks' true offsets, and attention runs over the CP group. Null: off. Must outlive the chunk.
+  void set_context_parallel(ContextParallel* cp) { cp_ = cp; }
+  ContextParallel* context_parallel() const { return cp_; }
   // Floats of activations one in-flight micro-batch keeps, for this recompute mode.
   size_t activation_floats(int B, int T) const;
   const ChunkSpec& spec() const { return spec_; }
@@ -185,6 +191,11 @@ class GptChunk final : public Stage {
   size_t head_w_ = SIZE_MAX;  // the LM head's matrix: wte_ when tied, lm_head.weight otherwise
   std::vector<std::pair<size_t, Init>> init_;  // how init_params fills each parameter registered here
   std::map<int, std::pair<Tensor, Tensor>> rope_;  // RoPE cos/sin tables (T, D/2) by sequence length
+  ContextParallel* cp_ = nullptr;
+  std::map<int, Tensor> cp_pos_;  // i32 (T): the true position of each local row, by local T
+  Tensor cp_wpe_;                 // (T, C) the position rows of this rank's local rows
+  const Tensor& cp_positions(int T);
+  std::vector<int64_t> local_positions(int T) const;
   std::vector<Tensor> fpview_, fgview_;  // fused views by first index
   bool owns_wte_ = false;
   bool head_marks_wte_ = false;

@@ -136,6 +136,11 @@ class Trainer {
   const Schedule& last_schedule() const { return *schedule_; }
   int64_t iteration() const { return iteration_; }
   int seq_length() const { return T_; }
+  // The CP exchange timings (null without context parallelism).
+  const ContextParallel* context_parallel() const { return cp_.get(); }
+  // Samples [start, start + mbs) of ds as this rank's token and target rows (its zigzag chunks
+  // under context parallelism).
+  void fetch(Dataset& ds, int64_t start, int mbs, std::vector<int32_t>& x, std::vector<int32_t>& y) const;
   // Model FLOPs per token of a training step (forward + backward: 6 N + 6 L h T), what the
   // iteration line's TFLOP/s counts.
   double flops_per_token() const { return flops_per_token_; }
@@ -179,6 +184,7 @@ class Trainer {
   std::optional<Schedule> eval_schedule_;
   std::unique_ptr<Backend> backend_;  // before everything that holds its buffers
   std::unique_ptr<ParamStore> store_;
+  std::unique_ptr<ContextParallel> cp_;  // --cp > 1: the ring attention of every chunk (outlives them)
   std::vector<std::unique_ptr<GptChunk>> chunks_;
   ZeroGroups zero_groups_;  // ZeRO-2/3 shard groups, from build_model until the optimizer takes them
   std::unique_ptr<Optimizer> optimizer_;
@@ -189,7 +195,8 @@ class Trainer {
   std::optional<Schedule> schedule_;
   std::vector<int> stage_layers_;  // per virtual stage
   std::unique_ptr<Timeline> timeline_;  // --profile-steps (built on first use in train())
-  int T_ = 0;
+  int T_ = 0;   // the sequence length
+  int Tl_ = 0;  // this rank's tokens of a sequence: T_ / cp
   int64_t iteration_ = 0, consumed_ = 0;
   StepResult last_;
   StepReport last_report_;

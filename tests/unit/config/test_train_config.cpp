@@ -28,6 +28,7 @@ TrainConfig unusual() {
   c.group_query_attention = true, c.num_query_groups = 1;
   c.untie_embeddings = true, c.disable_bias_linear = true;
   c.tp = 2, c.pp = 3, c.dp = 5, c.vpp = 2;
+  c.cp = 2, c.cp_comm_type = "allgather";
   c.order = "dp-tp-pp";
   c.allow_tp_across_hosts = true;
   c.pipeline_layers = {1, 2, 3};

@@ -140,7 +140,7 @@ TEST_CASE("bad layouts fail with the numbers", "[grid]") {
   REQUIRE_THROWS_WITH(GridLayout(8, {-2, 2, 2, 1, "tp-dp-pp"}), Contains("tp=-2"));
   REQUIRE_THROWS_WITH(GridLayout(8, {2, 2, 2, 1, "tp-xp-pp"}), Contains("unknown axis 'xp'"));
   REQUIRE_THROWS_WITH(GridLayout(8, {2, 2, 2, 1, "tp-tp-pp"}), Contains("appears twice"));
-  REQUIRE_THROWS_WITH(GridLayout(8, {2, 2, 2, 1, "tp-dp"}), Contains("three axes"));
+  REQUIRE_THROWS_WITH(GridLayout(8, {2, 2, 2, 1, "tp-dp"}), Contains("must name the axes tp, pp and dp"));
   REQUIRE_THROWS_WITH(GridLayout(8, {2, 1, 4, 3, "tp-dp-pp"}), Contains("ep=3") && Contains("dp=4"));
   REQUIRE_THROWS_AS(GridLayout(0, {1, 1, 1, 1, "tp-dp-pp"}), ConfigError);
 }

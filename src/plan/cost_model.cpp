@@ -93,6 +93,17 @@ std::pair<double, double> attention_core_times(const ModelShape& m, const Layout
   return {attn_fwd, attn_bwd};
 }
 
+// The context-parallel K/V exchange of the layer (cp_exchange) and its exposed parts. Recomputing
+// the attention (full, or selective's core attention) needs the other ranks' K/V again: the
+// forward's exchange once more.
+void add_cp_exchange(const ModelShape& m, const Layout& l, const CollectiveModel& net, double attn_fwd,
+                     double attn_bwd, LayerTimes& r) {
+  r.cp = cp_exchange(m, l, net, attn_fwd, attn_bwd);
+  r.cp_fwd = r.cp.fwd_exposed;
+  r.cp_bwd = r.cp.bwd_exposed;
+  if (l.recompute != Recompute::none) r.cp_recompute = r.cp.fwd_exposed;
+}
+
 LayerTimes layer_times(const ModelShape& m, const Layout& l, const Device& dev, const CollectiveModel& net) {
   const double b = l.micro_batch, s = m.seq, h = m.hidden, f = m.ffn_hidden();
   const double t = l.tp, e = activation_bytes(l);
@@ -121,10 +132,7 @@ LayerTimes layer_times(const ModelShape& m, const Layout& l, const Device& dev, 
   const auto [attn_fwd, attn_bwd] = attention_core_times(m, l, dev);
   r.fwd += attn_fwd;
   r.bwd_input += attn_bwd;
-  r.cp = cp_exchange(m, l, net, attn_fwd, attn_bwd);
-  r.cp_fwd = r.cp.fwd_exposed;
-  r.cp_bwd = r.cp.bwd_exposed;
-  if (l.recompute == Recompute::full) r.cp_recompute = r.cp.fwd_exposed;  // the forward's exchange again
+  add_cp_exchange(m, l, net, attn_fwd, attn_bwd, r);
 
   // Memory-bound elementwise kernels: 2 norms (LayerNorm or RMSNorm: the same bytes), 2
   // (bias-)(dropout-)residual adds, bias+GeLU (reads f, writes f) or SwiGLU (reads gate and up,
@@ -777,7 +785,7 @@ Estimate estimate(const ModelShape& m, const CollectiveModel& net, const Layout&
   est.time.cp_comm = mb * st[crit].cp;
   if (l.cp > 1) {
     const double layers = x.chunk_layers * x.v;
-    const double passes = l.recompute == Recompute::full ? 2 : 1;  // the forward's exchange again
+    const double passes = l.recompute != Recompute::none ? 2 : 1;  // the forward's exchange again
     est.cp_traffic.per_layer = lt.cp;
     est.cp_traffic.seconds = mb * layers * (passes * lt.cp.fwd_seconds + lt.cp.bwd_seconds);
     est.cp_traffic.exposed = est.time.cp_comm;

@@ -101,14 +101,14 @@ if(TARGET triax-plan)
   triax_plan_cli_test(validate_runs
     ARGS "--validate|${PROJECT_SOURCE_DIR}/data/validation/published_runs.csv"
     STDOUT "sc21-1.7b.*mlsys23-1t-sel.*leave-one-out: +mean \\|error\\| [0-4]\\.[0-9]+%.*held out by source")
-  # ZeRO levels: llama3-70b on 64 GPUs without tp or pp fits only with ZeRO-3, and says why; a
+  # ZeRO levels: llama3-70b on 64 GPUs without tp, cp or pp fits only with ZeRO-3, and says why; a
   # single ZeRO-3 HSDP layout reports its level and shard size (and the old zero1 boolean) in JSON;
   # the old --zero1 spelling and the new one give the same layout; bad levels are refused.
   triax_plan_cli_test(zero3_only
-    ARGS "--model|llama3-70b|--cluster|dgx-h100|--gpus|64|--tp|1|--pp|1|--top-k|2"
+    ARGS "--model|llama3-70b|--cluster|dgx-h100|--gpus|64|--tp|1|--cp|1|--pp|1|--top-k|2"
     STDOUT "only ZeRO-3 fits: the leanest layout below ZeRO-3 \\(tp1 pp1 dp64 [^)]*zero2[^)]*\\) needs [0-9.]+ GiB per GPU of 80\\.0 GiB \\(parameters [0-9.]+ GiB, gradients.*rank +layout.* zero3")
   triax_plan_cli_test(zero3_only_json
-    ARGS "--model|llama3-70b|--cluster|dgx-h100|--gpus|64|--tp|1|--pp|1|--top-k|2|--json"
+    ARGS "--model|llama3-70b|--cluster|dgx-h100|--gpus|64|--tp|1|--cp|1|--pp|1|--top-k|2|--json"
     JSON ${_keys} STDOUT "\"zero_needed\": \"only ZeRO-3 fits: the leanest layout below ZeRO-3")
   triax_plan_cli_test(zero2_nothing_fits
     ARGS "--model|llama3-70b|--cluster|dgx-h100|--gpus|64|--tp|1|--pp|1|--zero|2" RC 3 STDERR "no layout of llama3-70b fits")
@@ -126,5 +126,26 @@ if(TARGET triax-plan)
     STDERR "error: --zero zero4: 'zero4': expected zeroN with N from 0 to 3")
   triax_plan_cli_test(zero_hsdp_needs_zero2 ARGS "--model|gpt2-small|--tp|1|--pp|1|--dp|4|--mbs|4|--zero|1|--zero-shard-size|2" RC 1
     STDERR "hybrid sharding \\(zero shard size 2 < dp 4\\) needs zero 2 or 3")
+  # Context parallelism: one layout with --cp (text names the axis and the ring's traffic; JSON has
+  # cp and the exposed / hidden exchange), the all-gather variant, a sequence 2 cp does not divide,
+  # the GPU count with cp, and a search where only CP fits (says so).
+  triax_plan_cli_test(cp_text
+    ARGS "--model|llama3-8b|--cluster|dgx-h100|--software|megatron-core-2024|--tp|1|--cp|2|--pp|1|--dp|4|--mbs|1|--global-batch|128"
+    STDOUT "layout  tp1 cp2 pp1 dp4 mbs1 1f1b rc=none zero1 on 8 GPUs.*cp comm \\(exposed\\).*cp2 p2p per step: 48\\.00 GiB sent over 2 ranks on 1 node\\(s\\)")
+  triax_plan_cli_test(cp_json
+    ARGS "--model|llama3-70b|--cluster|dgx-h100|--tp|4|--cp|2|--pp|4|--dp|2|--vpp|5|--mbs|1|--global-batch|128|--sequence-parallel|--json"
+    JSON "${_keys},cp_traffic" STDOUT "\"cp\": 2,.*\"cp_comm\": \"p2p\".*\"summary\": \"tp4 cp2 pp4 dp2 v5 mbs1 interleaved rc=none sp\"")
+  triax_plan_cli_test(cp_allgather
+    ARGS "--model|llama3-8b|--cluster|dgx-h100|--tp|2|--cp|4|--pp|1|--dp|1|--mbs|1|--global-batch|8|--cp-comm-type|allgather"
+    STDOUT "tp2 cp4 pp1 dp1 mbs1 1f1b rc=none cp-allgather.*cp4 allgather per step: .* 0% hidden")
+  triax_plan_cli_test(cp_bad_seq
+    ARGS "--model|llama3-8b|--cluster|dgx-h100|--tp|1|--cp|16|--pp|1|--dp|1|--mbs|1|--seq|8200|--global-batch|8" RC 1
+    STDERR "cp 16: seq 8200 is not divisible by 2\\*cp = 32")
+  triax_plan_cli_test(cp_bad_comm ARGS "--model|llama3-8b|--gpus|8|--cp-comm-type|a2a" RC 2 STDERR "error:.*a2a")
+  triax_plan_cli_test(cp_gpus_mismatch ARGS "--model|gpt2-small|--gpus|4|--tp|1|--cp|2|--pp|1|--dp|1|--mbs|1" RC 2
+    STDERR "--gpus 4 but tp\\*cp\\*pp\\*dp = 2")
+  triax_plan_cli_test(cp_only
+    ARGS "--model|llama3-70b|--cluster|dgx-h100|--seq|131072|--global-batch|64|--gpus|64|--recompute|none|--top-k|2"
+    STDOUT "only CP fits: the leanest layout without context parallelism \\(tp[0-9]+ pp[0-9]+ dp[0-9]+ [^)]*\\) needs [0-9.]+ GiB per GPU of 80\\.0 GiB.*rank +layout.*1  tp[0-9]+ cp[0-9]+ ")
   triax_plan_cli_test(nothing_fits ARGS "--model|megatron-1t|--gpus|8" RC 3 STDERR "no layout of megatron-1t fits")
 endif()

@@ -69,7 +69,8 @@ int main(int argc, char** argv) {
   int grad_accum = 0;
   double gpu_hour_price = 0;
   ModelShape shape;
-  int gpus = 0, tp = 0, pp = 0, dp = 0, vpp = 0, mbs = 0, top_k = 5;
+  int gpus = 0, tp = 0, cp = 0, pp = 0, dp = 0, vpp = 0, mbs = 0, top_k = 5;
+  std::string cp_comm;
   std::string schedule, recompute, precision = "bf16", attention;
   bool sp = false, zero1 = false, json = false, dropout = false, cross_node_tp = false, runtime_copies = false;
   bool no_dp_overlap = false, grad_half = false, no_scatter_gather = false, list = false;
@@ -101,6 +102,12 @@ int main(int argc, char** argv) {
   app.add_option("--calibration", calibration, "collective calibration (.json or .toml) measured on the cluster");
   app.add_option("--gpus", gpus, "GPUs to use (search mode)")->check(kPositive);
   app.add_option("--tp", tp, "tensor-parallel size")->check(kPositive);
+  app.add_option("--cp,--context-parallel-size", cp,
+                 "context-parallel size: each sequence split over cp ranks (ring attention); default 1 for one "
+                 "layout, searched (1, 2, 4, ...) otherwise")
+      ->check(kPositive);
+  app.add_option("--cp-comm-type", cp_comm, "how context-parallel ranks exchange K/V: p2p (ring, overlapped) or allgather")
+      ->check(CLI::IsMember({"p2p", "allgather"}));
   app.add_option("--pp", pp, "pipeline-parallel size")->check(kPositive);
   app.add_option("--dp", dp, "data-parallel size")->check(kPositive);
   app.add_option("--vpp", vpp, "model chunks per pipeline rank (interleaved)")->check(kPositive);
@@ -257,6 +264,7 @@ int main(int argc, char** argv) {
     if (no_dp_overlap) base.dp_overlap = false;
     if (grad_half) base.grad_reduce_fp32 = false;
     if (no_scatter_gather) base.pp_scatter_gather = false;
+    if (!cp_comm.empty()) base.cp_comm = parse_cp_comm(cp_comm);
     LayoutRules rules;
     rules.allow_cross_node_tp = cross_node_tp;
     // The ZeRO level and shard size: --zero (or --zero1 / --no-zero1), --zero-shard-size, else the software's.
@@ -294,12 +302,13 @@ int main(int argc, char** argv) {
       } else {
         l.dp = dp;
       }
-      const int g = gpus ? gpus : tp * pp * dp;
-      if (g % l.dp != 0) {
-        std::fprintf(stderr, "triax-plan: error: %d GPUs are not a multiple of dp %d\n", g, l.dp);
+      l.cp = cp ? cp : 1;
+      const int g = gpus ? gpus : tp * l.cp * pp * dp;
+      if (g % (l.dp * l.cp) != 0) {
+        std::fprintf(stderr, "triax-plan: error: %d GPUs are not a multiple of dp %d x cp %d\n", g, l.dp, l.cp);
         return 2;
       }
-      const int mp = g / l.dp;  // GPUs per model replica
+      const int mp = g / (l.dp * l.cp);  // GPUs per model replica and CP rank
       if (tp && pp && tp * pp != mp) {
         std::fprintf(stderr, "triax-plan: error: tp*pp = %d but GPUs / dp = %d\n", tp * pp, mp);
         return 2;
@@ -328,13 +337,15 @@ int main(int argc, char** argv) {
     }
 
     const bool single = tp && pp && dp && mbs;
+    const int grid = tp * (cp ? cp : 1) * pp * dp;
     if (single) {
-      if (gpus && gpus != tp * pp * dp) {
-        std::fprintf(stderr, "triax-plan: error: --gpus %d but tp*pp*dp = %d\n", gpus, tp * pp * dp);
+      if (gpus && gpus != grid) {
+        std::fprintf(stderr, "triax-plan: error: --gpus %d but %s = %d\n", gpus, cp ? "tp*cp*pp*dp" : "tp*pp*dp", grid);
         return 2;
       }
       Layout l = base;
       l.tp = tp;
+      l.cp = cp ? cp : 1;
       l.pp = pp;
       l.dp = dp;
       l.micro_batch = mbs;
@@ -351,12 +362,13 @@ int main(int argc, char** argv) {
     }
 
     SearchSpace space;
-    space.gpus = gpus ? gpus : (tp && pp && dp ? tp * pp * dp : 0);
+    space.gpus = gpus ? gpus : (tp && pp && dp ? grid : 0);
     if (!space.gpus) {
       std::fprintf(stderr, "triax-plan: error: search mode (tp, pp, dp or --micro-batch-size left out) needs --gpus\n");
       return 2;
     }
     if (tp) space.tp = {tp};
+    if (cp) space.cp = {cp};
     if (pp) space.pp = {pp};
     if (dp) space.dp = {dp};
     if (vpp) space.vpp = {vpp};

@@ -52,20 +52,24 @@ struct LayerTimes {
   double bwd_weight = 0; // weight-gradient GEMMs (ZB-H1 defers these)
   double recompute = 0;  // forward work redone in backward
   double tp_fwd = 0, tp_bwd = 0, tp_recompute = 0;
+  double cp_fwd = 0, cp_bwd = 0, cp_recompute = 0;  // exposed K/V exchange (context parallel)
+  CpExchange cp;
 };
 
 // The attention core of one layer for one micro-batch on one tensor-parallel rank: {forward,
-// backward} seconds of the unfused matmuls and softmax, or of the fused kernel.
+// backward} seconds of the unfused matmuls and softmax, or of the fused kernel. A context-parallel
+// rank holds the queries of seq / cp tokens against keys of the whole sequence: with the zigzag
+// chunks every rank does 1 / cp of the causal work.
 std::pair<double, double> attention_core_times(const ModelShape& m, const Layout& l, const Device& dev) {
   const double b = l.micro_batch, s = m.seq, h = m.hidden, a = m.heads;
-  const double t = l.tp, e = activation_bytes(l);
-  const double M = b * s;                                // tokens in the micro-batch
+  const double t = l.tp, e = activation_bytes(l), sl = s / l.cp;
+  const double M = b * sl;                               // tokens of the micro-batch on this rank
   const double dh = h / a, at = a / t;                   // head dim, heads per rank
   const double q = m.qkv_width();                        // 3h, or less with grouped-query attention
   double attn_fwd = 0, attn_bwd = 0;
   if (l.attention == AttentionKernel::unfused) {
-    const double scores = b * at * s * s;  // elements of the s x s score matrices on this rank
-    const double qk = dev.gemm(s, s, dh, b * at, e), av = dev.gemm(s, dh, s, b * at, e);
+    const double scores = b * at * sl * s;  // elements of the (s / cp) x s score matrices on this rank
+    const double qk = dev.gemm(sl, s, dh, b * at, e), av = dev.gemm(sl, dh, s, b * at, e);
     attn_fwd = qk + av + dev.stream(2 * e * scores);                 // scale+mask+softmax fused
     attn_bwd = 2 * qk + 2 * av + dev.stream(3 * e * scores);         // softmax backward
     if (l.dropout) {
@@ -81,18 +85,29 @@ std::pair<double, double> attention_core_times(const ModelShape& m, const Layout
     // counted for MFU stay the full square.
     const double n_blocks = std::max(1.0, std::ceil(s / 128));
     const double visited = l.causal_skip ? (n_blocks + 1) / (2 * n_blocks) : 1;
-    const double flops = 4 * b * s * s * h / t * visited;
-    const GemmShape tile{s, s, dh, b * at};  // the score tiles, K = head dim
+    const double flops = 4 * b * s * s * h / t * visited / l.cp;
+    const GemmShape tile{sl, s, dh, b * at};  // the score tiles, K = head dim
     attn_fwd = dev.attention(flops, e * M * (q + h) / t, tile);
     attn_bwd = dev.attention(2.5 * flops, 2 * e * M * (q + h) / t, tile);
   }
   return {attn_fwd, attn_bwd};
 }
 
+// The context-parallel K/V exchange of the layer (cp_exchange) and its exposed parts. Recomputing
+// the attention (full, or selective's core attention) needs the other ranks' K/V again: the
+// forward's exchange once more.
+void add_cp_exchange(const ModelShape& m, const Layout& l, const CollectiveModel& net, double attn_fwd,
+                     double attn_bwd, LayerTimes& r) {
+  r.cp = cp_exchange(m, l, net, attn_fwd, attn_bwd);
+  r.cp_fwd = r.cp.fwd_exposed;
+  r.cp_bwd = r.cp.bwd_exposed;
+  if (l.recompute != Recompute::none) r.cp_recompute = r.cp.fwd_exposed;
+}
+
 LayerTimes layer_times(const ModelShape& m, const Layout& l, const Device& dev, const CollectiveModel& net) {
   const double b = l.micro_batch, s = m.seq, h = m.hidden, f = m.ffn_hidden();
   const double t = l.tp, e = activation_bytes(l);
-  const double M = b * s;                                // tokens in the micro-batch
+  const double M = b * s / l.cp;                         // tokens of the micro-batch on this rank
   const double rows = l.sequence_parallel ? M / t : M;   // tokens of LayerNorm / dropout / residual ops
   const double q = m.qkv_width();                        // 3h, or less with grouped-query attention
   const double f1 = m.fc1_width();                       // f, or 2f: SwiGLU's gate and up in one GEMM
@@ -117,6 +132,7 @@ LayerTimes layer_times(const ModelShape& m, const Layout& l, const Device& dev, 
   const auto [attn_fwd, attn_bwd] = attention_core_times(m, l, dev);
   r.fwd += attn_fwd;
   r.bwd_input += attn_bwd;
+  add_cp_exchange(m, l, net, attn_fwd, attn_bwd, r);
 
   // Memory-bound elementwise kernels: 2 norms (LayerNorm or RMSNorm: the same bytes), 2
   // (bias-)(dropout-)residual adds, bias+GeLU (reads f, writes f) or SwiGLU (reads gate and up,
@@ -190,15 +206,54 @@ LayerTimes layer_times(const ModelShape& m, const Layout& l, const Device& dev, 
 struct StageTimes {
   double compute = 0;  // all kernels
   double tp = 0;       // tensor-parallel collectives
+  double cp = 0;       // exposed context-parallel K/V exchange
   double pp = 0;       // p2p sends and receives on the critical path
   double fwd = 0;      // forward share of compute + tp + pp (ZB-H1 bubble)
   double bwd_input = 0;
   double bwd_weight = 0;
   double backward_tail = 0;  // backward of one micro-batch: the window DP reduction can hide in
-  double total() const { return compute + tp + pp; }
+  double total() const { return compute + tp + cp + pp; }
 };
 
 }  // namespace
+
+CpExchange cp_exchange(const ModelShape& m, const Layout& l, const CollectiveModel& net, double attn_fwd,
+                       double attn_bwd) {
+  CpExchange x;
+  if (l.cp <= 1) return x;
+  const Cluster& c = net.cluster();
+  const double n = l.cp;
+  // Only the key/value heads travel (grouped-query attention): 2 kv/t dh per token of the block.
+  x.block_bytes = 2.0 * m.kv_head_count() / l.tp * m.head_dim() * (double(m.seq) / l.cp) * l.micro_batch *
+                  activation_bytes(l);
+  // The CP ranks sit next to the tp ranks: one node while tp x cp fits in it, else the ring's
+  // neighbours (and its wrap-around) cross the inter-node network.
+  x.ring = place_group(c, l.cp, l.tp);
+  if (l.cp_comm == CpComm::allgather) {
+    // The whole K/V (cp blocks) gathered, dK/dV reduce-scattered back; each rank sends cp - 1 blocks
+    // of each.
+    x.fwd_bytes = x.bwd_bytes = (n - 1) * x.block_bytes;
+    x.fwd_seconds = x.fwd_exposed = net.seconds(CollectiveOp::all_gather, x.ring, n * x.block_bytes);
+    x.bwd_seconds = x.bwd_exposed = net.seconds(CollectiveOp::reduce_scatter, x.ring, n * x.block_bytes);
+    return x;
+  }
+  GroupPlacement pair = place_group(c, 2, l.tp);
+  if (x.ring.nodes > 1) {
+    pair.nodes = 2;
+    pair.per_node = 1;
+    pair.level = x.ring.level;
+  }
+  const double step_fwd = net.seconds(CollectiveOp::p2p, pair, x.block_bytes);
+  const double step_bwd = net.seconds(CollectiveOp::p2p, pair, 2 * x.block_bytes);
+  x.fwd_bytes = (n - 1) * x.block_bytes;
+  x.bwd_bytes = (n - 1) * 2 * x.block_bytes;
+  x.fwd_seconds = (n - 1) * step_fwd;
+  x.bwd_seconds = (n - 1) * step_bwd;
+  // Each step overlapped with the attention of one block: 1 / cp of the rank's attention time.
+  x.fwd_exposed = (n - 1) * std::max(0.0, step_fwd - attn_fwd / n);
+  x.bwd_exposed = (n - 1) * std::max(0.0, step_bwd - attn_bwd / n);
+  return x;
+}
 
 IterationFlops iteration_flops(const ModelShape& m, const Layout& l) {
   const double B = m.global_batch;
@@ -215,7 +270,7 @@ IterationFlops iteration_flops(const ModelShape& m, const Layout& l) {
 double layer_activation_bytes(const ModelShape& m, const Layout& l) {
   const double b = l.micro_batch, s = m.seq, h = m.hidden, f = m.ffn_hidden(), a = m.heads;
   const double t = l.tp, e = activation_bytes(l), mask = l.dropout ? 1 : 0;
-  const double M = b * s;
+  const double M = b * s / l.cp;  // the tokens of a context-parallel rank
   const double rep = l.sequence_parallel ? 1 / t : 1;  // token-replicated tensors shrink with SP
   if (l.recompute == Recompute::full) return e * M * h * rep;  // the layer's input only
   // Korthikanti et al. 2022 §4: LayerNorm inputs (2), QKV and fc1 inputs (2), two dropout masks are
@@ -231,8 +286,8 @@ double layer_activation_bytes(const ModelShape& m, const Layout& l) {
   bytes += (e * M * (m.qkv_width() + h) + act * e * M * f) / t;
   // Attention scores: softmax output, dropout mask and dropout output, (2e + 1) a s^2 b / t.
   const bool store_scores = l.attention == AttentionKernel::unfused && l.recompute == Recompute::none;
-  if (store_scores) bytes += (l.dropout ? 2 * e + 1 : e) * b * a * s * s / t;
-  if (l.attention == AttentionKernel::fused) bytes += 4 * b * a * s / t;  // fp32 log-sum-exp rows
+  if (store_scores) bytes += (l.dropout ? 2 * e + 1 : e) * b * a * s * s / t / l.cp;
+  if (l.attention == AttentionKernel::fused) bytes += 4 * M * a / t;  // fp32 log-sum-exp rows
   return bytes;
 }
 
@@ -246,9 +301,9 @@ struct Setting {
   const Cluster& c;
   const CollectiveModel& net;
   const Device& dev;
-  int p, v, t, d;           // pipeline ranks, chunks per rank, tensor- and data-parallel sizes
+  int p, v, t, d;           // pipeline ranks, chunks per rank, tensor size, gradient ranks (dp x cp)
   long mb;                  // micro-batches per iteration
-  double e, M, h, V;        // activation bytes, tokens per micro-batch, hidden size, vocabulary
+  double e, M, h, V;        // activation bytes, tokens per micro-batch and rank, hidden size, vocabulary
   double chunk_layers;      // layers per model chunk
   GroupPlacement tp_group;  // the tensor-parallel ranks
 };
@@ -348,11 +403,12 @@ std::vector<StageTimes> stage_times(const Setting& x, const LayerTimes& lt, cons
   for (int i = 0; i < p; ++i) {
     StageTimes& s = st[i];
     const double L = x.chunk_layers * v;  // layers on this rank
-    s.fwd = L * (lt.fwd + lt.tp_fwd);
-    s.bwd_input = L * (lt.bwd_input + lt.recompute + lt.tp_bwd + lt.tp_recompute);
+    s.fwd = L * (lt.fwd + lt.tp_fwd + lt.cp_fwd);
+    s.bwd_input = L * (lt.bwd_input + lt.recompute + lt.tp_bwd + lt.tp_recompute + lt.cp_bwd + lt.cp_recompute);
     s.bwd_weight = L * lt.bwd_weight;
     s.compute = L * (lt.fwd + lt.bwd_input + lt.bwd_weight + lt.recompute);
     s.tp = L * (lt.tp_fwd + lt.tp_bwd + lt.tp_recompute);
+    s.cp = L * (lt.cp_fwd + lt.cp_bwd + lt.cp_recompute);
     if (l.runtime_copies) {
       // Every chunk boundary of this rank: one copy forward and one backward (half of each term).
       const double boundaries = (v - (i == 0 ? 1 : 0)) * et.stage_in + (v - (i == p - 1 ? 1 : 0)) * et.stage_out;
@@ -458,8 +514,8 @@ struct Unit {
 std::vector<Unit> stage_units(const Setting& x, const LayerTimes& lt, const EdgeTimes& et, int i) {
   std::vector<Unit> units;
   if (i == 0) units.push_back({embedding_params(x), et.emb_fwd + et.emb_tp, 0, et.emb_bwd});
-  const Unit layer{layer_params(x), lt.fwd + lt.tp_fwd, lt.recompute + lt.tp_recompute,
-                   lt.bwd_input + lt.bwd_weight + lt.tp_bwd};
+  const Unit layer{layer_params(x), lt.fwd + lt.tp_fwd + lt.cp_fwd, lt.recompute + lt.tp_recompute + lt.cp_recompute,
+                   lt.bwd_input + lt.bwd_weight + lt.tp_bwd + lt.cp_bwd};
   units.insert(units.end(), size_t(x.chunk_layers * x.v), layer);
   if (i == x.p - 1)
     units.push_back({head_params(x), et.head_fwd, 0, et.head_bwd_input + et.head_bwd_weight + et.head_tp});
@@ -656,7 +712,11 @@ MemoryBreakdown peak_memory(const Setting& x, const std::vector<double>& params,
   Layout no_rc = l;
   no_rc.recompute = Recompute::none;
   const double working = l.recompute == Recompute::none ? 0 : layer_activation_bytes(m, no_rc) - stored;
-  int groups = (t > 1) + (d > 1) + (p > 1) + (p > 1 && m.tied_embeddings);
+  int groups = (t > 1) + (d > 1) + (p > 1) + (p > 1 && m.tied_embeddings) + (l.cp > 1);
+  // Context parallel: the K/V blocks in flight (p2p: the one being computed on and the one
+  // arriving), or the whole gathered K/V (allgather).
+  const CpExchange cpx = cp_exchange(m, l, x.net, 0, 0);
+  const double cp_buffers = (l.cp_comm == CpComm::allgather ? l.cp : 2) * cpx.block_bytes;
   MemoryBreakdown peak;
   for (int i = 0; i < p; ++i) {
     MemoryBreakdown mem;
@@ -675,7 +735,7 @@ MemoryBreakdown peak_memory(const Setting& x, const std::vector<double>& params,
     mem.activations = in_flight * stored + working;
     if (i == p - 1) mem.activations += (e + 4) * M * V / t;  // logits + fp32 softmax for the loss
     if (p > 1) mem.comm_buffers += 2 * e * M * h / (l.sequence_parallel ? t : 1);
-    mem.comm_buffers += groups * c.collective_buffer_mib * 1024 * 1024;
+    mem.comm_buffers += groups * c.collective_buffer_mib * 1024 * 1024 + cp_buffers;
     if (i == 0 || mem.total() > peak.total()) peak = mem;
   }
   return peak;
@@ -694,8 +754,8 @@ Estimate estimate(const ModelShape& m, const CollectiveModel& net, const Layout&
   const double byte_rate = c.memory_gbps * 1e9 * c.memory_efficiency;
   const Device dev{GemmModel::for_cluster(c, peak), byte_rate, c.kernel_overhead_us * 1e-6,
                    peak * c.attention_efficiency, c.copy_gbps > 0 ? c.copy_gbps * 1e9 : byte_rate};
-  const Setting x{m, l, c, net, dev, l.pp, l.vpp, l.tp, l.dp, micro_batches(m, l), double(activation_bytes(l)),
-                  double(l.micro_batch) * m.seq, double(m.hidden), double(m.vocab),
+  const Setting x{m, l, c, net, dev, l.pp, l.vpp, l.tp, l.grad_ranks(), micro_batches(m, l),
+                  double(activation_bytes(l)), double(l.micro_batch) * m.seq / l.cp, double(m.hidden), double(m.vocab),
                   double(m.layers) / (l.pp * l.vpp), place_group(c, l.tp, 1)};
   const int p = x.p, t = x.t;
   const long mb = x.mb;
@@ -722,6 +782,15 @@ Estimate estimate(const ModelShape& m, const CollectiveModel& net, const Layout&
   est.micro_batches = mb;
   est.time.compute = mb * st[crit].compute;
   est.time.tp_comm = mb * st[crit].tp;
+  est.time.cp_comm = mb * st[crit].cp;
+  if (l.cp > 1) {
+    const double layers = x.chunk_layers * x.v;
+    const double passes = l.recompute != Recompute::none ? 2 : 1;  // the forward's exchange again
+    est.cp_traffic.per_layer = lt.cp;
+    est.cp_traffic.seconds = mb * layers * (passes * lt.cp.fwd_seconds + lt.cp.bwd_seconds);
+    est.cp_traffic.exposed = est.time.cp_comm;
+    est.cp_traffic.bytes = mb * layers * (passes * lt.cp.fwd_bytes + lt.cp.bwd_bytes);
+  }
   est.time.pp_comm = mb * st[crit].pp;
   est.time.bubble = std::max(0.0, pipe - mb * tmax);
 

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <algorithm>
 #include <fstream>
 #include <sstream>
 
@@ -27,25 +28,32 @@ std::vector<std::string> split_csv(const std::string& line) {
 }  // namespace
 
 void read_csv_table(const std::filesystem::path& csv, const std::vector<std::string>& columns, std::string_view what,
-                    const std::function<void(const std::vector<std::string>& cells, int line)>& row) {
+                    const std::function<void(const std::vector<std::string>& cells, int line)>& row,
+                    size_t optional_tail) {
   const std::string file = csv.string();
   std::ifstream in(csv);
   if (!in) TRIAX_THROW(IoError, "{}: cannot open {}", file, what);
   std::string line;
   int lineno = 0, rows = 0;
   bool header = false;
+  size_t width = columns.size();  // the columns this file's header has
   while (std::getline(in, line)) {
     ++lineno;
     if (line.empty() || line[0] == '#' || line.find_first_not_of(" \t\r") == std::string::npos) continue;
     const auto cells = split_csv(line);
     if (!header) {
-      if (cells != columns) TRIAX_THROW(IoError, "{}:{}: header must be '{}'", file, lineno, fmt::join(columns, ","));
+      const bool prefix = cells.size() <= columns.size() && cells.size() + optional_tail >= columns.size() &&
+                          std::equal(cells.begin(), cells.end(), columns.begin());
+      if (!prefix) TRIAX_THROW(IoError, "{}:{}: header must be '{}'", file, lineno, fmt::join(columns, ","));
+      width = cells.size();
       header = true;
       continue;
     }
-    if (cells.size() != columns.size())
-      TRIAX_THROW(IoError, "{}:{}: expected {} columns, got {}", file, lineno, columns.size(), cells.size());
-    row(cells, lineno);
+    if (cells.size() != width)
+      TRIAX_THROW(IoError, "{}:{}: expected {} columns, got {}", file, lineno, width, cells.size());
+    std::vector<std::string> full = cells;
+    full.resize(columns.size());
+    row(full, lineno);
     ++rows;
   }
   if (!header) TRIAX_THROW(IoError, "{}: no header line", file);

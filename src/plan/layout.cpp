@@ -22,6 +22,12 @@ struct EnumNames<plan::AttentionKernel> {
   static constexpr std::array<EnumName<plan::AttentionKernel>, 2> table{
       {{"fused", plan::AttentionKernel::fused}, {"unfused", plan::AttentionKernel::unfused}}};
 };
+template <>
+struct EnumNames<plan::CpComm> {
+  static constexpr std::string_view what = "context-parallel communication";
+  static constexpr std::array<EnumName<plan::CpComm>, 2> table{
+      {{"p2p", plan::CpComm::p2p}, {"allgather", plan::CpComm::allgather}}};
+};
 }  // namespace triax
 
 namespace triax::plan {
@@ -30,10 +36,12 @@ std::string_view to_string(Schedule s) { return enum_name(s); }
 std::string_view to_string(Recompute r) { return enum_name(r); }
 std::string_view to_string(Precision p) { return enum_name(p); }
 std::string_view to_string(AttentionKernel a) { return enum_name(a); }
+std::string_view to_string(CpComm c) { return enum_name(c); }
 Schedule parse_schedule(std::string_view s) { return parse_enum<Schedule>(s); }
 Recompute parse_recompute(std::string_view s) { return parse_enum<Recompute>(s); }
 Precision parse_precision(std::string_view s) { return parse_enum<Precision>(s); }
 AttentionKernel parse_attention(std::string_view s) { return parse_enum<AttentionKernel>(s); }
+CpComm parse_cp_comm(std::string_view s) { return parse_enum<CpComm>(s); }
 
 int activation_bytes(const Layout& l) { return l.precision == Precision::fp32 ? 4 : 2; }
 int parameter_bytes(const Layout& l) { return l.precision == Precision::fp32 ? 4 : 2; }
@@ -48,13 +56,14 @@ long micro_batches(const ModelShape& m, const Layout& l) {
 
 std::optional<std::string> layout_problem(const ModelShape& m, const Cluster& c, const Layout& l,
                                           const LayoutRules& rules) {
-  if (l.tp < 1 || l.pp < 1 || l.dp < 1 || l.vpp < 1 || l.micro_batch < 1)
-    return fmt::format("tp, pp, dp, vpp and micro-batch size must be >= 1 (got tp{} pp{} dp{} v{} mbs{})",
-                       l.tp, l.pp, l.dp, l.vpp, l.micro_batch);
-  const long gpus = long(l.tp) * l.pp * l.dp;
+  if (l.tp < 1 || l.cp < 1 || l.pp < 1 || l.dp < 1 || l.vpp < 1 || l.micro_batch < 1)
+    return fmt::format("tp, cp, pp, dp, vpp and micro-batch size must be >= 1 (got tp{} cp{} pp{} dp{} v{} mbs{})",
+                       l.tp, l.cp, l.pp, l.dp, l.vpp, l.micro_batch);
+  const long gpus = long(l.tp) * l.cp * l.pp * l.dp;
   if (gpus > c.total_devices())
-    return fmt::format("tp*pp*dp = {} GPUs exceeds the cluster's {} ({} nodes x {})", gpus,
-                       c.total_devices(), c.nodes, c.gpus_per_node);
+    return fmt::format("{} = {} GPUs exceeds the cluster's {} ({} nodes x {})", l.cp > 1 ? "tp*cp*pp*dp" : "tp*pp*dp",
+                       gpus, c.total_devices(), c.nodes, c.gpus_per_node);
+  if (auto why = cp_problem(m, l)) return why;
   if (m.heads % l.tp != 0) return fmt::format("tp {} does not divide heads {}", l.tp, m.heads);
   if (m.kv_head_count() % l.tp != 0)
     return fmt::format("tp {} does not divide kv_heads {} (each rank holds whole key/value groups)", l.tp,
@@ -87,14 +96,27 @@ std::optional<std::string> layout_problem(const ModelShape& m, const Cluster& c,
   return zero_problem(l);
 }
 
+std::optional<std::string> cp_problem(const ModelShape& m, const Layout& l) {
+  if (l.cp < 1) return fmt::format("cp {} must be >= 1", l.cp);
+  if (l.cp == 1) return std::nullopt;
+  if (m.seq % (2 * l.cp) != 0)
+    return fmt::format("cp {}: seq {} is not divisible by 2*cp = {} (zigzag chunks)", l.cp, m.seq, 2 * l.cp);
+  if (l.sequence_parallel && (m.seq / l.cp) % l.tp != 0)
+    return fmt::format("sequence parallel with cp {}: tp {} does not divide the {} tokens of a CP rank", l.cp, l.tp,
+                       m.seq / l.cp);
+  return std::nullopt;
+}
+
 std::optional<std::string> zero_problem(const Layout& l) {
   if (l.zero < 0 || l.zero > 3) return fmt::format("zero {} is not a ZeRO level (0, 1, 2 or 3)", l.zero);
   if (l.zero_shard < 0) return fmt::format("zero shard size {} must be >= 0 (0 = all of dp)", l.zero_shard);
-  if (l.zero_shard > 0 && l.dp % l.zero_shard != 0)
-    return fmt::format("zero shard size {} does not divide dp {}", l.zero_shard, l.dp);
-  if (l.zero_shard > 1 && l.zero_shard < l.dp && l.zero < 2)
-    return fmt::format("hybrid sharding (zero shard size {} < dp {}) needs zero 2 or 3 (got zero {})", l.zero_shard,
-                       l.dp, l.zero);
+  // The shard groups are taken from the dp x cp ranks that hold the same weights ("dp" without cp).
+  const std::string ranks = l.cp > 1 ? fmt::format("dp*cp {}", l.grad_ranks()) : fmt::format("dp {}", l.dp);
+  if (l.zero_shard > 0 && l.grad_ranks() % l.zero_shard != 0)
+    return fmt::format("zero shard size {} does not divide {}", l.zero_shard, ranks);
+  if (l.zero_shard > 1 && l.zero_shard < l.grad_ranks() && l.zero < 2)
+    return fmt::format("hybrid sharding (zero shard size {} < {}) needs zero 2 or 3 (got zero {})", l.zero_shard,
+                       ranks, l.zero);
   return std::nullopt;
 }
 
@@ -135,12 +157,15 @@ void parse_zero_spec(std::string_view spec, Layout& l) {
 }
 
 std::string describe(const Layout& l) {
-  std::string s = fmt::format("tp{} pp{} dp{}", l.tp, l.pp, l.dp);
+  std::string s = fmt::format("tp{}", l.tp);
+  if (l.cp > 1) s += fmt::format(" cp{}", l.cp);
+  s += fmt::format(" pp{} dp{}", l.pp, l.dp);
   if (l.vpp > 1) s += fmt::format(" v{}", l.vpp);
   s += fmt::format(" mbs{} {} rc={}", l.micro_batch, to_string(l.schedule), to_string(l.recompute));
   if (l.sequence_parallel) s += " sp";
+  if (l.cp > 1 && l.cp_comm == CpComm::allgather) s += " cp-allgather";
   if (l.zero > 0) s += fmt::format(" zero{}", l.zero);
-  if (l.zero_shard > 0 && l.zero_shard < l.dp) s += fmt::format(" hsdp{}", l.zero_shard);
+  if (l.zero_shard > 0 && l.zero_shard < l.grad_ranks()) s += fmt::format(" hsdp{}", l.zero_shard);
   if (l.precision != Precision::bf16) s += fmt::format(" {}", to_string(l.precision));
   return s;
 }

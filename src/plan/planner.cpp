@@ -15,6 +15,7 @@ std::string_view to_string(LossReason r) {
     case LossReason::compute: return "compute";
     case LossReason::bubble: return "bubble";
     case LossReason::tp_comm: return "tp_comm";
+    case LossReason::cp_comm: return "cp_comm";
     case LossReason::pp_comm: return "pp_comm";
     case LossReason::dp_comm: return "dp_comm";
     case LossReason::optimizer: return "optimizer";
@@ -27,6 +28,7 @@ LossReason loss_reason(const Estimate& e, const Estimate& best) {
       {LossReason::compute, e.time.compute - best.time.compute},
       {LossReason::bubble, e.time.bubble - best.time.bubble},
       {LossReason::tp_comm, e.time.tp_comm - best.time.tp_comm},
+      {LossReason::cp_comm, e.time.cp_comm - best.time.cp_comm},
       {LossReason::pp_comm, e.time.pp_comm - best.time.pp_comm},
       {LossReason::dp_comm, e.time.dp_comm - best.time.dp_comm},
       {LossReason::optimizer, e.time.optimizer - best.time.optimizer},
@@ -134,13 +136,61 @@ std::vector<std::pair<int, int>> zero_choices(const SearchSpace& sp, const Clust
   return out;
 }
 
-// Counts a layout under its ZeRO level, and keeps the level's leanest layout.
+// Counts a layout under its ZeRO level and whether it uses CP, and keeps the leanest layouts.
 void note_zero(SearchResult& res, const Estimate& e) {
+  const bool cp = e.layout.cp > 1;
+  if (e.memory.fits()) ++(cp ? res.fitting_with_cp : res.fitting_without_cp);
+  auto& lean_cp1 = res.leanest_without_cp;
+  if (!cp && (!lean_cp1 || e.memory.total() < lean_cp1->memory.total())) lean_cp1 = e;
   const int z = e.layout.zero;
   if (z < 0 || z > 3) return;
   if (e.memory.fits()) ++res.fitting_by_zero[z];
   auto& lean = res.leanest_by_zero[z];
   if (!lean || e.memory.total() < lean->memory.total()) lean = e;
+}
+
+// The context-parallel sizes tried with `n` GPUs per tp rank: those asked for, else the powers of
+// two dividing n; only those where 2 cp divides the sequence (the zigzag chunks).
+std::vector<int> cps_for(const SearchSpace& sp, const ModelShape& m, int n) {
+  std::vector<int> cps = sp.cp;
+  if (cps.empty())
+    for (int cp = 1; cp <= n && n % cp == 0; cp *= 2)
+      if (cp == 1 || m.seq % (2 * cp) == 0) cps.push_back(cp);
+  return cps;
+}
+
+// Every (micro-batch, schedule, vpp, recompute, sequence parallel, ZeRO) choice of one (tp, cp,
+// pp, dp) grid, handed to `consider`.
+template <class Consider>
+void for_each_setting(const SearchSpace& sp, const ModelShape& m, const Cluster& c, const Layout& grid,
+                      Consider&& consider) {
+  const int tp = grid.tp, pp = grid.pp, dp = grid.dp;
+  const std::vector<Schedule> schedules = schedules_for(sp, pp);
+  // A fused attention kernel stores no scores, so selective recomputation is the same layout as
+  // none; rank it only when asked for.
+  std::vector<Recompute> rcs = {Recompute::none, Recompute::full};
+  if (sp.base.attention == AttentionKernel::unfused) rcs.insert(rcs.begin() + 1, Recompute::selective);
+  const std::vector<bool> sps = tp > 1 ? std::vector<bool>{false, true} : std::vector<bool>{false};
+  for (int mbs : or_default(sp.micro_batch, divisors(m.global_batch / dp)))
+    for (Schedule sched : schedules)
+      for (int v : vpps_for(sp, m, pp, sched))
+        for (Recompute rc : or_default(sp.recompute, rcs))
+          for (bool seq_par : or_default(sp.sequence_parallel, sps))
+            for (const auto& [z, shard] : zero_choices(sp, c, tp, grid.grad_ranks())) {
+              Layout l = sp.base;
+              l.tp = tp;
+              l.cp = grid.cp;
+              l.pp = pp;
+              l.dp = dp;
+              l.vpp = v;
+              l.micro_batch = mbs;
+              l.schedule = sched;
+              l.recompute = rc;
+              l.sequence_parallel = seq_par;
+              l.zero = z;
+              l.zero_shard = shard;
+              consider(l);
+            }
 }
 
 }  // namespace
@@ -163,6 +213,17 @@ std::optional<std::string> zero_explanation(const SearchResult& r) {
   return fmt::format("{}: the leanest layout below ZeRO-{} ({}) needs {:.1f} GiB per GPU of {:.1f} GiB "
                      "(parameters {:.1f} GiB, gradients {:.1f} GiB, optimizer {:.1f} GiB, activations {:.1f} GiB)",
                      levels, need, describe(lean->layout), mem.total() / GiB, mem.capacity / GiB, mem.weights / GiB,
+                     mem.gradients / GiB, mem.optimizer / GiB, mem.activations / GiB);
+}
+
+std::optional<std::string> cp_explanation(const SearchResult& r) {
+  if (r.fitting_with_cp == 0 || r.fitting_without_cp > 0 || !r.leanest_without_cp) return std::nullopt;
+  constexpr double GiB = 1024.0 * 1024.0 * 1024.0;
+  const MemoryBreakdown& mem = r.leanest_without_cp->memory;
+  return fmt::format("only CP fits: the leanest layout without context parallelism ({}) needs {:.1f} GiB per GPU "
+                     "of {:.1f} GiB (parameters {:.1f} GiB, gradients {:.1f} GiB, optimizer {:.1f} GiB, "
+                     "activations {:.1f} GiB)",
+                     describe(r.leanest_without_cp->layout), mem.total() / GiB, mem.capacity / GiB, mem.weights / GiB,
                      mem.gradients / GiB, mem.optimizer / GiB, mem.activations / GiB);
 }
 
@@ -201,46 +262,28 @@ SearchResult search(const ModelShape& m, const CollectiveModel& net, const Searc
       reject(fmt::format("tp {} does not divide the {} GPUs", tp, sp.gpus));
       continue;
     }
-    for (int pp : or_default(sp.pp, divisors(sp.gpus / tp))) {
-      if ((sp.gpus / tp) % pp != 0) {
-        reject(fmt::format("tp*pp {} does not divide the {} GPUs", tp * pp, sp.gpus));
+    for (int cp : cps_for(sp, m, sp.gpus / tp)) {
+      if ((sp.gpus / tp) % cp != 0) {
+        reject(fmt::format("tp*cp {} does not divide the {} GPUs", tp * cp, sp.gpus));
         continue;
       }
-      const int dp = sp.gpus / (tp * pp);
-      if (!sp.dp.empty() && std::find(sp.dp.begin(), sp.dp.end(), dp) == sp.dp.end()) continue;
-      if (m.global_batch % dp != 0) {
-        reject(fmt::format("dp {} does not divide global batch {}", dp, m.global_batch));
-        continue;
-      }
-      const std::vector<Schedule> schedules = schedules_for(sp, pp);
-      for (int mbs : or_default(sp.micro_batch, divisors(m.global_batch / dp))) {
-        for (Schedule sched : schedules) {
-          for (int v : vpps_for(sp, m, pp, sched)) {
-            // A fused attention kernel stores no scores, so selective recomputation is the same
-            // layout as none; rank it only when asked for.
-            std::vector<Recompute> rcs = {Recompute::none, Recompute::full};
-            if (sp.base.attention == AttentionKernel::unfused) rcs.insert(rcs.begin() + 1, Recompute::selective);
-            for (Recompute rc : or_default(sp.recompute, rcs)) {
-              for (bool seq_par : or_default(sp.sequence_parallel, tp > 1 ? std::vector<bool>{false, true}
-                                                                         : std::vector<bool>{false})) {
-                for (const auto& [z, shard] : zero_choices(sp, c, tp, dp)) {
-                  Layout l = sp.base;
-                  l.tp = tp;
-                  l.pp = pp;
-                  l.dp = dp;
-                  l.vpp = v;
-                  l.micro_batch = mbs;
-                  l.schedule = sched;
-                  l.recompute = rc;
-                  l.sequence_parallel = seq_par;
-                  l.zero = z;
-                  l.zero_shard = shard;
-                  consider(l);
-                }
-              }
-            }
-          }
+      const int rest = sp.gpus / (tp * cp);
+      for (int pp : or_default(sp.pp, divisors(rest))) {
+        if (rest % pp != 0) {
+          reject(fmt::format("tp*cp*pp {} does not divide the {} GPUs", tp * cp * pp, sp.gpus));
+          continue;
         }
+        Layout grid;
+        grid.tp = tp;
+        grid.cp = cp;
+        grid.pp = pp;
+        grid.dp = rest / pp;
+        if (!sp.dp.empty() && std::find(sp.dp.begin(), sp.dp.end(), grid.dp) == sp.dp.end()) continue;
+        if (m.global_batch % grid.dp != 0) {
+          reject(fmt::format("dp {} does not divide global batch {}", grid.dp, m.global_batch));
+          continue;
+        }
+        for_each_setting(sp, m, c, grid, consider);
       }
     }
   }

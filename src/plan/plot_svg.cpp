@@ -24,6 +24,7 @@ constexpr Term kTerms[] = {
     {"compute", "compute", "#4e79a7", &TimeBreakdown::compute},
     {"bubble", "pipeline bubble", "#bab0ac", &TimeBreakdown::bubble},
     {"tp_comm", "exposed TP comm", "#f28e2b", &TimeBreakdown::tp_comm},
+    {"cp_comm", "exposed CP comm", "#b07aa1", &TimeBreakdown::cp_comm},
     {"pp_comm", "exposed PP comm", "#e15759", &TimeBreakdown::pp_comm},
     {"dp_comm", "exposed DP comm", "#76b7b2", &TimeBreakdown::dp_comm},
     {"optimizer", "optimizer", "#59a14f", &TimeBreakdown::optimizer},

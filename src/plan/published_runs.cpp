@@ -23,7 +23,18 @@ namespace {
 const std::vector<std::string> kColumns = {
     "id",  "source", "where", "cluster", "software",     "layers",      "hidden",    "heads",
     "vocab", "seq",  "tp",    "pp",      "dp",           "global_batch", "micro_batch", "vpp",
-    "recompute", "sequence_parallel", "metric", "value", "tied_embeddings", "kv_heads", "options"};
+    "recompute", "sequence_parallel", "metric", "value", "tied_embeddings", "kv_heads", "options", "cp", "ffn"};
+// Columns added later, optional in a file's header (empty cells: cp 1, ffn 4h).
+constexpr size_t kOptionalTail = 2;
+
+// The Llama block's choices (model_shape.cpp's llama presets): SwiGLU, RMSNorm, RoPE, no biases.
+void set_llama_block(ModelShape& m) {
+  m.swiglu = true;
+  m.rmsnorm = true;
+  m.bias = false;
+  m.rope = true;
+  m.learned_positions = false;
+}
 
 // An options entry zero0..zero3 or hsdpN onto the run: true when it was one; IoError naming the
 // file and line for a bad number.
@@ -60,7 +71,8 @@ std::vector<PublishedRun> load_published_runs(const std::filesystem::path& csv) 
       if (!(v >= lo)) TRIAX_THROW(IoError, "{}:{}: column {} is {}, must be >= {}", file, lineno, name, s, lo);
       return v;
     };
-    auto integer = [&](const char* name, int lo) {
+    auto integer = [&](const char* name, int lo, int if_empty = -1) {
+      if (if_empty >= 0 && col(name).empty()) return if_empty;
       const double v = number(name, lo);
       if (v != std::floor(v) || v > 1e9)
         TRIAX_THROW(IoError, "{}:{}: column {} '{}' must be an integer", file, lineno, name, col(name));
@@ -92,6 +104,10 @@ std::vector<PublishedRun> load_published_runs(const std::filesystem::path& csv) 
     r.tp = integer("tp", 1);
     r.pp = integer("pp", 1);
     r.dp = integer("dp", 1);
+    r.cp = integer("cp", 1, 1);
+    r.model.ffn = integer("ffn", 0, 0);
+    if (r.cp > 1 && r.model.seq % (2 * r.cp) != 0)
+      TRIAX_THROW(IoError, "{}:{}: column cp {}: seq {} is not divisible by 2*cp", file, lineno, r.cp, r.model.seq);
     r.micro_batch = integer("micro_batch", 0);
     r.vpp = integer("vpp", 0);
     const int sp = integer("sequence_parallel", 0);
@@ -111,11 +127,13 @@ std::vector<PublishedRun> load_published_runs(const std::filesystem::path& csv) 
       else if (opt == "no-pp-overlap") r.no_pp_overlap = true;
       else if (opt == "fused-cross-entropy") r.fused_cross_entropy = true;
       else if (opt == "fp32-grad-reduce") r.fp32_grad_reduce = true;
+      else if (opt == "llama-block") set_llama_block(r.model);
       else if (zero_option(opt, r, file, lineno)) continue;
       else
         TRIAX_THROW(IoError,
                     "{}:{}: column options: unknown option '{}' (known: no-dropout, no-tp-comm-overlap, "
-                    "no-pp-overlap, fused-cross-entropy, fp32-grad-reduce, zero0..zero3, hsdpN; ';'-separated)",
+                    "no-pp-overlap, fused-cross-entropy, fp32-grad-reduce, llama-block, zero0..zero3, hsdpN; "
+                    "';'-separated)",
                     file, lineno, opt);
     }
     const std::string& metric = col("metric");
@@ -130,7 +148,7 @@ std::vector<PublishedRun> load_published_runs(const std::filesystem::path& csv) 
     if (r.model.global_batch % r.dp != 0)
       TRIAX_THROW(IoError, "{}:{}: dp {} does not divide global_batch {}", file, lineno, r.dp, r.model.global_batch);
     rows.push_back(std::move(r));
-  });
+  }, kOptionalTail);
   return rows;
 }
 
@@ -189,6 +207,7 @@ RunPrediction predict_run(const PublishedRun& r, const CollectiveModel& net) {
   if (r.fp32_grad_reduce) base.grad_reduce_fp32 = true;
   if (r.zero >= 0) base.zero = r.zero;
   if (r.zero_shard > 0) base.zero_shard = r.zero_shard;
+  base.cp = r.cp;
   RunPrediction p;
   p.run = r;
   p.measured_seconds = measured_seconds(r);
@@ -205,6 +224,7 @@ RunPrediction predict_run(const PublishedRun& r, const CollectiveModel& net) {
     SearchSpace sp;
     sp.gpus = r.gpus();
     sp.tp = {r.tp};
+    sp.cp = {r.cp};
     sp.pp = {r.pp};
     sp.dp = {r.dp};
     if (r.micro_batch > 0) sp.micro_batch = {r.micro_batch};

@@ -29,6 +29,8 @@ nlohmann::json to_json(const Estimate& e) {
   j["cluster"] = e.cluster;
   j["layout"] = {{"gpus", l.gpus()},
                  {"tp", l.tp},
+                 {"cp", l.cp},
+                 {"cp_comm", std::string(to_string(l.cp_comm))},
                  {"pp", l.pp},
                  {"dp", l.dp},
                  {"vpp", l.vpp},
@@ -53,7 +55,7 @@ nlohmann::json to_json(const Estimate& e) {
   j["tflops_per_gpu"] = e.tflops_per_gpu;
   j["mfu"] = e.mfu;
   j["tokens_per_second"] = e.tokens_per_second;
-  j["time"] = {{"compute", t.compute},     {"bubble", t.bubble},   {"tp_comm", t.tp_comm},
+  j["time"] = {{"compute", t.compute},     {"bubble", t.bubble},   {"tp_comm", t.tp_comm}, {"cp_comm", t.cp_comm},
                {"pp_comm", t.pp_comm},     {"dp_comm", t.dp_comm}, {"optimizer", t.optimizer},
                {"core_sharing", t.core_sharing},
                {"dp_algorithm", e.dp_algorithm}};
@@ -75,6 +77,15 @@ nlohmann::json to_json(const Estimate& e) {
                      {"shard_ranks", dt.shard_group.ranks},
                      {"shard_nodes", dt.shard_group.nodes},
                      {"replica_groups", dt.replica_group.ranks}};
+  const CpTraffic& ct = e.cp_traffic;
+  j["cp_traffic"] = {{"bytes", ct.bytes},
+                     {"seconds", ct.seconds},
+                     {"exposed", ct.exposed},
+                     {"hidden_share", ct.hidden_share()},
+                     {"block_bytes", ct.per_layer.block_bytes},
+                     {"layer_fwd_bytes", ct.per_layer.fwd_bytes},
+                     {"layer_bwd_bytes", ct.per_layer.bwd_bytes},
+                     {"ring_nodes", ct.per_layer.ring.nodes}};
   j["flops"] = {{"model_per_iteration", e.flops.model}, {"executed_per_iteration", e.flops.executed}};
   return j;
 }
@@ -109,6 +120,13 @@ std::string format_estimate(const Estimate& e) {
   row("compute", t.compute);
   row("pipeline bubble", t.bubble);
   row("tp comm (exposed)", t.tp_comm);
+  if (e.layout.cp > 1) {
+    row("cp comm (exposed)", t.cp_comm);
+    const CpTraffic& ct = e.cp_traffic;
+    out += fmt::format("  cp{} {} per step: {:.2f} GiB sent over {} ranks on {} node(s), {} busy, {:.0f}% hidden\n",
+                       e.layout.cp, to_string(e.layout.cp_comm), ct.bytes / kGiB, ct.per_layer.ring.ranks,
+                       ct.per_layer.ring.nodes, seconds(ct.seconds), 100 * ct.hidden_share());
+  }
   row("pp comm (exposed)", t.pp_comm);
   row("dp comm (exposed)", t.dp_comm);
   const DpTraffic& dt = e.dp_traffic;
@@ -140,16 +158,18 @@ std::string format_search(const SearchResult& r) {
   out += fmt::format("searched {} layouts: {} invalid, {} do not fit in memory, {} ranked\n", r.enumerated,
                      r.invalid, r.no_fit, r.ranked);
   if (auto why = zero_explanation(r)) out += *why + "\n";
+  if (auto why = cp_explanation(r)) out += *why + "\n";
   if (r.best.empty()) {
     out += "no layout fits\n";
   } else {
     out += fmt::format("\n{:>4}  {:<52} {:>10} {:>8} {:>6} {:>8}  {:>9} {:>8} {:>8} {:>8} {:>8} {:>8}\n", "rank",
-                       "layout", "s/iter", "TFLOP/s", "MFU", "mem GiB", "compute", "bubble", "tp", "pp", "dp", "optim");
+                       "layout", "s/iter", "TFLOP/s", "MFU", "mem GiB", "compute", "bubble", "tp+cp", "pp", "dp", "optim");
     int i = 1;
     for (const auto& e : r.best) {
       out += fmt::format("{:>4}  {:<52} {:>10.4g} {:>8.1f} {:>5.1f}% {:>8.1f}  {:>9.4g} {:>8.3g} {:>8.3g} {:>8.3g} {:>8.3g} {:>8.3g}\n",
                          i++, describe(e.layout), e.seconds_per_iteration, e.tflops_per_gpu, 100 * e.mfu,
-                         e.memory.total() / kGiB, e.time.compute, e.time.bubble, e.time.tp_comm, e.time.pp_comm,
+                         e.memory.total() / kGiB, e.time.compute, e.time.bubble, e.time.tp_comm + e.time.cp_comm,
+                         e.time.pp_comm,
                          e.time.dp_comm, e.time.optimizer);
     }
     out += "\nbest layout in detail:\n" + format_estimate(r.best.front());
@@ -197,6 +217,7 @@ std::string search_json(const SearchResult& r, int indent) {
   for (const auto& e : r.best) s["best"].push_back(to_json(e));
   if (!r.fastest_no_fit.empty()) s["fastest_no_fit"] = to_json(r.fastest_no_fit.front());
   if (auto why = zero_explanation(r)) s["zero_needed"] = *why;
+  if (auto why = cp_explanation(r)) s["cp_needed"] = *why;
   j["search"] = s;
   return j.dump(indent);
 }

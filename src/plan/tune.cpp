@@ -38,6 +38,7 @@ std::string limiting_factor(const Estimate& e) {
                        m.activations / kGiB);
   const std::pair<const char*, double> parts[] = {{"pipeline bubble", e.time.bubble},
                                                   {"exposed tp comm", e.time.tp_comm},
+                                                  {"exposed cp comm", e.time.cp_comm},
                                                   {"exposed pp comm", e.time.pp_comm},
                                                   {"exposed dp comm", e.time.dp_comm},
                                                   {"optimizer", e.time.optimizer}};
@@ -117,9 +118,9 @@ TuneResult tune(const ModelShape& m, const CollectiveModel& net, const Layout& c
   }
   keep_best(kind);
 
-  // ZeRO level (dp > 1): sharding gradients (2) and parameters (3) trades DP traffic for memory.
+  // ZeRO level (dp x cp > 1): sharding gradients (2) and parameters (3) trades DP traffic for memory.
   kind.clear();
-  for (int z = 0; z <= 3 && cur.dp > 1; ++z) {
+  for (int z = 0; z <= 3 && cur.grad_ranks() > 1; ++z) {
     if (z == cur.zero) continue;
     Layout l = cur;
     l.zero = z;

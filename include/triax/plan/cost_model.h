@@ -31,7 +31,11 @@ struct TimeBreakdown {
   // Ranks time-slicing shared cores (Cluster::cores_per_node): what the node's busy time over its
   // cores exceeds the dependency-bound iteration by. The terms above are at a full core each.
   double core_sharing = 0;
-  double total() const { return compute + bubble + tp_comm + pp_comm + dp_comm + optimizer + core_sharing; }
+  double cp_comm = 0;    // context-parallel K/V exchange past the attention it overlaps (last: keeps
+                         // the positional initialisers of the terms above)
+  double total() const {
+    return compute + bubble + tp_comm + cp_comm + pp_comm + dp_comm + optimizer + core_sharing;
+  }
 };
 
 // Bytes per device on the pipeline rank that needs the most.
@@ -63,6 +67,31 @@ struct DpTraffic {
   double total() const { return all_reduce + reduce_scatter + all_gather; }
 };
 
+// The context-parallel K/V exchange of one layer for one micro-batch on one rank (docs/PLANNER.md
+// "Context parallelism"). p2p: cp - 1 ring steps forward, each sending the rank's K/V block
+// (block_bytes = 2 kv_heads/tp head_dim seq/cp micro_batch e) while the attention of the block in
+// hand runs (1/cp of the rank's attention); backward K/V and dK/dV travel (2 block_bytes a step).
+// allgather: one all-gather of the whole K/V (cp blocks; each rank sends cp - 1) forward and one
+// reduce-scatter of dK/dV backward, neither overlapped. Empty at cp 1.
+struct CpExchange {
+  double block_bytes = 0;   // one rank's K/V block
+  double fwd_bytes = 0;     // sent by the rank, forward, per layer (p2p: (cp - 1) blocks)
+  double bwd_bytes = 0;     // sent by the rank, backward, per layer
+  double fwd_seconds = 0, bwd_seconds = 0;  // the exchange's own time per layer
+  double fwd_exposed = 0, bwd_exposed = 0;  // past the attention it overlaps
+  GroupPlacement ring;      // the CP group (the ring's neighbours cross nodes when it does)
+};
+// `attn_fwd`, `attn_bwd`: the rank's attention core seconds of the layer (forward, backward).
+CpExchange cp_exchange(const ModelShape& m, const Layout& l, const CollectiveModel& net, double attn_fwd,
+                       double attn_bwd);
+
+// Per step on the critical pipeline rank: the exchange's time, the part left exposed, the bytes sent.
+struct CpTraffic {
+  double seconds = 0, exposed = 0, bytes = 0;
+  CpExchange per_layer;
+  double hidden_share() const { return seconds > 0 ? 1 - exposed / seconds : 0; }
+};
+
 struct Estimate {
   ModelShape model;
   Layout layout;
@@ -77,6 +106,7 @@ struct Estimate {
   double tokens_per_second = 0;
   std::string dp_algorithm;   // ring or tree, as chosen for the gradient reduction
   DpTraffic dp_traffic;       // data-parallel bytes per step (empty at dp 1)
+  CpTraffic cp_traffic;       // context-parallel K/V exchange per step (empty at cp 1)
 };
 
 // Throws ConfigError (with layout_problem's reason) when the layout cannot run the model.
@@ -84,7 +114,8 @@ Estimate estimate(const ModelShape& m, const CollectiveModel& net, const Layout&
                   const LayoutRules& rules = {});
 
 // Korthikanti et al. 2022 activation bytes of one layer for one micro-batch, stored for backward,
-// per tensor-parallel rank (their Table 2 generalised to any ffn width, dtype and dropout).
+// per tensor-parallel rank (their Table 2 generalised to any ffn width, dtype and dropout), for the
+// seq / cp tokens a context-parallel rank holds.
 double layer_activation_bytes(const ModelShape& m, const Layout& l);
 
 }  // namespace triax::plan

@@ -1,4 +1,5 @@
-// A 3D-parallel layout and the software options that change its cost: tp x pp x dp, virtual
+// A 3D-parallel layout and the software options that change its cost: tp x cp x pp x dp (cp:
+// context parallel, the sequence split across ranks), virtual
 // stages, micro-batch size, schedule, recomputation, sequence parallel, ZeRO level
 // (0..3, with HSDP shard groups), precision.
 // layout_problem() says why a layout cannot run a model on a cluster (the planner's "invalid").
@@ -20,19 +21,29 @@ enum class Precision { bf16, fp16, fp32 };
 // fused: one attention kernel that never writes the s x s scores (FlashAttention-style);
 // unfused: QK^T, softmax and AV as separate kernels that store the scores (Megatron-LM 2021).
 enum class AttentionKernel { fused, unfused };
+// How the context-parallel ranks share keys and values: p2p, K/V blocks passed around the CP ring,
+// each step overlapped with the attention of the block in hand (ring attention); allgather, all of
+// K/V gathered once per layer before the attention (not overlapped), dK/dV reduce-scattered back.
+enum class CpComm { p2p, allgather };
 
 std::string_view to_string(Schedule s);
 std::string_view to_string(Recompute r);
 std::string_view to_string(Precision p);
 std::string_view to_string(AttentionKernel a);
+std::string_view to_string(CpComm c);
 // Parsers accept exactly the names to_string prints (1f1b, zb-h1, ...); ConfigError otherwise.
 Schedule parse_schedule(std::string_view s);
 Recompute parse_recompute(std::string_view s);
 Precision parse_precision(std::string_view s);
 AttentionKernel parse_attention(std::string_view s);
+CpComm parse_cp_comm(std::string_view s);
 
 struct Layout {
   int tp = 1;
+  // Context parallel: each sample's sequence cut into 2 cp chunks, rank r holding chunks r and
+  // 2 cp - 1 - r (zigzag, balancing causal attention); CP ranks are data-parallel for the weights.
+  int cp = 1;
+  CpComm cp_comm = CpComm::p2p;
   int pp = 1;
   int dp = 1;
   int vpp = 1;          // model chunks per pipeline rank (interleaved schedule only)
@@ -94,9 +105,11 @@ struct Layout {
   // position add and scatter-add, the loss's passes over the logits (docs/PLANNER.md).
   bool runtime_copies = false;
 
-  int gpus() const { return tp * pp * dp; }
-  // The ranks one shard group spans: zero_shard, or all of dp.
-  int shard_size() const { return zero_shard > 0 ? zero_shard : dp; }
+  int gpus() const { return tp * cp * pp * dp; }
+  // The ranks that hold the same weights and reduce their gradients together: dp x cp.
+  int grad_ranks() const { return dp * cp; }
+  // The ranks one shard group spans: zero_shard, or all of dp x cp.
+  int shard_size() const { return zero_shard > 0 ? zero_shard : grad_ranks(); }
 };
 
 // Reads one ZeRO token of a layout's text ("zero1", "zero2", "zero3", "hsdp4") into `l`: true when
@@ -121,12 +134,16 @@ struct LayoutRules {
 // Memory is not checked here: that is the cost model's "fits".
 std::optional<std::string> layout_problem(const ModelShape& m, const Cluster& c, const Layout& l,
                                           const LayoutRules& rules = {});
-// The ZeRO part of layout_problem: a level outside 0..3, a shard size that does not divide dp, or
-// shard groups smaller than dp below ZeRO-2.
+// The ZeRO part of layout_problem: a level outside 0..3, a shard size that does not divide dp x cp,
+// or shard groups smaller than dp x cp below ZeRO-2.
 std::optional<std::string> zero_problem(const Layout& l);
+// The context-parallel part of layout_problem: cp < 1, or a sequence that 2 cp chunks (times tp
+// under sequence parallelism) do not divide.
+std::optional<std::string> cp_problem(const ModelShape& m, const Layout& l);
 
-// "tp2 pp4 dp8 v2 mbs1 interleaved full sp zero3 hsdp4" style summary (zero1 / zero2 / zero3, and
-// hsdpN when the shard groups are smaller than dp).
+// "tp2 cp2 pp4 dp8 v2 mbs1 interleaved full sp zero3 hsdp4" style summary (cpN only when cp > 1,
+// then cp-allgather for that variant; zero1 / zero2 / zero3, and hsdpN when the shard groups are
+// smaller than dp x cp).
 std::string describe(const Layout& l);
 
 }  // namespace triax::plan

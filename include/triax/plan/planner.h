@@ -1,4 +1,4 @@
-// Layout search: enumerates every valid (tp, pp, dp, vpp, micro-batch, schedule, recompute,
+// Layout search: enumerates every valid (tp, cp, pp, dp, vpp, micro-batch, schedule, recompute,
 // sequence parallel, ZeRO level and HSDP shard size) for a GPU count, estimates each, and ranks those that fit in memory.
 // The ones that lose are counted by the reason: invalid, memory, or the component that cost most.
 #pragma once
@@ -17,13 +17,16 @@ namespace triax::plan {
 struct SearchSpace {
   int gpus = 0;
   std::vector<int> tp, pp, dp, vpp, micro_batch;
+  // Context-parallel sizes; empty: 1, 2, 4, 8, ... dividing the GPUs left after tp, wherever 2 cp
+  // divides the sequence. base.cp_comm says how the K/V travel.
+  std::vector<int> cp;
   std::vector<Schedule> schedules;  // empty: 1f1b, interleaved, zb-h1
   std::vector<Recompute> recompute;
   std::vector<bool> sequence_parallel;
   std::vector<bool> zero1;      // the old knob: false -> zero 0, true -> zero 1 (used when `zero` is empty)
   std::vector<int> zero;        // ZeRO levels; empty: 0..3 when dp > 1, else 0
-  // HSDP shard group sizes tried with ZeRO-2/3 (0 = all of dp); empty: 0, and the dp ranks of one
-  // node (gpus per node / tp) when that divides dp and is smaller.
+  // HSDP shard group sizes tried with ZeRO-2/3 (0 = all of dp x cp); empty: 0, and the dp x cp ranks
+  // of one node (gpus per node / tp) when that divides dp x cp and is smaller.
   std::vector<int> zero_shard;
   Layout base;
   LayoutRules rules;
@@ -31,7 +34,7 @@ struct SearchSpace {
 };
 
 // Why a fitting layout ranked below the best: the time component that grew most against it.
-enum class LossReason { compute, bubble, tp_comm, pp_comm, dp_comm, optimizer };
+enum class LossReason { compute, bubble, tp_comm, cp_comm, pp_comm, dp_comm, optimizer };
 std::string_view to_string(LossReason r);
 
 struct SearchResult {
@@ -49,12 +52,20 @@ struct SearchResult {
   // with the least memory per GPU; zero_explanation() reads them.
   std::array<long, 4> fitting_by_zero{};
   std::array<std::optional<Estimate>, 4> leanest_by_zero;
+  // Layouts that fit without context parallelism (cp 1) and with it, and the cp-1 layout with the
+  // least memory per GPU, fitting or not; cp_explanation() reads them.
+  long fitting_without_cp = 0, fitting_with_cp = 0;
+  std::optional<Estimate> leanest_without_cp;
 };
 
 // "only ZeRO-3 fits: the leanest layout below ZeRO-3 (...) needs 93.1 GiB per GPU of 80.0 GiB
 // (parameters ..., gradients ..., optimizer ..., activations ...)" when the search found layouts
 // that fit only at ZeRO-2 or -3 and looked at lower levels too; nullopt otherwise.
 std::optional<std::string> zero_explanation(const SearchResult& r);
+// "only CP fits: the leanest layout without context parallelism (...) needs 120.3 GiB per GPU of
+// 80.0 GiB (parameters ..., activations ...)" when every layout that fits has cp > 1 and the search
+// looked at cp 1 too; nullopt otherwise.
+std::optional<std::string> cp_explanation(const SearchResult& r);
 
 SearchResult search(const ModelShape& m, const CollectiveModel& net, const SearchSpace& space);
 

@@ -20,6 +20,7 @@ struct PublishedRun {
   std::string id, source, where, cluster, software;
   ModelShape model;
   int tp = 1, pp = 1, dp = 1;
+  int cp = 1;           // context parallel (column cp; absent or empty: 1), p2p ring
   int micro_batch = 0;  // 0: not published, searched
   int vpp = 0;          // 0: not published, 1f1b and interleaved searched
   Recompute recompute = Recompute::full;
@@ -28,17 +29,20 @@ struct PublishedRun {
   // ("no-dropout", "no-tp-comm-overlap", "no-pp-overlap", "fused-cross-entropy"; ';'-separated).
   bool no_dropout = false, no_tp_comm_overlap = false, no_pp_overlap = false, fused_cross_entropy = false;
   bool fp32_grad_reduce = false;  // option fp32-grad-reduce: gradients accumulated and reduced in fp32
+  // Option llama-block sets the model's Llama block choices (SwiGLU, RMSNorm, RoPE without a
+  // position table, no biases); column ffn (absent, empty or 0: 4h) the MLP width.
   // Options zero0..zero3 and hsdpN (layout.h parse_zero_token): the ZeRO level (-1: the software's)
   // and the HSDP shard group size (0: the software's).
   int zero = -1, zero_shard = 0;
   RunMetric metric = RunMetric::seconds;
   double value = 0;
   int line = 0;  // in the file, for messages
-  int gpus() const { return tp * pp * dp; }
+  int gpus() const { return tp * cp * pp * dp; }
 };
 
-// Reads the CSV ('#' comment lines, one header line with exactly the documented columns). IoError
-// naming the file, line and column on anything missing, malformed or out of range.
+// Reads the CSV ('#' comment lines, one header line with exactly the documented columns; files
+// written before the cp and ffn columns may leave them out). IoError naming the file, line and
+// column on anything missing, malformed or out of range.
 std::vector<PublishedRun> load_published_runs(const std::filesystem::path& csv);
 
 // The runtime behaviour a software name stands for: "megatron-sc21" (Megatron-LM 2021: fp16, unfused

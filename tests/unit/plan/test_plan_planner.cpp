@@ -15,30 +15,34 @@ using triax::plan::test::small_model;
 
 namespace {
 
-// Every (tp, pp, dp, vpp, mbs, schedule, recompute, sp, zero level, shard size) with tp*pp*dp ==
-// gpus, with the search's duplicates dropped (one schedule at pp 1, no sp at tp 1, no ZeRO at dp 1)
-// and its HSDP choice (ZeRO-2/3 shard groups of one node's dp ranks, when smaller than dp).
+// Every (tp, cp, pp, dp, vpp, mbs, schedule, recompute, sp, zero level, shard size) with
+// tp*cp*pp*dp == gpus, cp a power of two (the search's CP sizes), with the search's duplicates
+// dropped (one schedule at pp 1, no sp at tp 1, no ZeRO at dp*cp 1) and its HSDP choice (ZeRO-2/3
+// shard groups of one node's dp x cp ranks, when smaller than dp x cp).
 std::vector<Estimate> brute_force(const ModelShape& m, const CollectiveModel& net, int gpus) {
   std::vector<Estimate> out;
   for (int tp = 1; tp <= gpus; ++tp)
+    for (int cp = 1; cp <= gpus; cp *= 2)
     for (int pp = 1; pp <= gpus; ++pp)
       for (int dp = 1; dp <= gpus; ++dp) {
-        if (tp * pp * dp != gpus) continue;
+        if (tp * cp * pp * dp != gpus) continue;
+        const int ranks = dp * cp;  // the gradient (and ZeRO shard) ranks
         for (int mbs = 1; mbs <= m.global_batch; ++mbs)
           for (int v = 1; v <= m.layers; ++v)
             for (Schedule s : {Schedule::gpipe, Schedule::one_f_one_b, Schedule::interleaved, Schedule::zb_h1})
               for (Recompute rc : {Recompute::none, Recompute::selective, Recompute::full})
                 for (bool sp : {false, true})
                   for (int z = 0; z <= 3; ++z)
-                  for (int shard = 0; shard <= dp; ++shard) {
+                  for (int shard = 0; shard <= ranks; ++shard) {
                     if (s == Schedule::gpipe) continue;  // the search does not rank GPipe by default
                     if (pp == 1 && s != Schedule::one_f_one_b) continue;
-                    if ((sp && tp == 1) || (z > 0 && dp == 1)) continue;
+                    if ((sp && tp == 1) || (z > 0 && ranks == 1)) continue;
                     const int node_dp = net.cluster().gpus_per_node / tp;
-                    if (shard != 0 && (z < 2 || shard != node_dp || node_dp >= dp || dp % shard != 0)) continue;
+                    if (shard != 0 && (z < 2 || shard != node_dp || node_dp >= ranks || ranks % shard != 0)) continue;
                     if (rc == Recompute::selective) continue;  // same as none with the fused kernel
                     Layout l;
                     l.tp = tp;
+                    l.cp = cp;
                     l.pp = pp;
                     l.dp = dp;
                     l.vpp = v;

@@ -71,17 +71,19 @@ TEST_CASE("published runs: leave-one-out and held-out-by-source errors within 5%
   CHECK(any_differs);
 }
 
-TEST_CASE("published runs: the H100 rows of four sources, held out one row and one source at a time") {
+TEST_CASE("published runs: the H100 rows of seven sources, held out one row and one source at a time") {
   const auto h100 = rows_on("dgx-h100", true), a100 = rows_on("dgx-h100", false);
-  REQUIRE(h100.size() == 27);
+  REQUIRE(h100.size() == 44);
   std::set<std::string> sources;
-  int gqa = 0;
+  int gqa = 0, cp = 0;
   for (const auto& r : h100) {
     sources.insert(r.source);
     gqa += r.model.kv_heads > 0;
+    cp += r.cp > 1;
   }
-  CHECK(sources.size() == 4);
-  CHECK(gqa == 13);  // the Nemotron-4 rows: 8 key/value groups
+  CHECK(sources.size() == 7);
+  CHECK(gqa == 30);  // the Nemotron-4 and Llama 3.1 rows
+  CHECK(cp == 17);   // the Llama 3.1 rows: context parallel 2
   // Megatron-LM's model FLOPs of the 1.7B row (72 B s l h^2 + 12 B s^2 l h + 6 B s h V) at 408.8
   // TFLOP/s on 48 GPUs: 0.452 s.
   const auto& first = h100.front();
@@ -113,7 +115,7 @@ TEST_CASE("published runs: the H100 rows of four sources, held out one row and o
 
   const ValidationReport rep = validate_runs(cluster_preset("dgx-h100"), h100, a100);
   INFO(format_validation(rep));
-  CHECK(!rep.transferred_from_elsewhere);  // every source is held out by fitting on the other three
+  CHECK(!rep.transferred_from_elsewhere);  // every source is held out by fitting on the other six
   // Held out by source really fitted without the source: for some source the fit differs from the
   // fit on every row (the grid can land on the same point without a source that agrees with the rest).
   bool any_differs = false;
@@ -130,20 +132,24 @@ TEST_CASE("published runs: the H100 rows of four sources, held out one row and o
   // docs/PLANNER.md: the H100 rows are NOT within the 3.5% / 8% goal (the means are). Limits as
   // measured with fp32 gradient reduction where the software says so, the README rows' 1F1B sends on
   // the critical path, memory-bound kernels at 0.60 of HBM3 and NCCL's SMs taken from the kernels
-  // beside a DP collective (leave-one-out 3.38% / 11.08%, held out by source 3.41% / 10.69%), with
-  // a little room: a change that makes the rows worse fails here.
+  // beside a DP collective (leave-one-out 3.38% / 11.08%, held out by source 3.41% / 10.69% before the
+  // Llama 3.1 CP rows; 2.81% / 11.16% and 2.91% / 11.08% with them: the worst rows are still the
+  // README's), with a little room: a change that makes the rows worse fails here.
   CHECK(rep.leave_one_out.mean <= 0.035);
   CHECK(rep.leave_one_out.worst <= 0.116);
   CHECK(rep.held_out_source.mean <= 0.035);
   CHECK(rep.held_out_source.worst <= 0.112);
-  // The worst rows are the README's, whose micro-batch and schedule are not published; the three
-  // DGX Cloud sources publish the whole layout and stay within 4.2% leave-one-out and 4.5% held out
-  // by source (limits with a little room).
+  // The worst rows are the README's, whose micro-batch and schedule are not published; the GPT-3 and
+  // Nemotron-4 DGX Cloud sources publish the whole layout and stay within 4.3% leave-one-out and 4.5%
+  // held out by source (limits with a little room). The Llama 3.1 rows (context parallel 2) do not all
+  // meet that: the 8B rows are predicted 2.5-5.7% slow (measured faster), the 70B and 405B rows within
+  // 3.7% (docs/PLANNER.md "Context parallelism"); their limit is what was measured, with a little room.
   for (const auto& v : rep.rows) {
     if (v.in_sample.run.source.rfind("dgxc-", 0) != 0) continue;
     INFO(v.in_sample.run.id);
-    CHECK(std::abs(v.leave_one_out_error) <= 0.044);
-    CHECK(std::abs(v.held_out_source_error) <= 0.047);
+    const bool llama = v.in_sample.run.source.rfind("dgxc-llama3.1", 0) == 0;
+    CHECK(std::abs(v.leave_one_out_error) <= (llama ? 0.06 : 0.044));
+    CHECK(std::abs(v.held_out_source_error) <= (llama ? 0.06 : 0.047));
   }
 }
 

@@ -262,6 +262,7 @@ TEST_CASE("search: a model that fits only with ZeRO-3 gets a ZeRO-3 layout and t
   SearchSpace sp;
   sp.gpus = 64;
   sp.tp = {1};
+  sp.cp = {1};  // the sequence whole on every rank (with CP the leanest ZeRO-2 layout is cp64)
   sp.pp = {1};
   const SearchResult r = search(m, net, sp);
   REQUIRE_FALSE(r.best.empty());

@@ -231,6 +231,7 @@ void GptChunk::register_layer(int l, const ChunkMoe& moe) {
     mc.bias = cfg.bias;
     mc.hf_names = !cfg.is_gpt2();
     L.moe = std::make_unique<MoeMlp>(mc, l, C_, F_, *moe.ep, store_, tp_.rank() == 0);
+    L.moe->set_cp_group(moe.cp);
     for (size_t i : L.moe->param_indices()) owned_.push_back(i);
     L.moe->set_grad_ready_hook([this](size_t i) { ready(i); });
   } else if (cfg.is_gpt2()) {

@@ -177,6 +177,10 @@ struct MoeMlp::Slot {
   Tensor o;                       // (St, C) expert outputs, back at the source, send layout
   Tensor xe, h, a;                // (Rt, C), (Rt, Fh), (Rt, F) expert inputs, pre- and post-activation
                                   // (Fh = F, or 2F for SwiGLU's rows [gate | up])
+  // The aux loss's terms over the micro-batch (summed over the CP group; R's own without CP).
+  std::vector<double> aux_load;   // (E) assignments per expert
+  double aux_N = 0;               // tokens
+  double aux = 0;                 // E * sum_e f_e P_e of them
 };
 
 namespace {
@@ -397,25 +401,25 @@ void for_each_expert_rows(const SlotT& s, int c, int P, int El, Fn&& fn) {
 }
 
 // The counts a forward or backward reports besides its timings.
-void count_rows(MoeStats& st, const Routing& R, int N, int k, size_t St, size_t Rt) {
+void count_rows(MoeStats& st, const Routing& R, int N, int k, size_t St, size_t Rt, double aux) {
   st.tokens = N;
   st.assignments = static_cast<int64_t>(N) * k;
   st.dropped = R.dropped;
   st.capacity = R.capacity;
   st.sent_rows = static_cast<int64_t>(St);
   st.recv_rows = static_cast<int64_t>(Rt);
-  st.aux_loss = R.aux_loss;
+  st.aux_loss = static_cast<float>(aux);
 }
 
 // The router's logit gradients (N, E) on the host: d probs from the gates' gradients dgate (N, k)
-// and from the aux loss (weight daux), then softmax backward.
-std::vector<double> router_logit_grads(const Routing& R, const std::vector<double>& dgate, double daux) {
+// and from the aux loss (weight daux; its loads and token count: load (E), Nt), then softmax
+// backward.
+std::vector<double> router_logit_grads(const Routing& R, const std::vector<double>& dgate, double daux,
+                                       const std::vector<double>& load, double Nt) {
   const int N = R.N, E = R.E, k = R.k;
   std::vector<double> dlogit(static_cast<size_t>(N) * E, 0.0);
-  std::vector<double> aux_dp(static_cast<size_t>(E));  // d aux / d probs[n, e] = E f_e / N
-  for (int e = 0; e < E; ++e)
-    aux_dp[static_cast<size_t>(e)] =
-        daux * E * (static_cast<double>(R.load[static_cast<size_t>(e)]) / (static_cast<double>(N) * k)) / N;
+  std::vector<double> aux_dp(static_cast<size_t>(E));  // d aux / d probs[n, e] = E f_e / Nt
+  for (int e = 0; e < E; ++e) aux_dp[static_cast<size_t>(e)] = daux * E * (load[static_cast<size_t>(e)] / (Nt * k)) / Nt;
   std::vector<double> dp(static_cast<size_t>(E));
   for (int n = 0; n < N; ++n) {
     const double* p = R.probs.data() + static_cast<size_t>(n) * E;
@@ -500,6 +504,29 @@ std::pair<Tensor, Tensor> MoeMlp::lay_out_sends(Slot& s, const Tensor& xin) {
   return {token_of, xs};
 }
 
+// The aux loss of the micro-batch from its per-expert loads and probability sums and its token
+// count, summed over the CP group (each rank holds T/cp rows of every sequence). Without CP: R's
+// own, in route_tokens' order of operations (the same bits as R.aux_loss).
+void MoeMlp::aux_terms(Slot& s) {
+  const Routing& R = s.R;
+  const int E = cfg_.experts;
+  std::vector<double> v(2 * static_cast<size_t>(E) + 1, 0.0);
+  for (int e = 0; e < E; ++e) {
+    v[static_cast<size_t>(e)] = static_cast<double>(R.load[static_cast<size_t>(e)]);
+    double P = 0;
+    for (int n = 0; n < R.N; ++n) P += R.probs[static_cast<size_t>(n) * E + e];
+    v[static_cast<size_t>(E + e)] = P;
+  }
+  v[2 * static_cast<size_t>(E)] = R.N;
+  if (cp_) cp_->all_reduce(std::span<double>(v), ReduceOp::sum).wait();
+  s.aux_load.assign(v.begin(), v.begin() + E);
+  s.aux_N = v[2 * static_cast<size_t>(E)];
+  const double N = s.aux_N;
+  double aux = 0;
+  for (int e = 0; e < E; ++e) aux += v[static_cast<size_t>(e)] / (N * R.k) * (v[static_cast<size_t>(E + e)] / N);
+  s.aux = N > 0 ? aux * E : 0.0;
+}
+
 // Row counts for every chunk in one exchange (block r holds (chunks, El) counts for rank r), then
 // the expert side's layout: rcount, roff and the row permutations of each chunk.
 void MoeMlp::exchange_counts(Slot& s, MoeStats& st) {
@@ -561,6 +588,7 @@ double MoeMlp::forward(int sl, int N, const Tensor& x, const Tensor& y, bool tra
   be_.copy(xs_keep, xin);
 
   route(s, xin, N);
+  aux_terms(s);
   const Routing& R = s.R;
   const auto [token_of, xs] = lay_out_sends(s, xin);
   const size_t St = s.send_asg.size();
@@ -600,11 +628,11 @@ double MoeMlp::forward(int sl, int N, const Tensor& x, const Tensor& y, bool tra
   be_.fill(yv, 0.0);
   if (St > 0) be_.scatter_add_rows(yv, o, token_of, s.gate_of.slice(0, static_cast<int64_t>(St)), static_cast<int>(St), C_);
 
-  count_rows(st, R, N, k, St, Rt);
+  count_rows(st, R, N, k, St, Rt, s.aux);
   st.total_s = since(t0);
   fwd_stats_ = st;
   last_routing_ = R;
-  const double aux = R.aux_loss;
+  const double aux = s.aux;
   if (training)
     slots_[sl] = std::move(sp);
   else
@@ -674,14 +702,17 @@ void MoeMlp::backward(int sl, const Tensor& dy, const Tensor& dx, float dloss) {
   for (size_t l = experts_.size(); l-- > 0;)
     for (size_t j = experts_[l].params.size(); j-- > 0;) ready(experts_[l].params[j]);
 
-  // Router (host: the routing lives there), then its GEMMs on the backend.
-  const std::vector<double> dlogit = router_logit_grads(R, dgate, static_cast<double>(cfg_.aux_loss_coef) * dloss);
+  // Router (host: the routing lives there), then its GEMMs on the backend. Under CP this rank's
+  // tokens carry their share of the micro-batch's aux gradient times cp: the dp x cp average of
+  // the weight gradients sums the shares (as the token losses' mean over T/cp rows does).
+  const double daux = static_cast<double>(cfg_.aux_loss_coef) * dloss * (cp_ ? cp_->size() : 1);
+  const std::vector<double> dlogit = router_logit_grads(R, dgate, daux, s.aux_load, s.aux_N);
   const Tensor dlt = upload_real(dlogit_, dlogit);
   be_.linear_backward(dxv, G(router_), Tensor(), dlt, s.x.slice(0, N * C), P(router_), N, C_, cfg_.experts);
   ready(router_);
   // The expert paths' input gradients.
   if (St > 0) be_.scatter_add_rows(dxv, dxs, s.token_of.slice(0, static_cast<int64_t>(St)), Tensor(), static_cast<int>(St), C_);
-  count_rows(st, R, N, k, St, Rt);
+  count_rows(st, R, N, k, St, Rt, s.aux);
   st.total_s = since(t0);
   bwd_stats_ = st;
   release(sl);

@@ -323,6 +323,7 @@ void Trainer::build_model(const ResolvedTrainConfig& r) {
     moe.every = cfg.moe_every;
     moe.cfg = r.moe;
     moe.ep = &grid_->ep();
+    moe.cp = &grid_->cp();
   }
   if (cfg.cp > 1)
     cp_ = std::make_unique<ContextParallel>(grid_->cp(), *backend_,

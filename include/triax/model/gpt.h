@@ -42,11 +42,13 @@ struct ChunkSpec {
 };
 
 // Mixture-of-experts layers (docs/MOE.md): layer l uses a MoeMlp instead of the dense MLP when
-// every > 0 and (l + 1) % every == 0. ep: the expert-parallel group (carved from DP).
+// every > 0 and (l + 1) % every == 0. ep: the expert-parallel group (carved from DP). cp: the
+// context-parallel group (null: none), over which the aux loss's terms are summed.
 struct ChunkMoe {
   int every = 0;
   MoeConfig cfg;
   Communicator* ep = nullptr;
+  Communicator* cp = nullptr;
 };
 
 class GptChunk final : public Stage {

@@ -78,7 +78,7 @@ struct MoeStats {
   int64_t capacity = 0;
   int64_t sent_rows = 0;    // token rows sent to expert owners (this rank included)
   int64_t recv_rows = 0;    // token rows this rank's experts processed
-  float aux_loss = 0;       // unweighted, of this rank's tokens
+  float aux_loss = 0;       // unweighted, of the micro-batch (its whole sequences under CP)
   double a2a_wait_s = 0;    // blocked in Work::wait on the counts, dispatch and combine exchanges:
                             // the exposed all-to-all time
   double a2a_call_s = 0;    // inside the calls that start or test them (driving MPI)
@@ -137,12 +137,20 @@ class MoeMlp {
   const MoeConfig& config() const { return cfg_; }
   // Knob of speed only; every EP rank must use the same value for a slot's forward and backward.
   void set_chunks(int chunks);
+  // Context parallelism: the group whose ranks hold the other rows of this rank's sequences (null
+  // or size 1: off). Routing stays token-local (capacity too: drop mode only matches one process
+  // when nothing is dropped), but the aux loss becomes the micro-batch's: forward all-reduces the
+  // per-expert loads, probability sums and N over the group (every rank must call forward for the
+  // same slots in the same order), and backward scales the aux gradient of this rank's tokens by
+  // the group size, so that the dp x cp gradient average is the one-process gradient.
+  void set_cp_group(Communicator* cp) { cp_ = cp && cp->size() > 1 ? cp : nullptr; }
   int local_experts() const { return El_; }
   int first_expert() const { return e0_; }
   // Store indices: router, then per local expert its parameters in registration order (above).
   const std::vector<size_t>& param_indices() const { return owned_; }
   size_t router_param() const { return router_; }
-  // The routing of the last forward (for tests and metrics).
+  // The routing of the last forward (for tests and metrics): this rank's tokens only (its aux_loss
+  // too; forward returns the CP group's).
   const Routing& last_routing() const { return last_routing_; }
   const MoeStats& forward_stats() const { return fwd_stats_; }
   const MoeStats& backward_stats() const { return bwd_stats_; }
@@ -162,6 +170,7 @@ class MoeMlp {
   void route(Slot& s, const Tensor& xin, int N);
   std::pair<Tensor, Tensor> lay_out_sends(Slot& s, const Tensor& xin);
   void exchange_counts(Slot& s, MoeStats& st);
+  void aux_terms(Slot& s);
   void ready(size_t idx);
   // The first n elements of t, regrown (never shrunk) to hold them.
   Tensor grow(Tensor& t, size_t n, DType dtype);
@@ -180,6 +189,7 @@ class MoeMlp {
   int layer_;
   int C_, F_;
   Communicator& ep_;
+  Communicator* cp_ = nullptr;
   ParamStore& store_;
   Backend& be_;
   DType dt_;  // activations (the backend's compute type); gradients go to the store's

@@ -7,6 +7,8 @@
 #   done_means: the issue's layout, `-np 8 --model llama-tiny --tp 2 --cp 2 --dp 2`, at seq 128 (past
 #               llama-tiny's 64: RoPE extends) trains the one-process losses and gradient norms to
 #               1e-5 relative (--metrics-jsonl, full precision), once per --cp-comm-type.
+#   resume:     checkpoints do not depend on cp: saved under cp 2 x dp 2 (and at cp 1), resumed at
+#               cp 1, cp 4, tp 2 x cp 2 and cp 2 allgather, iteration 3 equals the uninterrupted run.
 #   cp_cli_test.sh TRAIN_GPT MPIEXEC CASE
 set -uo pipefail
 exe=$1; mpiexec=$2; case_=$3
@@ -69,6 +71,32 @@ done_means)
       { grep "^# run: layout" "$tmp/$comm.out"; fail "the layout line does not show cp"; }
     grep -q "^cp-comm-type = \"$comm\"" "$tmp/$comm.out" || fail "the resolved configuration lacks cp-comm-type $comm"
     compare_losses "$tmp/one.jsonl" "$tmp/$comm.jsonl"
+  done
+  ;;
+resume)
+  # Saved at iteration 2 of 3 under cp 2 x dp 2 (ZeRO-1), resumed at cp 1, cp 4 and tp 2 x cp 2:
+  # iteration 3 equals the uninterrupted one-process run. And a cp 1 checkpoint resumes at cp 2.
+  small="--model tiny --num-layers 4 --seq-length 64 --global-batch-size 8 --micro-batch-size 1 --train-iters 3 --seed 3"
+  run -np 1 "$exe" $small --metrics-jsonl "$tmp/whole.jsonl" >"$tmp/whole.out" 2>&1 || { tail -5 "$tmp/whole.out"; fail "uninterrupted"; }
+  for saved in "4:--cp 2 --dp 2 --zero 1" "1:"; do
+    rm -rf "$tmp/ck"
+    run -np "${saved%%:*}" "$exe" $small ${saved#*:} --save "$tmp/ck" --save-interval 2 >"$tmp/save.out" 2>&1 ||
+      { tail -5 "$tmp/save.out"; fail "save at -np $saved"; }
+    rm -rf "$tmp/ck/iter_0000003"
+    [ -d "$tmp/ck/iter_0000002" ] || fail "no iteration-2 checkpoint from -np $saved"
+    for resumed in "1:" "4:--cp 4" "4:--tp 2 --cp 2" "2:--cp 2 --cp-comm-type allgather"; do
+      rm -f "$tmp/resumed.jsonl"
+      run -np "${resumed%%:*}" "$exe" $small ${resumed#*:} --load "$tmp/ck" --metrics-jsonl "$tmp/resumed.jsonl" \
+        >"$tmp/load.out" 2>&1 || { tail -5 "$tmp/load.out"; fail "resume at -np $resumed from -np $saved"; }
+      python3 - "$tmp/whole.jsonl" "$tmp/resumed.jsonl" <<'PY' || fail "resumed at -np $resumed from -np $saved: another loss"
+import json, sys
+whole, resumed = ([json.loads(l) for l in open(p)] for p in sys.argv[1:3])
+assert [r["iteration"] for r in resumed] == [3], resumed
+a, b = whole[2]["loss"], resumed[0]["loss"]
+assert abs(a - b) <= 1e-5 * abs(a), (a, b)
+PY
+      echo "ok: saved at -np $saved, resumed at -np $resumed: iteration 3 equals the uninterrupted run"
+    done
   done
   ;;
 *) fail "unknown case" ;;

@@ -67,7 +67,7 @@ done_means)
   for comm in p2p allgather; do
     train -np 8 "$exe" --tp 2 --cp 2 --dp 2 --cp-comm-type $comm --metrics-jsonl "$tmp/$comm.jsonl" >"$tmp/$comm.out" 2>&1 ||
       { tail -5 "$tmp/$comm.out"; fail "tp 2 cp 2 dp 2 ($comm)"; }
-    grep -q "^# run: layout 8 ranks = tp 2 x cp 2 x pp 1 x dp 2 " "$tmp/$comm.out" ||
+    grep -q "^# run: layout 8 ranks = tp 2 x cp 2 ($comm) x pp 1 x dp 2 " "$tmp/$comm.out" ||
       { grep "^# run: layout" "$tmp/$comm.out"; fail "the layout line does not show cp"; }
     grep -q "^cp-comm-type = \"$comm\"" "$tmp/$comm.out" || fail "the resolved configuration lacks cp-comm-type $comm"
     compare_losses "$tmp/one.jsonl" "$tmp/$comm.jsonl"

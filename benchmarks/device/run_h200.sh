@@ -12,6 +12,8 @@
 #              train_gpt, triax-plan (those that exist)
 #   kernels    1. every CUDA test (ctest label cuda: the kernel/op table against the CPU ops, one
 #              "... ok|FAIL" line per op and type) and the loss-scaler test
+#   cp_blocks  1b. timing of the context-parallel attention blocks one rank runs vs the
+#              whole-sequence kernel (cuda_test_attention_block "[bench]", seq 4096..16384, cp 2, 4)
 #   step_check 2. one fp32 training step of a small GPT, --backend cuda vs cpu (cuda_step_check),
 #              then the same for llama-tiny (step_check_llama)
 #   memcheck   4. compute-sanitizer memcheck of the small step (cuda_step_check, else the kernels)
@@ -288,6 +290,30 @@ if ! grep -q '"name": "kernels"' "$records" 2>/dev/null; then
   elif [ $skipped = $ran ]; then st=skipped
   else st=passed; fi
   record kernels $st "$s" --log tests.log --detail "$detail" --numbers "$work/kernels.json"
+fi
+
+# ---- 1b. context-parallel attention blocks: the blocks rank 0 runs (its queries against every
+# rank's K/V, forward + backward) vs the whole-sequence CUDA kernel, fp32, seq 4096..16384 split
+# over cp 2 and 4, alternating in one process (cuda_test_attention_block "[bench]"; its
+# correctness lines, "cp_block ... ok|FAIL", are in step 1's op table). One line per shape:
+# "cp_block_timing seq S cp N whole_ms W rank0_blocks_ms B ratio B/W ideal 1/N".
+s=$(date +%s)
+cpb=$build/tests/cuda_test_attention_block
+if [ ! -x "$cpb" ]; then
+  record cp_blocks missing "$s" --detail "no cuda_test_attention_block in this tree"
+elif ! left 40 > /dev/null; then
+  record cp_blocks no_time "$s"
+else
+  echo "==== cuda_test_attention_block [bench]" >> "$tlog"
+  timeout "$(cap 60)" "$cpb" "[bench]" > "$work/cp_blocks.log" 2>&1
+  rc=$?
+  cat "$work/cp_blocks.log" >> "$tlog"
+  grep -E '^cp_block_timing' "$work/cp_blocks.log" > "$work/cp_blocks.txt"
+  tee -a "$summary" < "$work/cp_blocks.txt"
+  "$py" -c 'import json,sys; print(json.dumps({"timing": open(sys.argv[1]).read().splitlines()}))' \
+    "$work/cp_blocks.txt" > "$work/cp_blocks.json"
+  record cp_blocks "$(status_of $rc)" "$s" --rc $rc --log tests.log --numbers "$work/cp_blocks.json" \
+    --detail "$(tr '\n' ';' < "$work/cp_blocks.txt" | head -c 600)"
 fi
 
 # ---- 2. one fp32 step, --backend cuda vs cpu

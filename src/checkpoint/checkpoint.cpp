@@ -595,9 +595,10 @@ void Checkpointer::announce_resume(const std::string& dir, const CheckpointManif
     batch_since_consumed_ = m.batch->since_consumed_samples;
   }
   if (!root) return;
-  log::info("resumed from {}: iteration {}, {} consumed samples (written at tp {} pp {} dp {} zero {}, loaded at "
-            "tp {} pp {} dp {} zero {}{})", dir, m.iteration, m.consumed_samples, m.tp, m.pp, m.dp, m.zero, cfg.tp,
-            cfg.pp, t_.grid().dp().size(), t_.optimizer().zero_level(),
+  const auto cp = [](int n) { return n > 1 ? fmt::format(" cp {}", n) : std::string(); };
+  log::info("resumed from {}: iteration {}, {} consumed samples (written at tp {}{} pp {} dp {} zero {}, loaded at "
+            "tp {}{} pp {} dp {} zero {}{})", dir, m.iteration, m.consumed_samples, m.tp, cp(m.cp), m.pp, m.dp, m.zero,
+            cfg.tp, cp(cfg.cp), cfg.pp, t_.grid().dp().size(), t_.optimizer().zero_level(),
             cfg.zero_shard_size > 0 ? fmt::format(" shard size {}", cfg.zero_shard_size) : std::string());
   if (!m.batch)
     log::warn("{} (format version 1) does not record its batch settings: this run uses {} (give the original run's "
@@ -619,7 +620,7 @@ int64_t Checkpointer::resume() {
   if (fs::exists(cfg.load, ec) && !fs::is_directory(cfg.load, ec))
     TRIAX_THROW(IoError, "--load {}: not a directory (give the directory --save wrote, which holds iter_N/ "
                          "checkpoints)", cfg.load);
-  const auto found = list_checkpoints(cfg.load);
+  const auto found = checkpoints_to_load(cfg.load);
   double n = static_cast<double>(found.size()), nmax = n;
   world.all_reduce(std::span<double>(&n, 1), ReduceOp::min).wait();
   world.all_reduce(std::span<double>(&nmax, 1), ReduceOp::max).wait();
@@ -712,7 +713,7 @@ void check_checkpoint_paths(const TrainConfig& cfg, Communicator& world) {
 
 TrainConfig with_checkpoint_batch(const TrainConfig& cfg, bool announce) {
   if (cfg.load.empty()) return cfg;
-  for (const auto& [iteration, dir] : list_checkpoints(cfg.load)) {
+  for (const auto& [iteration, dir] : checkpoints_to_load(cfg.load)) {
     CheckpointManifest m;
     try {
       m = read_checkpoint_manifest(dir, iteration);

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <optional>
 #include <charconv>
 #include <cmath>
 #include <cstring>
@@ -621,23 +622,39 @@ std::vector<float> checkpoint_slice_values(std::span<const std::byte> file_bytes
   return v;
 }
 
+namespace {
+// N for a directory named exactly checkpoint_dir_name(N) (any width: iteration 10,000,000 has 8
+// digits; "iter_42" next to "iter_0000042" is not a second checkpoint 42), else nothing.
+std::optional<int64_t> iteration_of_dir_name(const std::string& n) {
+  if (!n.starts_with("iter_") || n.size() < 6 || n[5] < '0' || n[5] > '9') return std::nullopt;
+  int64_t it = 0;
+  const auto [p, err] = std::from_chars(n.data() + 5, n.data() + n.size(), it);
+  if (err != std::errc() || p != n.data() + n.size() || n != checkpoint_dir_name(it)) return std::nullopt;
+  return it;
+}
+}  // namespace
+
 std::vector<std::pair<int64_t, std::string>> list_checkpoints(const std::string& dir) {
   std::vector<std::pair<int64_t, std::string>> out;
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) return out;
   for (const auto& e : fs::directory_iterator(dir, ec)) {
-    const std::string n = e.path().filename().string();
-    // Any width: iteration 10,000,000 has 8 digits. Only the name checkpoint_dir_name writes, so
-    // "iter_42" next to "iter_0000042" is not a second checkpoint 42.
-    if (!n.starts_with("iter_") || n.size() < 6 || n[5] < '0' || n[5] > '9') continue;
-    int64_t it = 0;
-    const auto [p, err] = std::from_chars(n.data() + 5, n.data() + n.size(), it);
-    if (err != std::errc() || p != n.data() + n.size() || n != checkpoint_dir_name(it)) continue;
-    if (!fs::is_regular_file(e.path() / kManifestName, ec)) continue;
-    out.emplace_back(it, e.path().string());
+    const auto it = iteration_of_dir_name(e.path().filename().string());
+    if (!it || !fs::is_regular_file(e.path() / kManifestName, ec)) continue;
+    out.emplace_back(*it, e.path().string());
   }
   std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
   return out;
+}
+
+std::vector<std::pair<int64_t, std::string>> checkpoints_to_load(const std::string& path) {
+  std::error_code ec;
+  const fs::path p = fs::path(path).lexically_normal();
+  const fs::path dir = p.has_filename() ? p : p.parent_path();
+  if (const auto it = iteration_of_dir_name(dir.filename().string());
+      it && fs::is_regular_file(dir / kManifestName, ec))
+    return {{*it, dir.string()}};
+  return list_checkpoints(path);
 }
 
 }  // namespace triax

@@ -217,15 +217,46 @@ void CudaBackend::attention_forward(const Tensor& out, const Tensor& lse, const 
   });
 }
 
-// The ring-attention blocks have no CUDA kernel yet (kernels/attention_block.cu is the next step):
-// context parallelism runs on the CPU backends until then.
-void CudaBackend::attention_block_forward(const Tensor&, const Tensor&, const Tensor&, const Tensor&,
-                                          const ops::AttentionBlock&) {
-  TRIAX_THROW(DeviceError, "attention_block_forward (context parallelism) has no CUDA kernel yet");
+// Context-parallel (ring) attention blocks: kernels/attention_block.cu (lse always f32), sizes as
+// the CPU backend checks them.
+void CudaBackend::attention_block_forward(const Tensor& out, const Tensor& lse, const Tensor& q, const Tensor& kv,
+                                          const ops::AttentionBlock& blk) {
+  const char* op = "attention_block_forward";
+  const int kvh = ops::check_attention_block(op, blk);
+  need(out, op, "out", int64_t{blk.B} * blk.q_T * blk.C);
+  need(lse, op, "lse", int64_t{blk.B} * blk.NH * blk.q_T);
+  need(q, op, "q", int64_t{blk.B} * blk.q_T * qkv_width(op, blk.C, blk.NH, kvh));
+  need(kv, op, "kv", int64_t{blk.B} * blk.kv_T * blk.kv_width);
+  use_device();
+  by_act(out.dtype(), op, [&](auto r) {
+    using R = decltype(r);
+    cuda::attention_block_forward(ptr<R>(out, op, "out"), stat_ptr(lse, op, "lse"),
+                                  static_cast<const R*>(ptr<R>(q, op, "q")), static_cast<const R*>(ptr<R>(kv, op, "kv")),
+                                  blk, stream_);
+  });
 }
-void CudaBackend::attention_block_backward(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
-                                           const Tensor&, const Tensor&, const ops::AttentionBlock&) {
-  TRIAX_THROW(DeviceError, "attention_block_backward (context parallelism) has no CUDA kernel yet");
+
+void CudaBackend::attention_block_backward(const Tensor& dq, const Tensor& dkv, const Tensor& dout, const Tensor& q,
+                                           const Tensor& kv, const Tensor& out, const Tensor& lse,
+                                           const ops::AttentionBlock& blk) {
+  const char* op = "attention_block_backward";
+  const int kvh = ops::check_attention_block(op, blk);
+  const int64_t qn = int64_t{blk.B} * blk.q_T * qkv_width(op, blk.C, blk.NH, kvh);
+  const int64_t kn = int64_t{blk.B} * blk.kv_T * blk.kv_width;
+  need(dq, op, "dq", qn);
+  need(q, op, "q", qn);
+  need(dkv, op, "dkv", kn);
+  need(kv, op, "kv", kn);
+  need(dout, op, "dout", int64_t{blk.B} * blk.q_T * blk.C);
+  need(out, op, "out", int64_t{blk.B} * blk.q_T * blk.C);
+  need(lse, op, "lse", int64_t{blk.B} * blk.NH * blk.q_T);
+  use_device();
+  by_act(dq.dtype(), op, [&](auto r) {
+    using R = decltype(r);
+    const auto in = [&](const Tensor& t, const char* what) { return static_cast<const R*>(ptr<R>(t, op, what)); };
+    cuda::attention_block_backward(ptr<R>(dq, op, "dq"), ptr<R>(dkv, op, "dkv"), in(dout, "dout"), in(q, "q"),
+                                   in(kv, "kv"), in(out, "out"), stat_ptr(lse, op, "lse"), blk, stream_);
+  });
 }
 
 void CudaBackend::attention_backward(const Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& out,

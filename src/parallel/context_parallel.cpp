@@ -92,6 +92,11 @@ void ContextParallel::finish(int slot) {
     p.w.wait();  // complete: releases it
   }
   stats_.total_s += p.done - p.issued;
+  if (trace::on()) {  // issue -> observed completion, beside the exposed wait (docs/OBSERVE.md)
+    const double end_us = trace::now_us() - (now_s() - p.done) * 1e6;
+    trace::record(trace::Lane::p2p, slot == 0 ? "cp exchange" : "cp dK/dV exchange",
+                  end_us - (p.done - p.issued) * 1e6, end_us);
+  }
   p.w = Work();
 }
 

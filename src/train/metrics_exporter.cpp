@@ -92,6 +92,13 @@ std::vector<prom::Family> MetricsSnapshot::families() const {
     f.push_back(gauge("triax_zero3_gather_seconds", "ZeRO-3 unit all-gathers' issue-to-completion time in the last "
                       "iteration (max over ranks)", it.zero3_gather_ms / 1e3));
   }
+  if (it.cp) {
+    f.push_back(gauge("triax_cp_exposed_seconds",
+                      "Context-parallel K/V exchange time attention waited for in the last iteration (max over ranks)",
+                      it.cp_exposed_ms / 1e3));
+    f.push_back(gauge("triax_cp_exchange_seconds", "Context-parallel K/V exchanges' issue-to-completion time in the "
+                      "last iteration (max over ranks)", it.cp_exchange_ms / 1e3));
+  }
   f.push_back(gauge("triax_pipeline_wait_seconds", "Wait for pipeline sends and receives (max over ranks)",
                     it.p2p_wait_ms / 1e3));
   f.push_back(counter("triax_skipped_iterations_total", "Iterations skipped (non-finite gradients)",

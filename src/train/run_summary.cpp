@@ -27,8 +27,9 @@ std::string describe_run(Trainer& t) {
   const GridShape g = t.grid().layout().shape();
   std::string s = fmt::format("# run: model {}: {}; block {}, {} MLP, {} positions\n", c.model, m.describe(),
                               enum_name(m.norm), m.swiglu ? "SwiGLU" : "GELU", enum_name(m.positions));
-  s += fmt::format("# run: layout {} ranks = tp {} x pp {} x dp {} (vpp {}, ep {}), schedule {}, ZeRO {}{}, "
-                   "backend {} ({})\n", t.grid().world().size(), g.tp, g.pp, g.dp, c.vpp, c.ep,
+  s += fmt::format("# run: layout {} ranks = tp {}{} x pp {} x dp {} (vpp {}, ep {}), schedule {}, ZeRO {}{}, "
+                   "backend {} ({})\n", t.grid().world().size(), g.tp,
+                   g.cp > 1 ? fmt::format(" x cp {} ({})", g.cp, c.cp_comm_type) : std::string(), g.pp, g.dp, c.vpp, c.ep,
                    enum_name(c.schedule), c.zero,
                    c.zero_shard_size > 0 ? fmt::format(" (HSDP groups of {})", c.zero_shard_size) : std::string(), c.backend,
                    c.bf16 ? "bf16" : c.fp16 ? "fp16" : "fp32");

@@ -45,12 +45,15 @@ std::string IterationMetrics::log_line() const {
       " iteration {:>8}/{:>8} | consumed samples: {:>12} | elapsed time per iteration (ms): {:.1f} | "
       "throughput (tokens/s): {:.0f} | TFLOP/s per rank: {:.4f} | learning rate: {:.6E} | global batch size: {:>5} | "
       "lm loss: {:.6E} | grad norm: {:.3f} | number of skipped iterations: {:>3} | "
-      "dp exposed (ms): {:.2f} |{} p2p wait (ms): {:.2f} |{} ETA: {} |",
+      "dp exposed (ms): {:.2f} |{}{} p2p wait (ms): {:.2f} |{} ETA: {} |",
       iteration, train_iters, consumed_samples, elapsed_ms, tokens_per_s, tflops, lr, global_batch, loss, grad_norm,
       skipped, dp_exposed_ms,
       zero3 ? fmt::format(" zero3 gather exposed (ms): {:.2f} of {:.2f} ({:.0f}% hidden) |", zero3_gather_exposed_ms,
                           zero3_gather_ms, 100 * zero3_hidden())
             : "",
+      cp ? fmt::format(" cp exposed (ms): {:.2f} of {:.2f} ({:.0f}% hidden) |", cp_exposed_ms, cp_exchange_ms,
+                       100 * cp_hidden())
+         : "",
       p2p_wait_ms, moe ? fmt::format(" load balancing loss: {:.6E} |", moe_aux_loss) : "",
       format_duration(eta_s));
 }
@@ -77,6 +80,11 @@ std::string IterationMetrics::json() const {
     j["zero3_gather_exposed_ms"] = zero3_gather_exposed_ms;
     j["zero3_gather_ms"] = zero3_gather_ms;
     j["zero3_gather_hidden"] = zero3_hidden();
+  }
+  if (cp) {
+    j["cp_exposed_ms"] = cp_exposed_ms;
+    j["cp_exchange_ms"] = cp_exchange_ms;
+    j["cp_hidden"] = cp_hidden();
   }
   j["peak_mem_bytes"] = peak_mem_bytes;
   j["eta_s"] = eta_s;
@@ -106,6 +114,21 @@ std::string describe_start_up_oom(const ResolvedTrainConfig& r, int world_size, 
       describe_rank_memory(predict_rank_memory(r, stage)),
       limit.bytes ? fmt::format("{:.0f} MiB are available ({})", static_cast<double>(*limit.bytes) / (1 << 20), limit.source)
                   : std::string("the available memory is unknown"));
+}
+
+// The step's times (seconds) and allocator high-water mark, each the max over ranks, in the order
+// Trainer::step reduces them, into the iteration's metrics.
+void set_max_times(IterationMetrics& mt, std::span<const double, 10> maxes) {
+  mt.elapsed_ms = maxes[0] * 1e3;
+  mt.dp_exposed_ms = maxes[1] * 1e3;
+  mt.dp_comm_ms = maxes[2] * 1e3;
+  mt.p2p_wait_ms = maxes[3] * 1e3;
+  mt.compute_ms = maxes[4] * 1e3;
+  mt.peak_mem_bytes = static_cast<int64_t>(maxes[5]);
+  mt.zero3_gather_exposed_ms = maxes[6] * 1e3;
+  mt.zero3_gather_ms = maxes[7] * 1e3;
+  mt.cp_exposed_ms = maxes[8] * 1e3;
+  mt.cp_exchange_ms = maxes[9] * 1e3;
 }
 
 // The memory available, the same number on every rank (collective): the smallest measurement in
@@ -441,6 +464,7 @@ IterationMetrics Trainer::step(bool record_events) {
   faults_.at_step_start(it);
   // The loss gradient carries the loss scale (1 unless fp16's scaler is on; a power of two, exact).
   const float dloss = static_cast<float>(optimizer_->loss_scale()) / static_cast<float>(m);
+  if (cp_) cp_->reset_stats();  // the iteration line's cp field: this step's exchanges only
   last_ = executor_->run(*schedule_, data, &optimizer_->grad_sink(), dloss, record_events);
   watchdog_->set_phase(fmt::format("iteration {}: optimizer step (DP gradient sync, norm, AdamW)", it));
   faults_.maybe_hang(it);
@@ -463,13 +487,15 @@ IterationMetrics Trainer::step(bool record_events) {
   std::vector<double> sums(2 + static_cast<size_t>(W), 0.0);
   sums[0] = reporter ? last_.loss_sum / m / plan.dp / cfg_.cp : 0.0;
   sums[1] = grid_->coord().tp == 0 ? aux / m / plan.dp / cfg_.cp : 0.0;
+  const CpStats cps = cp_ ? cp_->stats() : CpStats{};
   sums[2 + static_cast<size_t>(me)] =
-      std::max(0.0, elapsed - last_.p2p_wait_s - rep.sync.exposed_s - rep.gather_s);
+      std::max(0.0, elapsed - last_.p2p_wait_s - rep.sync.exposed_s - rep.gather_s - cps.exposed_s);
   grid_->world().all_reduce(std::span<double>(sums), ReduceOp::sum).wait();
-  // The last: the backend allocator's high-water mark (bytes), the largest over the ranks.
-  double maxes[8] = {elapsed, rep.sync.exposed_s + rep.gather_s, rep.sync.comm_span_s, last_.p2p_wait_s,
-                     last_.compute_s, static_cast<double>(backend_->peak_bytes()), rep.zero3.exposed_s,
-                     rep.zero3.total_s};
+  // Seconds, but slot 5: the backend allocator's high-water mark (bytes); 6-7: the ZeRO-3 gathers; 8-9: the
+  // CP exchanges (exposed, issue to completion).
+  double maxes[10] = {elapsed, rep.sync.exposed_s + rep.gather_s, rep.sync.comm_span_s, last_.p2p_wait_s,
+                      last_.compute_s, static_cast<double>(backend_->peak_bytes()), rep.zero3.exposed_s,
+                      rep.zero3.total_s, cps.exposed_s, cps.total_s};
   grid_->world().all_reduce(std::span<double>(maxes), ReduceOp::max).wait();
 
   consumed_ += plan.global_batch;
@@ -482,7 +508,6 @@ IterationMetrics Trainer::step(bool record_events) {
   mt.iteration = iteration_;
   mt.train_iters = cfg_.train_iters;
   mt.consumed_samples = consumed_;
-  mt.elapsed_ms = maxes[0] * 1e3;
   const double tokens = static_cast<double>(plan.global_batch) * T_;
   mt.tokens_per_s = tokens / maxes[0];
   mt.tflops = flops_per_token_ * tokens / maxes[0] / grid_->world().size() / 1e12;
@@ -494,14 +519,9 @@ IterationMetrics Trainer::step(bool record_events) {
   mt.moe_aux_loss = moe_layers_ > 0 ? sums[1] / moe_layers_ : 0.0;
   mt.grad_norm = rep.grad_norm;
   mt.skipped = rep.skipped_steps;
-  mt.dp_exposed_ms = maxes[1] * 1e3;
-  mt.dp_comm_ms = maxes[2] * 1e3;
-  mt.p2p_wait_ms = maxes[3] * 1e3;
-  mt.compute_ms = maxes[4] * 1e3;
-  mt.peak_mem_bytes = static_cast<int64_t>(maxes[5]);
+  set_max_times(mt, maxes);
   mt.zero3 = optimizer_->zero_level() == 3;
-  mt.zero3_gather_exposed_ms = maxes[6] * 1e3;
-  mt.zero3_gather_ms = maxes[7] * 1e3;
+  mt.cp = cp_ != nullptr;
   step_s_sum_ += maxes[0];
   ++steps_run_;
   if (steps_run_ <= 3 && (steps_run_ == 3 || iteration_ == cfg_.train_iters)) report_memory();  // once

@@ -57,10 +57,10 @@ inline Result train(std::shared_ptr<Communicator> world, const TrainConfig& cfg,
   return r;
 }
 
-// The serial run of a configuration (tp = pp = dp = 1, the same global batch by gradient
+// The serial run of a configuration (tp = cp = pp = dp = 1, the same global batch by gradient
 // accumulation), computed once per process for each distinct serial configuration.
 inline const Result& serial(TrainConfig cfg) {
-  cfg.tp = cfg.pp = cfg.vpp = 1;
+  cfg.tp = cfg.pp = cfg.vpp = cfg.cp = 1;
   cfg.dp = 1;
   cfg.ep = 1;
   cfg.schedule = ScheduleKind::one_f_one_b;
@@ -69,8 +69,8 @@ inline const Result& serial(TrainConfig cfg) {
   cfg.recompute = Recompute::none;
   cfg.moe_chunks = 1;
   cfg.pipeline_layers.clear();
-  const std::string key = fmt::format("{}/{}/{}/{}/{}/{}/{}/{}/{}", cfg.model, cfg.layers.value_or(0), cfg.moe_every, cfg.experts, cfg.topk, cfg.no_drop,
-                                      cfg.capacity_factor, cfg.global_batch.value_or(0),
+  const std::string key = fmt::format("{}/{}/{}/{}/{}/{}/{}/{}/{}/{}/{}", cfg.model, cfg.layers.value_or(0), cfg.moe_every, cfg.experts, cfg.topk, cfg.no_drop,
+                                      cfg.capacity_factor, cfg.global_batch.value_or(0), cfg.seq.value_or(0), cfg.seed,
                                       cfg.rampup ? fmt::format("{},{},{}", cfg.rampup->start, cfg.rampup->increment,
                                                                cfg.rampup->samples)
                                                  : "none");

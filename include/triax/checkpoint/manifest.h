@@ -139,6 +139,9 @@ std::vector<float> checkpoint_slice_values(std::span<const std::byte> file_bytes
 // (not "iter_42", "iter_0000007.tmp" or a checkpoint set aside as "iter_0000007.refused"). Empty
 // when dir does not exist.
 std::vector<std::pair<int64_t, std::string>> list_checkpoints(const std::string& dir);
+// What --load PATH names: PATH itself when it is one complete checkpoint directory (iter_N/ with
+// its manifest: exactly that one, no fallback), else list_checkpoints(PATH).
+std::vector<std::pair<int64_t, std::string>> checkpoints_to_load(const std::string& path);
 std::string checkpoint_dir_name(int64_t iteration);  // "iter_0000042", "iter_10000000"
 
 }  // namespace triax

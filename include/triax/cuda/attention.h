@@ -6,6 +6,7 @@
 #pragma once
 #include "triax/core/dtype.h"
 #include "triax/cuda/stream.h"
+#include "triax/ops/attention.h"
 
 namespace triax::cuda {
 
@@ -36,5 +37,23 @@ void attention_backward(Real* dqkv,        // (B, T, W)
                         const Real* out,   // (B, T, C) the forward output
                         const float* lse,  // (B, NH, T) from attention_forward
                         int B, int T, int C, int NH, int NKV, cudaStream_t stream);
+
+// Context-parallel (ring) attention blocks (kernels/attention_block.cu): the contract of
+// ops::attention_block_forward/backward (ops/attention.h AttentionBlock: query rows of q against
+// key/value rows of kv, causal by true positions) with lse in fp32 and the stream last. Forward
+// merges the block into the running out/lse rows (lse = -inf: no block yet; rows that see no key
+// untouched). Backward adds (+=) the block's share to dq (q's layout: query columns of the rows)
+// and dkv (kv's layout: K and V columns of the key rows), from the final out and lse; D =
+// rowsum(dout * out) is computed on the device into the stream's scratch (B*NH*nq floats). No
+// atomics: dQ per (b, head, query tile), dK/dV per (b, kv head, key tile) over the group's query
+// heads in order. ConfigError: the fields as ops::check_attention_block (naming the field), an
+// unsupported head size, B or NH past 65535, a null pointer. A block no query of which sees a key
+// launches nothing.
+template <class Real>
+void attention_block_forward(Real* out, float* lse, const Real* q, const Real* kv, const ops::AttentionBlock& a,
+                             cudaStream_t stream);
+template <class Real>
+void attention_block_backward(Real* dq, Real* dkv, const Real* dout, const Real* q, const Real* kv, const Real* out,
+                              const float* lse, const ops::AttentionBlock& a, cudaStream_t stream);
 
 }  // namespace triax::cuda

@@ -56,6 +56,13 @@ struct IterationMetrics {
   double zero3_gather_exposed_ms = 0;
   double zero3_gather_ms = 0;
   double zero3_hidden() const { return zero3_gather_ms > 0 ? 1.0 - zero3_gather_exposed_ms / zero3_gather_ms : 0.0; }
+  // Context parallelism only (cp, --cp > 1): the step's K/V (and dK/dV) exchanges of the ring or
+  // all-gather attention (ContextParallel::stats()), max over ranks: the time attention waited for
+  // them, and their issue-to-completion time in all.
+  bool cp = false;
+  double cp_exposed_ms = 0;
+  double cp_exchange_ms = 0;
+  double cp_hidden() const { return cp_exchange_ms > 0 ? 1.0 - cp_exposed_ms / cp_exchange_ms : 0.0; }
   // The backend allocator's high-water mark since start-up, the largest over the ranks (bytes):
   // what the planner's memory model predicts (device memory on --backend cuda).
   int64_t peak_mem_bytes = 0;

@@ -193,6 +193,27 @@ TEST_CASE("checkpoint manifest: checkpoint directories of any width are listed",
   CHECK(checkpoint_dir_name(42) == "iter_0000042");
 }
 
+TEST_CASE("checkpoint manifest: --load names a checkpoint root or one iter_N directory", "[checkpoint]") {
+  TempDir tmp("ckload");
+  for (const char* n : {"iter_0000002", "iter_0000004"}) write(tmp.path / n / "manifest.json", "{}");
+  fs::create_directories(tmp.path / "iter_0000006");  // no manifest: incomplete
+  const auto iterations = [](const std::vector<std::pair<int64_t, std::string>>& v) {
+    std::vector<int64_t> out;
+    for (const auto& [it, dir] : v) out.push_back(it);
+    return out;
+  };
+  CHECK(iterations(checkpoints_to_load(tmp.path.string())) == std::vector<int64_t>{4, 2});
+  // One checkpoint directory: exactly it (with or without a trailing slash), not the newest.
+  for (const std::string d : {(tmp.path / "iter_0000002").string(), (tmp.path / "iter_0000002").string() + "/"}) {
+    const auto one = checkpoints_to_load(d);
+    REQUIRE(one.size() == 1);
+    CHECK(one[0].first == 2);
+    CHECK(fs::equivalent(one[0].second, tmp.path / "iter_0000002"));
+  }
+  // An incomplete one holds no checkpoint: nothing to load, as for an empty root.
+  CHECK(checkpoints_to_load((tmp.path / "iter_0000006").string()).empty());
+}
+
 TEST_CASE("checkpoint manifest: seeded mutation fuzz of the manifest and shard readers", "[checkpoint][fuzz]") {
   const ManifestSample s = manifest_sample();
   const std::string text = checkpoint_manifest_json(s.m);

@@ -19,10 +19,34 @@ namespace {
 
 constexpr double kMiB = 1.0 / (1 << 20);
 
-// Floats of one in-flight micro-batch in a chunk of `layers` layers (GptChunk::activation_floats).
+// Rows of each sequence on one rank: seq / cp under context parallelism (its two zigzag chunks).
+double local_seq(const ResolvedTrainConfig& r) { return static_cast<double>(r.seq) / r.explicit_cfg.cp; }
+
+// The data-parallel ranks the weights' state is sharded over: dp x cp (CP ranks hold the same
+// weights), or --zero-shard-size under ZeRO-2/3.
+double shard_ranks(const ResolvedTrainConfig& r) {
+  const TrainConfig& c = r.explicit_cfg;
+  return c.zero >= 2 && c.zero_shard_size > 0 ? c.zero_shard_size : static_cast<double>(r.dp) * c.cp;
+}
+
+// Bytes of ContextParallel's K/V exchange buffers (kept by it between layers; cp 1: none): each
+// of B x seq/cp rows x 2 kv_heads/tp x head_dim values of the compute type; the ring (p2p) keeps 5
+// (K/V in hand and in flight, two dK/dV partial sums, the incoming one; forward uses 2 of them),
+// allgather this rank's K/V, all ranks' K/V and their gradients (2 cp + 1).
+double cp_exchange_bytes(const ResolvedTrainConfig& r) {
+  const TrainConfig& c = r.explicit_cfg;
+  if (c.cp <= 1) return 0;
+  const double kv = static_cast<double>(r.batch.micro_batch) * local_seq(r) * 2 * r.model.kv_heads() / c.tp *
+                    r.model.head_dim();
+  const double buffers = c.cp_comm_type == "allgather" ? 2.0 * c.cp + 1 : 5.0;
+  return buffers * kv * static_cast<double>(dtype_size(r.compute));
+}
+
+// Floats of one in-flight micro-batch in a chunk of `layers` layers (GptChunk::activation_floats),
+// on this rank's seq / cp rows of every sequence.
 double chunk_activation_floats(const ResolvedTrainConfig& r, double layers, bool embedding, bool head) {
   const TrainConfig& c = r.explicit_cfg;
-  const double tp = c.tp, B = static_cast<double>(r.batch.micro_batch), T = r.seq, C = r.model.n_embd;
+  const double tp = c.tp, B = static_cast<double>(r.batch.micro_batch), T = local_seq(r), C = r.model.n_embd;
   const double N = B * T, Nl = c.sequence_parallel && c.tp > 1 ? N / tp : N;
   const double Cl = C / tp, Fl = r.model.ffn_size() / tp, NHl = r.model.n_head / tp;
   const double Ql = r.model.qkv_width() / tp, Hl = (r.model.swiglu ? 2 : 1) * Fl;  // fused QKV, MLP input
@@ -69,8 +93,8 @@ std::vector<UnitKind> stage_units(const ResolvedTrainConfig& r, int stage) {
   const TrainConfig& c = r.explicit_cfg;
   const int P = c.pp, V = c.vpp;
   const double C = r.model.n_embd, vocab = static_cast<double>(r.model.padded_vocab(c.tp)) / c.tp * C;
-  const double g = c.zero >= 2 && c.zero_shard_size > 0 ? c.zero_shard_size : r.dp;
-  const double eg = c.ep > 1 ? static_cast<double>(r.dp) / c.ep : g;
+  const double g = shard_ranks(r);
+  const double eg = c.ep > 1 ? static_cast<double>(r.dp) / c.ep * c.cp : g;  // expert_dp x cp
   const bool tied = r.model.tied_embeddings, learned = r.model.positions == PositionEmbedding::learned_absolute;
   std::vector<UnitKind> us;
   int64_t first = 0;
@@ -114,7 +138,7 @@ double largest(std::vector<UnitKind> us, double k, F value) {
 void zero_state(const ResolvedTrainConfig& r, const std::vector<UnitKind>& us, RankMemory& m) {
   const TrainConfig& c = r.explicit_cfg;
   m.zero = c.zero;
-  m.shard_group = c.zero >= 2 && c.zero_shard_size > 0 ? c.zero_shard_size : static_cast<int>(r.dp);
+  m.shard_group = static_cast<int>(shard_ranks(r));
   const double d = m.shard_group;
   if (c.zero <= 1) {
     const double padded = c.zero == 1 ? std::ceil(m.params / d) * d : m.params;  // ParamStore::finalize(dp)
@@ -173,12 +197,16 @@ RankMemory predict_rank_memory(const ResolvedTrainConfig& r, int stage) {
   m.in_flight = activation_bound(c.schedule, P, V, mbs, stage);
   m.per_micro_batch = 4 * largest_chunk;
   m.activations = m.per_micro_batch * m.in_flight;
-  const double N = static_cast<double>(r.batch.micro_batch) * r.seq;
+  const double N = static_cast<double>(r.batch.micro_batch) * local_seq(r);
   const double Cl = C / tp, Fl = r.model.ffn_size() / tp;
   const double Ql = r.model.qkv_width() / tp, Hl = (r.model.swiglu ? 2 : 1) * Fl;
   const bool has_head = stage == P - 1;
   // Backward's transient gradients: dqkv and datt, dg and the MLP input's (dh), 4 of (N, C).
   m.working = 4 * (N * (Ql + Cl + Fl + Hl + 4 * C) + (has_head ? N * vocab_rows : 0));
+  // Context parallelism: the K/V exchange buffers, and (learned positions) the position rows of
+  // the local tokens and their gradient.
+  const bool learned = r.model.positions == PositionEmbedding::learned_absolute;
+  if (c.cp > 1) m.working += cp_exchange_bytes(r) + (learned ? 8 * local_seq(r) * C : 0);
   if (c.data.empty() || c.data == "synthetic") m.data = 4.0 * r.model.vocab;
   return m;
 }

@@ -6,6 +6,9 @@
 #        ZeRO-3's peak below ZeRO-1's by the predicted difference (within 10%).
 #   dp8: np 8 dp 8 --zero 3: within 10% of the prediction, whose shard is 1/8 of the parameters
 #        (padded units) for the masters, gradients and moments, plus the gathered units in flight.
+#   cp:  llama-tiny at seq 1024 (activations dominate) on cp 1, 2 and 4 ranks (p2p and allgather,
+#        issue 28): within 10% on every rank, the predicted activations 1/cp of cp 1's, and the
+#        measured peak falling with cp.
 #   zero_memory_test.sh TRAIN_GPT MPIEXEC CASE
 set -uo pipefail
 exe=$1; mpiexec=$2; case_=$3
@@ -83,6 +86,32 @@ if not 0 <= 8 * shard - params < 8 * units:
 state = 16 * shard / 2**20
 print(f"1/8 of parameters + gradients + moments: {state:.2f} MiB; the rest of the {float(meas):.2f} MiB measured "
       f"({float(meas) - state:.2f} MiB): gathered and in-flight units, activations, working buffers")
+PY
+    ;;
+  cp)
+    rows=""
+    for v in "1 p2p" "2 p2p" "2 allgather" "4 p2p" "4 allgather"; do
+      set -- $v
+      out=$(timeout 300 "$mpiexec" --oversubscribe -np "$1" "$exe" --model llama-tiny --seq-length 1024 \
+        --micro-batch-size 2 --global-batch-size 2 --train-iters 2 --cp "$1" --cp-comm-type "$2" 2>&1) ||
+        { echo "$out" | tail -8; fail "cp $1 $2 exited"; }
+      row=$(check "$1" 0) || exit 1
+      act=$(echo "$out" | sed -n -E 's/.*# memory: .* \+ activations ([0-9.]+) MiB.*/\1/p')
+      [ -n "$act" ] || fail "cp $1 $2: no activations term"
+      rows+="$1 $2 $row $act"$'\n'
+    done
+    echo "cp, comm type, zero, rank 0 measured MiB, predicted MiB, parameters, shard, predicted activations MiB"
+    echo "$rows"
+    python3 - "$rows" <<'PY' || fail "activations under cp"
+import sys
+rows = [r.split() for r in sys.argv[1].strip().splitlines()]
+act1, meas1 = float(rows[0][7]), float(rows[0][3])
+for r in rows[1:]:
+    cp, act, meas = int(r[0]), float(r[7]), float(r[3])
+    if abs(act * cp - act1) > 0.01 * act1 + 0.1 * cp:
+        sys.exit(f"cp {cp} {r[1]}: predicted activations {act} MiB are not 1/{cp} of cp 1's {act1} MiB")
+    if not meas < meas1 * (0.5 + 0.5 / cp) + 1:
+        sys.exit(f"cp {cp} {r[1]}: measured peak {meas} MiB does not fall from cp 1's {meas1} MiB")
 PY
     ;;
   *) fail "unknown case" ;;

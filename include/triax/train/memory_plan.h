@@ -15,6 +15,9 @@
 namespace triax {
 
 // Bytes one rank needs, by kind (doubles: huge shapes must not overflow on their way to "no").
+// Under context parallelism (cp > 1) activations and working buffers count seq / cp rows of every
+// sequence, the working buffers include ContextParallel's K/V exchange buffers, and the ZeRO
+// shard group is dp x cp (the weights' data-parallel group; the experts': expert_dp x cp).
 // The ZeRO levels (docs/OPTIM.md) as the code allocates them, with d = shard_group:
 //   0: weights, gradients and AdamW's two moments whole (4 + 4 + 8 bytes a parameter);
 //   1: the store padded to a multiple of d; moments of the shard (padded / d), plus the shard's
@@ -28,7 +31,7 @@ namespace triax {
 struct RankMemory {
   int stage = 0;             // pipeline stage of the rank
   int zero = 0;              // ZeRO level (0..3)
-  int shard_group = 1;       // ranks the state is sharded over (dp; --zero-shard-size under 2/3)
+  int shard_group = 1;       // ranks the state is sharded over (dp x cp; --zero-shard-size under 2/3)
   double params = 0;         // parameter values of this rank's part of the model (unsharded, unpadded)
   double shard = 0;          // values of this rank's shard (levels 1..3; params at level 0)
   double weights = 0, grads = 0, moments = 0;

@@ -224,3 +224,42 @@ TEST_CASE("ZeRO 1-3: the shard, weights, gradients and moments as the store lays
   const RankMemory all = predict_rank_memory(resolve_train_config(c, 8), 0);
   CHECK(all.unit_grads > 4 * 8 * m.shard);
 }
+
+TEST_CASE("context parallelism: seq / cp rows, the K/V exchange buffers, ZeRO over dp x cp", "[train]") {
+  // llama-tiny (GQA: kv_heads < heads) so that the exchange counts only the KV heads.
+  for (const std::string type : {"p2p", "allgather"})
+  for (const int cp : {2, 4}) {
+    CAPTURE(type, cp);
+    TrainConfig c = small(4);
+    c.model = "llama-tiny";
+    c.seq = 64;
+    c.cp = cp, c.cp_comm_type = type;
+    const ResolvedTrainConfig r = resolve_train_config(c, 2 * cp);  // dp 2
+    const RankMemory m = predict_rank_memory(r, 0);
+    TrainConfig one = small(4);  // one process on seq / cp tokens, dp 2
+    one.model = "llama-tiny";
+    one.seq = 64 / cp;
+    const RankMemory o = predict_rank_memory(resolve_train_config(one, 2), 0);
+    CHECK(m.per_micro_batch == o.per_micro_batch);
+    CHECK(m.params == o.params);
+    const double kv = 3.0 * (64 / cp) * 2 * r.model.kv_heads() * r.model.head_dim();  // B x T/cp rows
+    REQUIRE(r.model.kv_heads() < r.model.n_head);
+    const double buffers = type == "p2p" ? 5 : 2 * cp + 1;
+    CHECK(m.working - o.working == Approx(4 * buffers * kv));  // RoPE: no position rows
+    // ZeRO-1 and ZeRO-3 shard over dp x cp = 2 cp ranks.
+    for (const int zero : {1, 3}) {
+      c.zero = zero;
+      const RankMemory z = predict_rank_memory(resolve_train_config(c, 2 * cp), 0);
+      CHECK(z.shard_group == 2 * cp);
+      CHECK(z.shard * 2 * cp >= z.params);
+      CHECK(z.shard * 2 * cp < z.params + 2.0 * cp * 8);  // at most 6 units, each padded by < 2 cp
+    }
+  }  // GPT-2's learned positions: the local rows of the table and their gradient besides the ring's 5.
+  TrainConfig c = small(4);
+  c.seq = 64, c.cp = 2;
+  TrainConfig one = small(4);
+  one.seq = 32;
+  const ResolvedTrainConfig r = resolve_train_config(c, 2);
+  const double d = predict_rank_memory(r, 0).working - predict_rank_memory(resolve_train_config(one, 1), 0).working;
+  CHECK(d == Approx(4 * (5 * 3.0 * 32 * 2 * 64 + 2 * 32 * 64)));  // B 3, T/cp 32, C 64 (kv width 2C)
+}

@@ -588,6 +588,7 @@ double MoeMlp::forward(int sl, int N, const Tensor& x, const Tensor& y, bool tra
   be_.copy(xs_keep, xin);
 
   route(s, xin, N);
+  touch_experts(false);  // after the router's weights: the experts are the last unit fetched
   aux_terms(s);
   const Routing& R = s.R;
   const auto [token_of, xs] = lay_out_sends(s, xin);
@@ -654,6 +655,7 @@ void MoeMlp::backward(int sl, const Tensor& dy, const Tensor& dx, float dloss) {
   const int64_t C = C_, F = F_;
   const size_t St = s.send_asg.size(), Rt = static_cast<size_t>(s.roff[K]);
   const Tensor dyv = dy.slice(0, N * C), dxv = dx.slice(0, N * C);
+  touch_experts(true);
 
   // d gate = dy . expert output; the expert output's gradient is gate * dy.
   std::vector<double> dgate(R.slot.size(), 0.0);
@@ -741,6 +743,23 @@ void MoeMlp::backward(int sl, const float* dy, float* dx, float dloss) {
   be_.copy_from_host(dyt, dy, n * sizeof(float));
   backward(sl, dyt, dxt, dloss);
   be_.copy_to_host(dx, dxt, n * sizeof(float));
+}
+
+// ZeRO-2/3 (views move): fetching a unit's view gathers its weights (ZeRO-3) or opens its
+// gradient buffer, whose reduce-scatter starts once every parameter is ready; both are collective
+// over the expert shard group. Experts that receive no rows in a micro-batch are never fetched by
+// the exchange, and a rank whose local experts all get none would skip the collective its peers
+// make (a hang; likelier under CP, with T/cp tokens per rank). So every rank fetches its experts'
+// weights (and, in backward, gradients) just before the exchange, at the same point of every
+// forward / backward: the exchange then only refetches the unit fetched last (no prefetch, the
+// same LRU order of ZeRO-3's resident units on every rank).
+void MoeMlp::touch_experts(bool grads) {
+  if (!store_.views_move()) return;
+  for (const Expert& X : experts_) {
+    (void)PN(X.in, in_parts());
+    (void)PN(X.out, 1);
+    if (grads) (void)GN(X.in, in_parts()), (void)GN(X.out, 1);
+  }
 }
 
 Tensor MoeMlp::P(size_t i) {

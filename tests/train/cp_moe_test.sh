@@ -44,6 +44,18 @@ moe)
     same one.jsonl cp.jsonl loss moe_aux_loss
     echo "ok: -np ${v%%:*} ${v#*:} trains the one-process losses and aux losses"
   done
+  # ZeRO-2 and 3 with ep 2 x dp 2 x cp 4, micro-batch 1: some micro-batches route no rows to a
+  # rank's experts; that rank must still gather their weights and reduce-scatter their (zero)
+  # gradients with its expert shard group, in the same order as its peers (both hung at iteration
+  # 2 before MoeMlp fetched every expert's views before the exchange).
+  one1=(--model tiny --moe-every 2 --no-drop --global-batch-size 4 --micro-batch-size 1 --train-iters 3 --seed 1
+        --seq-length 64)
+  train 1 one1 "${one1[@]}"
+  for z in 2 3; do
+    train 8 z$z "${one1[@]}" --ep 2 --dp 2 --cp 4 --zero $z --stall-timeout 60
+    same one1.jsonl z$z.jsonl loss moe_aux_loss
+    echo "ok: -np 8 --ep 2 --dp 2 --cp 4 --zero $z trains the one-process losses"
+  done
   drop=(--model tiny --moe-every 2 --experts 8 --topk 2 --capacity-factor 4 --moe-aux-coef 1 --global-batch-size 4
         --micro-batch-size 2 --train-iters 3 --seed 1 --seq-length 64)
   train 1 drop1 "${drop[@]}"

@@ -171,6 +171,7 @@ class MoeMlp {
   std::pair<Tensor, Tensor> lay_out_sends(Slot& s, const Tensor& xin);
   void exchange_counts(Slot& s, MoeStats& st);
   void aux_terms(Slot& s);
+  void touch_experts(bool grads);
   void ready(size_t idx);
   // The first n elements of t, regrown (never shrunk) to hold them.
   Tensor grow(Tensor& t, size_t n, DType dtype);

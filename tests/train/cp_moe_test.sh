@@ -5,7 +5,7 @@
 #               cp 4, p2p and allgather, and at ep 2 x dp 2 x cp 2 and cp 4: every iteration's loss and aux
 #               loss equal one process's (<= 1e-5); drop mode with a capacity that drops nothing
 #               (factor E / k) at cp 2 equals one process too.
-#   checkpoint: saved at iteration 3 under cp 2 (ZeRO 0, 1, 3; and MoE with ep 2), resumed at cp 1
+#   checkpoint: saved at iteration 3 under cp 2 (ZeRO 0, 1, 3; MoE with ep 2, ZeRO 0 and 3), resumed at cp 1
 #               and cp 4: the six losses equal the uninterrupted one-process run (<= 1e-5).
 #   cp_moe_test.sh TRAIN_GPT MPIEXEC CASE
 set -uo pipefail
@@ -85,6 +85,7 @@ checkpoint)
   moe=(--model tiny --moe-every 2 --no-drop --ep 2 --global-batch-size 4 --micro-batch-size 1 --lr-decay-iters 6
        --seed 1 --seq-length 64)
   run_case moe 2 "4:--cp 2" "2:,8:--cp 4" "${moe[@]}"
+  run_case moe_zero3 2 "4:--cp 2 --zero 3" "2:--zero 3,8:--cp 4 --zero 3" "${moe[@]}" --stall-timeout 60
   ;;
 *) fail "unknown case" ;;
 esac

@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # MoE and checkpoints under context parallelism through train_gpt (issue 28, docs/MOE.md
 # "Context parallelism", docs/CHECKPOINTS.md).
-#   moe:        --moe-every 2 --no-drop with --moe-aux-coef 1 (the aux gradient weighs in) at cp 2 and
-#               cp 4, p2p and allgather, and at ep 2 x dp 2 x cp 2 and cp 4: every iteration's loss and aux
-#               loss equal one process's (<= 1e-5); drop mode with a capacity that drops nothing
-#               (factor E / k) at cp 2 equals one process too.
-#   checkpoint: saved at iteration 3 under cp 2 (ZeRO 0, 1, 3; MoE with ep 2, ZeRO 0 and 3), resumed at cp 1
-#               and cp 4: the six losses equal the uninterrupted one-process run (<= 1e-5).
+#   moe:        --moe-every 2 --no-drop with --moe-aux-coef 1 (the aux gradient weighs in) at cp 2
+#               and cp 4, p2p and allgather, at ep 2 x dp 2 x cp 2 and x cp 4, and cp 2 with pp 2 or
+#               tp 2: every iteration's loss and aux loss equal one process's (<= 1e-5); ZeRO-2 and 3
+#               at ep 2 x dp 2 x cp 4 (micro-batch 1) train the same (no hang); drop mode with a
+#               capacity that drops nothing (factor E / k) at cp 2 equals one process too.
+#   checkpoint: saved at iteration 3 under cp 2 (ZeRO 0, 1, 3; MoE with ep 2, ZeRO 0 and 3),
+#               resumed at cp 1 and cp 4: the six losses equal the uninterrupted one-process run (<= 1e-5).
 #   cp_moe_test.sh TRAIN_GPT MPIEXEC CASE
 set -uo pipefail
 exe=$1; mpiexec=$2; case_=$3
@@ -39,7 +40,7 @@ moe)
         --train-iters 3 --seed 1 --seq-length 64)
   train 1 one "${base[@]}"
   for v in "2:--cp 2" "2:--cp 2 --cp-comm-type allgather" "4:--cp 4" "4:--cp 4 --cp-comm-type allgather" \
-           "4:--ep 2 --dp 2 --cp 2" "8:--ep 2 --dp 2 --cp 4"; do
+           "4:--ep 2 --dp 2 --cp 2" "8:--ep 2 --dp 2 --cp 4" "4:--cp 2 --pp 2" "4:--cp 2 --tp 2"; do
     train "${v%%:*}" cp ${base[@]} ${v#*:}
     same one.jsonl cp.jsonl loss moe_aux_loss
     echo "ok: -np ${v%%:*} ${v#*:} trains the one-process losses and aux losses"

@@ -13,6 +13,7 @@
 
 #include "support/multirank.h"
 #include "support/train_compare.h"
+#include "support/valid_file.h"
 #include "triax/data/data.h"
 #include "triax/distributed/comm/self_comm.h"
 #include "triax/distributed/grid.h"
@@ -114,37 +115,9 @@ TEST_CASE("context parallelism trains the serial model in every layout it compos
   });
 }
 
-namespace {
-// A validation shard of tiny's byte vocabulary in this rank's own directory.
-struct ValidFile {
-  std::filesystem::path dir;
-  std::string path;
-  ValidFile() {
-    dir = std::filesystem::temp_directory_path() / fmt::format("triax_cp_valid_{}_{}", ::getpid(), world().rank());
-    std::filesystem::create_directories(dir);
-    auto gen = make_synthetic_dataset(GptConfig::preset("tiny").vocab, 77, 0.05);
-    std::vector<int32_t> s(1200);
-    gen->sample(1000, 1199, s.data());
-    path = (dir / "valid.bin").string();
-    io::write_token_shard(path, std::vector<uint16_t>(s.begin(), s.end()));
-  }
-  ~ValidFile() {
-    std::error_code ec;
-    std::filesystem::remove_all(dir, ec);
-  }
-};
-
-std::vector<double> eval_losses(std::shared_ptr<Communicator> w, const TrainConfig& cfg) {
-  Trainer t(std::move(w), cfg);
-  std::vector<double> losses;
-  t.train([](const IterationMetrics&) {}, [&](const EvalMetrics& e) { losses.push_back(e.loss); });
-  return losses;
-}
-}  // namespace
-
 TEST_CASE("validation passes under cp give the serial validation loss", "[train][cp][eval]") {
   const int W = world().size();
-  ValidFile file;
+  test::ValidTokenFile file("cp", "tiny", 1200);
   const Case k = W == 2 ? Case{"tiny", 1, 2, 1, 1, 1, "1f1b", "p2p"} : Case{"tiny", 1, 2, 1, W / 2, 1, "1f1b", "allgather"};
   INFO(describe(k));
   TrainConfig cfg = config_of(k);

@@ -15,6 +15,7 @@
 
 #include "support/multirank.h"
 #include "support/train_compare.h"
+#include "support/valid_file.h"
 #include "triax/data/data.h"
 #include "triax/distributed/comm/self_comm.h"
 #include "triax/io/token_shard.h"
@@ -251,39 +252,9 @@ TEST_CASE("fp16 on the emulated backend trains at ZeRO-2/3 as at ZeRO 0", "[trai
   }
 }
 
-namespace {
-// A validation shard of the nano vocabulary in this rank's own directory.
-struct ValidFile {
-  std::filesystem::path dir;
-  std::string path;
-  ValidFile() {
-    dir = std::filesystem::temp_directory_path() / fmt::format("triax_zero_valid_{}_{}", ::getpid(), world().rank());
-    std::filesystem::create_directories(dir);
-    const int vocab = GptConfig::preset("nano").vocab;
-    auto gen = make_synthetic_dataset(vocab, 77, 0.05);
-    std::vector<int32_t> s(400);
-    gen->sample(1000, 399, s.data());
-    std::vector<uint16_t> v(s.begin(), s.end());
-    path = (dir / "valid.bin").string();
-    io::write_token_shard(path, v);
-  }
-  ~ValidFile() {
-    std::error_code ec;
-    std::filesystem::remove_all(dir, ec);
-  }
-};
-
-std::vector<double> eval_losses(std::shared_ptr<Communicator> w, const TrainConfig& cfg) {
-  Trainer t(std::move(w), cfg);
-  std::vector<double> losses;
-  t.train([](const IterationMetrics&) {}, [&](const EvalMetrics& e) { losses.push_back(e.loss); });
-  return losses;
-}
-}  // namespace
-
 TEST_CASE("validation passes under ZeRO-3 give the serial validation loss", "[train][zero][eval]") {
   const int W = world().size();
-  ValidFile file;
+  test::ValidTokenFile file("zero", "nano", 400);
   std::vector<Case> layouts = {{"nano", 1, 1, W, 1, "1f1b", 3}};
   if (W >= 4) layouts.push_back({"nano", 1, 2, W / 2, 2, "interleaved", 3, 0, Recompute::full});
   if (W == 8) layouts.push_back({"nano", 2, 2, 2, 1, "1f1b", 3});

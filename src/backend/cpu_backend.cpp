@@ -548,11 +548,11 @@ void CpuBackend::attention_backward(const Tensor& dqkv, const Tensor& dout, cons
 void CpuBackend::attention_block_forward(const Tensor& out, const Tensor& lse, const Tensor& q, const Tensor& kv,
                                          const ops::AttentionBlock& blk) {
   const char* op = "attention_block_forward";
-  const int kvh = ops::check_attention_block(op, blk);
-  need(out, op, "out", int64_t{blk.B} * blk.q_T * blk.C);
-  need(lse, op, "lse", int64_t{blk.B} * blk.NH * blk.q_T);
-  need(q, op, "q", int64_t{blk.B} * blk.q_T * qkv_row(blk.C, blk.NH, kvh));
-  need(kv, op, "kv", int64_t{blk.B} * blk.kv_T * blk.kv_width);
+  const ops::AttentionBlockSizes n = ops::attention_block_sizes(op, blk);
+  need(out, op, "out", n.out);
+  need(lse, op, "lse", n.lse);
+  need(q, op, "q", n.q);
+  need(kv, op, "kv", n.kv);
   auto a = open({&out, &lse, &q, &kv});
   by_real(out.dtype(), op, [&](auto r) {
     using R = decltype(r);
@@ -565,16 +565,14 @@ void CpuBackend::attention_block_backward(const Tensor& dq, const Tensor& dkv, c
                                           const Tensor& kv, const Tensor& out, const Tensor& lse,
                                           const ops::AttentionBlock& blk) {
   const char* op = "attention_block_backward";
-  const int kvh = ops::check_attention_block(op, blk);
-  const int64_t qn = int64_t{blk.B} * blk.q_T * qkv_row(blk.C, blk.NH, kvh);
-  const int64_t kn = int64_t{blk.B} * blk.kv_T * blk.kv_width;
-  need(dq, op, "dq", qn);
-  need(q, op, "q", qn);
-  need(dkv, op, "dkv", kn);
-  need(kv, op, "kv", kn);
-  need(dout, op, "dout", int64_t{blk.B} * blk.q_T * blk.C);
-  need(out, op, "out", int64_t{blk.B} * blk.q_T * blk.C);
-  need(lse, op, "lse", int64_t{blk.B} * blk.NH * blk.q_T);
+  const ops::AttentionBlockSizes n = ops::attention_block_sizes(op, blk);
+  need(dq, op, "dq", n.q);
+  need(q, op, "q", n.q);
+  need(dkv, op, "dkv", n.kv);
+  need(kv, op, "kv", n.kv);
+  need(dout, op, "dout", n.out);
+  need(out, op, "out", n.out);
+  need(lse, op, "lse", n.lse);
   auto a = open({&dq, &dkv, &dout, &q, &kv, &out, &lse});
   by_real(dq.dtype(), op, [&](auto r) {
     using R = decltype(r);

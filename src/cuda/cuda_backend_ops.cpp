@@ -222,11 +222,11 @@ void CudaBackend::attention_forward(const Tensor& out, const Tensor& lse, const 
 void CudaBackend::attention_block_forward(const Tensor& out, const Tensor& lse, const Tensor& q, const Tensor& kv,
                                           const ops::AttentionBlock& blk) {
   const char* op = "attention_block_forward";
-  const int kvh = ops::check_attention_block(op, blk);
-  need(out, op, "out", int64_t{blk.B} * blk.q_T * blk.C);
-  need(lse, op, "lse", int64_t{blk.B} * blk.NH * blk.q_T);
-  need(q, op, "q", int64_t{blk.B} * blk.q_T * qkv_width(op, blk.C, blk.NH, kvh));
-  need(kv, op, "kv", int64_t{blk.B} * blk.kv_T * blk.kv_width);
+  const ops::AttentionBlockSizes n = ops::attention_block_sizes(op, blk);
+  need(out, op, "out", n.out);
+  need(lse, op, "lse", n.lse);
+  need(q, op, "q", n.q);
+  need(kv, op, "kv", n.kv);
   use_device();
   by_act(out.dtype(), op, [&](auto r) {
     using R = decltype(r);
@@ -240,16 +240,14 @@ void CudaBackend::attention_block_backward(const Tensor& dq, const Tensor& dkv, 
                                            const Tensor& kv, const Tensor& out, const Tensor& lse,
                                            const ops::AttentionBlock& blk) {
   const char* op = "attention_block_backward";
-  const int kvh = ops::check_attention_block(op, blk);
-  const int64_t qn = int64_t{blk.B} * blk.q_T * qkv_width(op, blk.C, blk.NH, kvh);
-  const int64_t kn = int64_t{blk.B} * blk.kv_T * blk.kv_width;
-  need(dq, op, "dq", qn);
-  need(q, op, "q", qn);
-  need(dkv, op, "dkv", kn);
-  need(kv, op, "kv", kn);
-  need(dout, op, "dout", int64_t{blk.B} * blk.q_T * blk.C);
-  need(out, op, "out", int64_t{blk.B} * blk.q_T * blk.C);
-  need(lse, op, "lse", int64_t{blk.B} * blk.NH * blk.q_T);
+  const ops::AttentionBlockSizes n = ops::attention_block_sizes(op, blk);
+  need(dq, op, "dq", n.q);
+  need(q, op, "q", n.q);
+  need(dkv, op, "dkv", n.kv);
+  need(kv, op, "kv", n.kv);
+  need(dout, op, "dout", n.out);
+  need(out, op, "out", n.out);
+  need(lse, op, "lse", n.lse);
   use_device();
   by_act(dq.dtype(), op, [&](auto r) {
     using R = decltype(r);

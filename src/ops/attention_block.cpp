@@ -42,6 +42,12 @@ int check_attention_block(const char* op, const AttentionBlock& a) {
   return kv;
 }
 
+AttentionBlockSizes attention_block_sizes(const char* op, const AttentionBlock& a) {
+  const int kv = check_attention_block(op, a);
+  const int64_t B = a.B, qw = a.C + int64_t{2} * kv * (a.C / a.NH);
+  return {B * a.q_T * qw, B * a.kv_T * a.kv_width, B * a.q_T * a.C, B * a.NH * a.q_T};
+}
+
 namespace {
 
 struct Geometry {

@@ -59,6 +59,13 @@ void attention_block_backward(Real* dq, Real* dkv, const Real* dout, const Real*
 // Checks an AttentionBlock (ConfigError naming the field) and returns its key/value head count.
 int check_attention_block(const char* op, const AttentionBlock& a);
 
+// The elements each tensor of a block op must hold (after check_attention_block): q and dq
+// (B, q_T, C + 2 NKV hs), kv and dkv (B, kv_T, kv_width), out and dout (B, q_T, C), lse (B, NH, q_T).
+struct AttentionBlockSizes {
+  int64_t q, kv, out, lse;
+};
+AttentionBlockSizes attention_block_sizes(const char* op, const AttentionBlock& a);
+
 // dst rows r (width dst_width) columns [dst_col0, dst_col0 + ncols) = src row r columns
 // [src_col0, ...), for r < rows: packs the K/V columns of qkv into a send buffer and back.
 // Widths and columns count elements of elem_bytes bytes (any element type).

@@ -26,6 +26,7 @@
 #include <ctime>
 #include <thread>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <map>
 #include <set>
@@ -68,6 +69,7 @@ struct ModeStats {
   bool overlap = true;
   std::vector<double> step_ms, tokens_s, compute_ms, p2p_ms, exposed_ms, comm_ms, net_ms, skew_ms, loss;
   std::vector<double> compute_cpu_ms, cpu_share;  // from the executor's per-instruction CPU times
+  std::vector<double> rank_compute_ms, rank_compute_cpu_ms;  // this rank's compute intervals per step
 };
 
 // Median over ranks of a per-rank value.
@@ -282,29 +284,220 @@ CommSamples measure_comm(Communicator& world) {
   return s;
 }
 
+
+// The run's layout flags, and the options of a heterogeneous plan (set through TrainConfig's
+// option table by name, so that this file does not depend on their field types).
+struct RunFlags {
+  int tp = 1, pp = 1, dp = 0, vpp = 1, iters = 5, warmup = 2;
+  int64_t mbs = 4, gbs = 32;
+  double bucket_mb = 0.5;
+  std::string schedule = "1f1b";
+  std::string pipeline_layers, dp_microbatches, stage_classes, config_file;
+  bool gbs_given = false;  // --global-batch-size given on the command line
+  // A layout the homogeneous estimate() may not price (a config file may hold any plan;
+  // triax-plan --cluster mixed.toml prices the heterogeneous ones).
+  bool uneven() const {
+    return !pipeline_layers.empty() || !dp_microbatches.empty() || !stage_classes.empty() || !config_file.empty();
+  }
+};
+
+// Sets one TrainConfig option from its command-line text, as train_gpt --KEY VALUE would.
+void set_train_option(TrainConfig& c, std::string_view key, const std::string& value) {
+  const ConfigOption* o = find_train_option(key);
+  if (!o)
+    TRIAX_THROW(ConfigError, "--{} {}: this build's trainer has no option '{}' (it needs the heterogeneous runtime)",
+                key, value, key);
+  o->set(c, OptionInput{{value}, nullptr, fmt::format("--{}", key)});
+}
+
+// The trainer's configuration of this run: the model flags, then either the layout flags or a
+// train_gpt config file (triax-plan --emit-config), then the heterogeneous options on top.
+TrainConfig bench_config(const bench::ModelFlags& mf, const RunFlags& f, int world, bool overlap) {
+  TrainConfig c;
+  mf.apply(c);
+  if (!f.config_file.empty()) {
+    apply_config_file(c, f.config_file);  // the file decides layout, batch and learning rate
+  } else {
+    c.tp = f.tp;
+    c.pp = f.pp;
+    c.dp = f.dp ? f.dp : world / (f.tp * f.pp);  // TrainConfig requires dp >= 1
+    c.vpp = f.vpp;
+    c.schedule = parse_schedule_kind(f.schedule);
+    c.micro_batch = f.mbs;
+    // With per-replica micro-batch counts the global batch follows from them (mbs x sum).
+    if (f.dp_microbatches.empty() || f.gbs_given) c.global_batch = f.gbs;
+    c.lr = 1e-3;
+  }
+  if (!f.pipeline_layers.empty()) set_train_option(c, "pipeline-layers", f.pipeline_layers);
+  if (!f.dp_microbatches.empty()) set_train_option(c, "dp-microbatches", f.dp_microbatches);
+  if (!f.stage_classes.empty()) set_train_option(c, "stage-classes", f.stage_classes);
+  c.train_iters = f.warmup + f.iters;
+  c.bucket_mb = f.bucket_mb;
+  c.overlap_grad_reduce = overlap;
+  return c;
+}
+
+// The layout as the trainer resolves it (a config file or --dp-microbatches may set what the flags
+// did not), copied back into the flags that print and price the run.
+void adopt_resolved_layout(RunFlags& f, const TrainConfig& r) {
+  f.tp = r.tp;
+  f.pp = r.pp;
+  f.dp = r.dp.value_or(1);
+  f.vpp = r.vpp;
+  f.mbs = r.micro_batch.value_or(f.mbs);
+  f.gbs = r.global_batch.value_or(f.gbs);
+  f.schedule = std::string(schedule_kind_name(r.schedule));
+}
+
+// Every world rank's device class (TRIAX_DEVICE_CLASS, "default" when unset), gathered.
+std::vector<std::string> gather_device_classes(Communicator& world) {
+  constexpr size_t kW = 64;
+  const std::string mine = env_string("TRIAX_DEVICE_CLASS", "default");
+  std::vector<char> in(kW, '\0'), out(kW * static_cast<size_t>(world.size()), '\0');
+  std::memcpy(in.data(), mine.data(), std::min(mine.size(), kW - 1));
+  world.all_gather(std::span<const char>(in), std::span<char>(out)).wait();
+  std::vector<std::string> classes;
+  for (int r = 0; r < world.size(); ++r) classes.emplace_back(out.data() + static_cast<size_t>(r) * kW);
+  return classes;
+}
+
+// Per device class: its ranks and the mean over them of each rank's median compute time per step
+// (wall and CPU time of its compute intervals). Collective: every rank calls it.
+nlohmann::json class_compute(Communicator& world, const std::vector<std::string>& classes, const ModeStats& s) {
+  const double mine[2] = {bench::median(s.rank_compute_ms), bench::median(s.rank_compute_cpu_ms)};
+  std::vector<double> all(2 * static_cast<size_t>(world.size()));
+  world.all_gather(std::span<const double>(mine, 2), std::span<double>(all)).wait();
+  nlohmann::json out = nlohmann::json::object();
+  for (int r = 0; r < world.size(); ++r) {
+    auto& c = out[classes[static_cast<size_t>(r)]];
+    if (c.is_null()) c = {{"ranks", nlohmann::json::array()}, {"compute_ms", 0.0}, {"compute_cpu_ms", 0.0}};
+    c["ranks"].push_back(r);
+    c["compute_ms"] = c["compute_ms"].get<double>() + all[2 * r];
+    c["compute_cpu_ms"] = c["compute_cpu_ms"].get<double>() + all[2 * r + 1];
+  }
+  for (auto& [name, c] : out.items()) {
+    const double n = static_cast<double>(c["ranks"].size());
+    c["compute_ms"] = c["compute_ms"].get<double>() / n;
+    c["compute_cpu_ms"] = c["compute_cpu_ms"].get<double>() / n;
+  }
+  return out;
+}
+
+// The machine-readable result of one mode, one line on rank 0: "train_bench_result {json}" with the
+// median step time, every step's time, the losses and, per device class, the mean compute time.
+void print_result_line(const ModeStats& s, const RunFlags& f, int world, const nlohmann::json& classes) {
+  const nlohmann::json line = {{"mode", s.name}, {"ranks", world}, {"tp", f.tp}, {"pp", f.pp}, {"dp", f.dp},
+                               {"pipeline_layers", f.pipeline_layers}, {"dp_microbatches", f.dp_microbatches},
+                               {"stage_classes", f.stage_classes}, {"config", f.config_file},
+                               {"micro_batch", f.mbs}, {"global_batch", f.gbs},
+                               {"step_ms", bench::median(s.step_ms)}, {"step_ms_all", s.step_ms},
+                               {"losses", s.loss}, {"classes", classes}};
+  fmt::print("train_bench_result {}\n", line.dump());
+}
+
+// A TOML float literal of v that reads back to the same double (shortest round-trip digits, with a
+// decimal point so that TOML does not take it for an integer).
+std::string toml_float(double v) {
+  std::string t = fmt::format("{}", v);
+  if (t.find_first_of(".eEn") == std::string::npos) t += ".0";
+  return t;
+}
+
+// The homogeneous cluster file of c (clusters/cpu-local.toml's format, every key written).
+std::string cluster_file_text(const plan::Cluster& c, const std::string& comment) {
+  auto f = toml_float;
+  std::string t = fmt::format("# {}\nname = \"{}\"\ndescription = \"{}\"\n\n", comment, c.name, c.description);
+  t += fmt::format("[node]\ndevices = {}\ncount = {}\ncores = {}\n\n", c.gpus_per_node, c.nodes, c.cores_per_node);
+  t += fmt::format("[compute]\npeak_tflops_bf16 = {}\npeak_tflops_fp32 = {}\ngemm_efficiency = {}\nkernel_overhead_us = {}\n"
+                   "attention_efficiency = {}\n\n",
+                   f(c.peak_tflops_bf16), f(c.peak_tflops_fp32), f(c.gemm_efficiency), f(c.kernel_overhead_us),
+                   f(c.attention_efficiency));
+  t += fmt::format("[memory]\ncapacity_gib = {}\nbandwidth_gbps = {}\nefficiency = {}\nreserved_gib = {}\ncopy_gbps = {}\n\n",
+                   f(c.memory_gib), f(c.memory_gbps), f(c.memory_efficiency), f(c.reserved_gib), f(c.copy_gbps));
+  t += fmt::format("[intra_node]\nbandwidth_gbps = {}\nefficiency = {}\nlatency_us = {}\n\n", f(c.intra_gbps),
+                   f(c.intra_efficiency), f(c.intra_latency_us));
+  t += fmt::format("[network]\nnics_per_node = {}\nnic_gbps = {}\nefficiency = {}\nlatency_us = {}\n\n", c.nics_per_node,
+                   f(c.nic_gbps), f(c.nic_efficiency), f(c.inter_latency_us));
+  t += fmt::format("[collectives]\nlaunch_us = {}\nbuffer_mib = {}\n\n", f(c.collective_launch_us),
+                   f(c.collective_buffer_mib));
+  t += fmt::format("[fat_tree]\nnodes_per_access = {}\naccess_per_aggregation = {}\noversubscription = [{}, {}, {}]\n",
+                   c.nodes_per_access, c.access_per_aggregation, f(c.oversub_access), f(c.oversub_aggregation),
+                   f(c.oversub_core));
+  return t;
+}
+
+// The fields of a cluster file that differ between a and b ("" when none).
+std::string cluster_differences(const plan::Cluster& a, const plan::Cluster& b) {
+  std::string d;
+  auto cmp = [&](const char* key, double x, double y) {
+    if (x != y) d += fmt::format(" {} ({} != {})", key, x, y);
+  };
+  cmp("devices", a.gpus_per_node, b.gpus_per_node), cmp("count", a.nodes, b.nodes);
+  cmp("cores", a.cores_per_node, b.cores_per_node), cmp("peak_tflops_fp32", a.peak_tflops_fp32, b.peak_tflops_fp32);
+  cmp("peak_tflops_bf16", a.peak_tflops_bf16, b.peak_tflops_bf16), cmp("gemm_efficiency", a.gemm_efficiency, b.gemm_efficiency);
+  cmp("attention_efficiency", a.attention_efficiency, b.attention_efficiency);
+  cmp("bandwidth_gbps", a.memory_gbps, b.memory_gbps), cmp("copy_gbps", a.copy_gbps, b.copy_gbps);
+  cmp("capacity_gib", a.memory_gib, b.memory_gib), cmp("intra bandwidth_gbps", a.intra_gbps, b.intra_gbps);
+  cmp("intra latency_us", a.intra_latency_us, b.intra_latency_us), cmp("launch_us", a.collective_launch_us, b.collective_launch_us);
+  return d;
+}
+
+// --write-cluster: the cluster calibrated in this run as a homogeneous cluster file, its intra-node
+// link from the all-reduce fit (alpha per step, bus bandwidth), read back with load_cluster_toml and
+// compared field by field (IoError when it does not read back to the calibrated values).
+void write_cluster_file(const std::string& path, plan::Cluster cl, const plan::Calibration& cal,
+                        const std::string& label) {
+  if (auto a = cal.find(plan::CollectiveOp::all_reduce, plan::LinkClass::intra, plan::Algorithm::ring)) {
+    cl.intra_latency_us = a->alpha_us;
+    cl.intra_gbps = a->bus_gbps;
+    cl.intra_efficiency = 1.0;
+  }
+  cl.name = label.empty() ? "calibrated" : label;
+  cl.description = fmt::format("train_bench --predict --write-cluster: {} rank(s), OPENBLAS_CORETYPE={}, TRIAX_CPU_ISA={}",
+                               cl.gpus_per_node, env_string("OPENBLAS_CORETYPE", "(auto)"),
+                               env_string("TRIAX_CPU_ISA", "auto"));
+  const std::string text = cluster_file_text(cl, "Calibrated by train_bench (benchmarks/train_bench.cpp) on this machine; "
+                                                 "rates per rank at a full core (CPU time)");
+  std::ofstream(path) << text;
+  const plan::Cluster back = plan::load_cluster_toml(path);
+  if (const std::string d = cluster_differences(cl, back); !d.empty())
+    TRIAX_THROW(IoError, "--write-cluster {}: the file reads back different values:{}", path, d);
+  fmt::print("wrote {}: the calibrated cluster (peak {} TFLOP/s, element-wise {} GB/s, attention {:.2f} of peak, "
+             "copies {} GB/s, intra {} GB/s {} us), read back equal\n",
+             path, cl.peak_tflops_fp32, cl.memory_gbps, cl.attention_efficiency, cl.copy_gbps, cl.intra_gbps,
+             cl.intra_latency_us);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"train_bench: trainer throughput, exposed DP communication with/without overlap, planner prediction"};
   bench::ModelFlags mf;
   mf.add(app);
-  int tp = 1, pp = 1, dp = 0, vpp = 1, iters = 5, warmup = 2;
-  int64_t mbs = 4, gbs = 32;
-  double bucket_mb = 0.5, calib_s = 0.4, max_error = 0;
-  std::string schedule = "1f1b", overlap = "auto", json_path, label;
+  RunFlags f;
+  double calib_s = 0.4, max_error = 0;
+  std::string overlap = "auto", json_path, label, write_cluster;
   bool predict = false;
-  app.add_option("--tp", tp)->capture_default_str();
-  app.add_option("--pp", pp)->capture_default_str();
-  app.add_option("--dp", dp, "data-parallel size (default world / (tp pp))");
-  app.add_option("--vpp", vpp)->capture_default_str();
-  app.add_option("--schedule", schedule)->capture_default_str();
-  app.add_option("--micro-batch-size", mbs)->capture_default_str();
-  app.add_option("--global-batch-size", gbs)->capture_default_str();
-  app.add_option("--iters", iters, "timed iterations per mode")->capture_default_str();
-  app.add_option("--warmup", warmup, "untimed iterations per mode")->capture_default_str();
-  app.add_option("--bucket-mb", bucket_mb, "DP gradient bucket size (MiB)")->capture_default_str();
+  app.add_option("--tp", f.tp)->capture_default_str();
+  app.add_option("--pp", f.pp)->capture_default_str();
+  app.add_option("--dp", f.dp, "data-parallel size (default world / (tp pp))");
+  app.add_option("--vpp", f.vpp)->capture_default_str();
+  app.add_option("--schedule", f.schedule)->capture_default_str();
+  app.add_option("--micro-batch-size", f.mbs)->capture_default_str();
+  auto* gbs_opt = app.add_option("--global-batch-size", f.gbs)->capture_default_str();
+  app.add_option("--pipeline-layers", f.pipeline_layers, "layers per pipeline stage, e.g. 5,3 (uneven stages)");
+  app.add_option("--dp-microbatches", f.dp_microbatches,
+                 "micro-batches per DP replica (6,2) or per device class (fast=6,slow=2): uneven DP shares");
+  app.add_option("--stage-classes", f.stage_classes, "the device class of each pipeline stage, e.g. fast,slow");
+  app.add_option("--config", f.config_file,
+                 "a train_gpt config file (triax-plan --emit-config): its layout and batch instead of the flags");
+  app.add_option("--iters", f.iters, "timed iterations per mode")->capture_default_str();
+  app.add_option("--warmup", f.warmup, "untimed iterations per mode")->capture_default_str();
+  app.add_option("--bucket-mb", f.bucket_mb, "DP gradient bucket size (MiB)")->capture_default_str();
   app.add_option("--overlap", overlap, "on, off, both, or auto (both when dp > 1)")->capture_default_str();
   app.add_flag("--predict", predict, "calibrate cpu-local from measurements and print the planner's prediction");
+  app.add_option("--write-cluster", write_cluster,
+                 "with --predict: write the calibrated cluster (this run's ranks as one node) as a cluster TOML file");
   app.add_option("--calibration-seconds", calib_s, "time per compute calibration")->capture_default_str();
   app.add_option("--max-error", max_error,
                  "with --predict: exit 3 when |measured / predicted - 1| exceeds this on a clean run (CPU share of "
@@ -313,6 +506,7 @@ int main(int argc, char** argv) {
   app.add_option("--json", json_path, "write the results as JSON (rank 0)");
   app.add_option("--label", label, "name of this run in the JSON");
   CLI11_PARSE(app, argc, argv);
+  f.gbs_given = gbs_opt->count() > 0;
 
   int rc = 0;
   // Created outside the try: if one rank throws, unwinding must not run the bootstrap's
@@ -322,7 +516,12 @@ int main(int argc, char** argv) {
     boot = Bootstrap::create();
     auto world = boot->world();
     const int W = world->size();
-    const int D = dp ? dp : W / (tp * pp);
+    if (!write_cluster.empty() && !predict) TRIAX_THROW(ConfigError, "--write-cluster {} needs --predict", write_cluster);
+    adopt_resolved_layout(f, resolve_train_config(bench_config(mf, f, W, true), W).explicit_cfg);
+    const int tp = f.tp, pp = f.pp, D = f.dp, vpp = f.vpp, iters = f.iters, warmup = f.warmup;
+    const int64_t mbs = f.mbs, gbs = f.gbs;
+    const double bucket_mb = f.bucket_mb;
+    const std::string& schedule = f.schedule;
     std::vector<bool> modes;
     if (overlap == "on") modes = {true};
     else if (overlap == "off") modes = {false};
@@ -332,21 +531,8 @@ int main(int argc, char** argv) {
 
     std::vector<std::unique_ptr<Trainer>> trainers;
     std::vector<ModeStats> stats;
-    TrainConfig c;
     for (bool ov : modes) {
-      mf.apply(c);
-      c.tp = tp;
-      c.pp = pp;
-      c.dp = D;  // TrainConfig requires dp >= 1: the default is world / (tp pp)
-      c.vpp = vpp;
-      c.schedule = parse_schedule_kind(schedule);
-      c.micro_batch = mbs;
-      c.global_batch = gbs;
-      c.train_iters = warmup + iters;
-      c.lr = 1e-3;
-      c.bucket_mb = bucket_mb;
-      c.overlap_grad_reduce = ov;
-      trainers.push_back(std::make_unique<Trainer>(world, c));
+      trainers.push_back(std::make_unique<Trainer>(world, bench_config(mf, f, W, ov)));
       ModeStats s;
       s.name = ov ? "overlap" : "no-overlap";
       s.overlap = ov;
@@ -409,6 +595,8 @@ int main(int argc, char** argv) {
         s.skew_ms.push_back(worst[1] * 1e3);
         s.loss.push_back(mt.loss);
         s.compute_cpu_ms.push_back(worst[2] * 1e3);
+        s.rank_compute_ms.push_back(wall * 1e3);
+        s.rank_compute_cpu_ms.push_back(cpu * 1e3);
         s.cpu_share.push_back(share[1] > 0 ? share[0] / share[1] : 0);
         if (!std::isfinite(mt.loss)) rc = 1;
       }
@@ -452,6 +640,13 @@ int main(int argc, char** argv) {
                    100 * hidden, off, on, bench::median(stats[1].step_ms), bench::median(stats[0].step_ms), loss_gap);
         out["hidden_fraction"] = hidden;
       }
+    }
+    const std::vector<std::string> classes = gather_device_classes(*world);
+    for (const auto& s : stats) {
+      const nlohmann::json per_class = class_compute(*world, classes, s);
+      if (world->rank() != 0) continue;
+      out[s.name]["classes"] = per_class;
+      print_result_line(s, f, W, per_class);
     }
 
     if (predict) {
@@ -553,7 +748,11 @@ int main(int argc, char** argv) {
           out["calibration"]["p2p_gbps"] = p->bus_gbps;
         }
       }
+      if (world->rank() == 0 && !write_cluster.empty()) write_cluster_file(write_cluster, cl, cal, label);
+      if (world->rank() == 0 && f.uneven())
+        fmt::print("planner: not printed for an uneven or configured layout (price it with triax-plan --cluster)\n");
       for (const auto& s : stats) {
+        if (f.uneven()) break;
         plan::Layout l;
         l.tp = tp;
         l.pp = pp;

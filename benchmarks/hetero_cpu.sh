@@ -199,9 +199,12 @@ rows = [json.loads(l) for l in open(sys.argv[1])]
 slow, fast, isa = sys.argv[2:5]
 med = statistics.median
 def plan_text(p):
-    parts = [f"layers {p['pipeline_layers']} on {p['stage_classes']}" if p["stage_classes"] else "",
-             f"shares {p['dp_microbatches']}" if p["dp_microbatches"] else "", f"config {p['config']}" if p["config"] else ""]
-    return "; ".join(x for x in parts if x) or f"tp{p['tp']} pp{p['pp']} dp{p['dp']}"
+    parts = [f"tp{p['tp']} pp{p['pp']} dp{p['dp']}",
+             "layers " + ",".join(map(str, p["stage_layers"])) if p["pp"] > 1 else "",
+             f"stages on {p['stage_classes']}" if p["stage_classes"] else "",
+             f"micro-batches {p['dp_microbatches']}" if p["dp_microbatches"] else "",
+             f"from {p['config'].rsplit('/', 1)[-1]}" if p["config"] else ""]
+    return "; ".join(x for x in parts if x)
 def class_ratio(run):
     c = run["classes"]
     return c["slow"]["compute_cpu_ms"] / c["fast"]["compute_cpu_ms"] if "slow" in c and "fast" in c else float("nan")

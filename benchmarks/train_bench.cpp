@@ -294,6 +294,7 @@ struct RunFlags {
   std::string schedule = "1f1b";
   std::string pipeline_layers, dp_microbatches, stage_classes, config_file;
   bool gbs_given = false;  // --global-batch-size given on the command line
+  std::vector<int> stage_layers;  // as resolved: layers per (virtual) stage
   // A layout the homogeneous estimate() may not price (a config file may hold any plan;
   // triax-plan --cluster mixed.toml prices the heterogeneous ones).
   bool uneven() const {
@@ -339,7 +340,9 @@ TrainConfig bench_config(const bench::ModelFlags& mf, const RunFlags& f, int wor
 
 // The layout as the trainer resolves it (a config file or --dp-microbatches may set what the flags
 // did not), copied back into the flags that print and price the run.
-void adopt_resolved_layout(RunFlags& f, const TrainConfig& r) {
+void adopt_resolved_layout(RunFlags& f, const ResolvedTrainConfig& resolved) {
+  const TrainConfig& r = resolved.explicit_cfg;
+  f.stage_layers = resolved.stage_layers;
   f.tp = r.tp;
   f.pp = r.pp;
   f.dp = r.dp.value_or(1);
@@ -389,7 +392,7 @@ void print_result_line(const ModeStats& s, const RunFlags& f, int world, const n
   const nlohmann::json line = {{"mode", s.name}, {"ranks", world}, {"tp", f.tp}, {"pp", f.pp}, {"dp", f.dp},
                                {"pipeline_layers", f.pipeline_layers}, {"dp_microbatches", f.dp_microbatches},
                                {"stage_classes", f.stage_classes}, {"config", f.config_file},
-                               {"micro_batch", f.mbs}, {"global_batch", f.gbs},
+                               {"micro_batch", f.mbs}, {"global_batch", f.gbs}, {"stage_layers", f.stage_layers},
                                {"step_ms", bench::median(s.step_ms)}, {"step_ms_all", s.step_ms},
                                {"losses", s.loss}, {"classes", classes}};
   fmt::print("train_bench_result {}\n", line.dump());
@@ -517,7 +520,7 @@ int main(int argc, char** argv) {
     auto world = boot->world();
     const int W = world->size();
     if (!write_cluster.empty() && !predict) TRIAX_THROW(ConfigError, "--write-cluster {} needs --predict", write_cluster);
-    adopt_resolved_layout(f, resolve_train_config(bench_config(mf, f, W, true), W).explicit_cfg);
+    adopt_resolved_layout(f, resolve_train_config(bench_config(mf, f, W, true), W));
     const int tp = f.tp, pp = f.pp, D = f.dp, vpp = f.vpp, iters = f.iters, warmup = f.warmup;
     const int64_t mbs = f.mbs, gbs = f.gbs;
     const double bucket_mb = f.bucket_mb;

@@ -284,7 +284,6 @@ CommSamples measure_comm(Communicator& world) {
   return s;
 }
 
-
 // The run's layout flags, and the options of a heterogeneous plan (set through TrainConfig's
 // option table by name, so that this file does not depend on their field types).
 struct RunFlags {
@@ -481,13 +480,15 @@ int main(int argc, char** argv) {
   double calib_s = 0.4, max_error = 0;
   std::string overlap = "auto", json_path, label, write_cluster;
   bool predict = false;
-  app.add_option("--tp", f.tp)->capture_default_str();
-  app.add_option("--pp", f.pp)->capture_default_str();
-  app.add_option("--dp", f.dp, "data-parallel size (default world / (tp pp))");
-  app.add_option("--vpp", f.vpp)->capture_default_str();
-  app.add_option("--schedule", f.schedule)->capture_default_str();
-  app.add_option("--micro-batch-size", f.mbs)->capture_default_str();
   auto* gbs_opt = app.add_option("--global-batch-size", f.gbs)->capture_default_str();
+  const std::vector<CLI::Option*> layout_opts = {
+      app.add_option("--tp", f.tp)->capture_default_str(),
+      app.add_option("--pp", f.pp)->capture_default_str(),
+      app.add_option("--dp", f.dp, "data-parallel size (default world / (tp pp))"),
+      app.add_option("--vpp", f.vpp)->capture_default_str(),
+      app.add_option("--schedule", f.schedule)->capture_default_str(),
+      app.add_option("--micro-batch-size", f.mbs)->capture_default_str(),
+      gbs_opt};
   app.add_option("--pipeline-layers", f.pipeline_layers, "layers per pipeline stage, e.g. 5,3 (uneven stages)");
   app.add_option("--dp-microbatches", f.dp_microbatches,
                  "micro-batches per DP replica (6,2) or per device class (fast=6,slow=2): uneven DP shares");
@@ -510,6 +511,12 @@ int main(int argc, char** argv) {
   app.add_option("--label", label, "name of this run in the JSON");
   CLI11_PARSE(app, argc, argv);
   f.gbs_given = gbs_opt->count() > 0;
+  for (const CLI::Option* o : layout_opts)
+    if (o->count() && !f.config_file.empty()) {
+      fmt::print(stderr, "train_bench: configuration error: {} and --config {}: the layout comes from the file "
+                         "(give it there, or drop --config)\n", o->get_name(), f.config_file);
+      return 2;
+    }
 
   int rc = 0;
   // Created outside the try: if one rank throws, unwinding must not run the bootstrap's

@@ -391,8 +391,9 @@ void Checkpointer::save() {
   part.zero = opt.zero_level(), part.zero1 = part.zero >= 1;
   part.schedule = std::string(schedule_kind_name(cfg.schedule));
   part.config_toml = to_toml(cfg);
-  part.batch = CheckpointBatch{*cfg.global_batch, *cfg.micro_batch, *cfg.num_micro_batches, cfg.rampup,
-                               batch_since_iteration_, batch_since_consumed_};
+  const BatchPlan& plan = t_.batch_plan();
+  part.batch = CheckpointBatch{*cfg.global_batch, *cfg.micro_batch, plan.num_micro_batches, cfg.rampup,
+                               batch_since_iteration_, batch_since_consumed_, plan.shares};
   job.resumed_dir = resumed_dir_;
   job.damaged_dirs = std::move(damaged_dirs_);  // set aside once, by the first commit
   damaged_dirs_.clear();

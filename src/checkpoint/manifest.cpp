@@ -197,6 +197,15 @@ void parse_batch(const Reader& r, const json& j, CheckpointManifest& m) {
   }
   c.since_iteration = r.integer(b, "since_iteration", "batch", 0, kI64);
   c.since_consumed_samples = r.integer(b, "since_consumed_samples", "batch", 0, kI64);
+  if (b.contains("dp_microbatches")) {
+    const json& s = b.at("dp_microbatches");
+    if (!s.is_array()) r.fail("batch.dp_microbatches: expected an array of micro-batch counts");
+    for (const json& v : s) {
+      if (!v.is_number_integer() || v.get<int64_t>() < 1 || v.get<int64_t>() > kMaxBatch)
+        r.fail(fmt::format("batch.dp_microbatches: {} is not a micro-batch count in [1, {}]", v.dump(), kMaxBatch));
+      c.dp_microbatches.push_back(v.get<int64_t>());
+    }
+  }
   m.batch = c;
 }
 
@@ -364,8 +373,15 @@ void check_scalars(const Reader& r, const CheckpointManifest& m) {
     r.fail(fmt::format("layout pp {} x vpp {} exceeds the model's {} layers", m.pp, m.vpp, m.model.n_layer));
   if (!m.batch) return;
   const CheckpointBatch& b = *m.batch;
+  if (!b.dp_microbatches.empty()) {
+    __int128 sum = 0;
+    for (int64_t v : b.dp_microbatches) sum += v;
+    if (static_cast<int>(b.dp_microbatches.size()) != m.dp || sum * b.micro_batch != b.global_batch)
+      r.fail(fmt::format("batch: dp_microbatches [{}] are not dp {} counts with micro_batch {} x their sum = "
+                         "global_batch {}", fmt::join(b.dp_microbatches, ", "), m.dp, b.micro_batch, b.global_batch));
+  }
   const __int128 prod = static_cast<__int128>(b.micro_batch) * m.dp * b.num_micro_batches;
-  if (prod != b.global_batch)
+  if (b.dp_microbatches.empty() && prod != b.global_batch)
     r.fail(fmt::format("batch: global_batch {} != micro_batch {} x dp {} x num_micro_batches {}", b.global_batch,
                        b.micro_batch, m.dp, b.num_micro_batches));
   if (b.rampup && (b.global_batch - b.rampup->start) / b.rampup->increment > kMaxRampSteps)
@@ -445,6 +461,7 @@ std::string checkpoint_manifest_json(const CheckpointManifest& m) {
     j["batch"] = {{"global_batch", b.global_batch}, {"micro_batch", b.micro_batch},
                   {"num_micro_batches", b.num_micro_batches}, {"rampup", std::move(ramp)},
                   {"since_iteration", b.since_iteration}, {"since_consumed_samples", b.since_consumed_samples}};
+    if (!b.dp_microbatches.empty()) j["batch"]["dp_microbatches"] = b.dp_microbatches;
   }
   j["config"] = m.config_toml;
   json files = json::array();

@@ -2,6 +2,7 @@
 #include "triax/config/batch.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 
@@ -10,7 +11,21 @@
 
 namespace triax {
 
+int64_t BatchPlan::micro_batches_of(int d) const {
+  return shares.empty() ? num_micro_batches : shares.at(static_cast<size_t>(d));
+}
+
+int64_t BatchPlan::first_micro_batch_of(int d) const {
+  if (shares.empty()) return static_cast<int64_t>(d) * num_micro_batches;
+  int64_t first = 0;
+  for (int j = 0; j < d; ++j) first += shares.at(static_cast<size_t>(j));
+  return first;
+}
+
 std::string BatchPlan::describe() const {
+  if (!shares.empty())
+    return fmt::format("global batch {} = micro-batch {} x micro-batches [{}] over dp {}", global_batch, micro_batch,
+                       fmt::join(shares, ", "), dp);
   return fmt::format("global batch {} = micro-batch {} x dp {} x micro-batches {}", global_batch, micro_batch, dp,
                      num_micro_batches);
 }
@@ -55,9 +70,45 @@ BatchPlan resolve_batch(const BatchConfig& c, int dp) {
   return p;
 }
 
+BatchPlan resolve_batch_shares(int64_t global_batch, int64_t micro_batch, const std::vector<int64_t>& shares, int dp) {
+  if (static_cast<int>(shares.size()) != dp)
+    TRIAX_THROW(ConfigError, "--dp-microbatches [{}] gives {} counts for dp {} replicas", fmt::join(shares, ", "),
+                shares.size(), dp);
+  int64_t sum = 0;
+  for (int64_t s : shares) {
+    if (s < 1) TRIAX_THROW(ConfigError, "--dp-microbatches [{}]: every replica runs >= 1 micro-batch (got {})",
+                           fmt::join(shares, ", "), s);
+    sum = checked_sum<int64_t>("--dp-microbatches (micro-batches per step)", sum, s);
+  }
+  BatchPlan p{global_batch, micro_batch, *std::max_element(shares.begin(), shares.end()), dp, shares};
+  if (micro_batch == 0 && global_batch > 0) {
+    if (global_batch % sum != 0)
+      TRIAX_THROW(ConfigError, "global batch {} is not divisible by the {} micro-batches of --dp-microbatches [{}] "
+                  "({} = {} x {} + {})", global_batch, sum, fmt::join(shares, ", "), global_batch, global_batch / sum,
+                  sum, global_batch % sum);
+    p.micro_batch = global_batch / sum;
+  }
+  if (p.micro_batch == 0) p.micro_batch = 4;
+  const int64_t g = checked_product("global batch: micro-batch x micro-batches of --dp-microbatches", {p.micro_batch, sum});
+  if (global_batch > 0 && global_batch != g)
+    TRIAX_THROW(ConfigError, "global batch {} != micro-batch {} x the {} micro-batches of --dp-microbatches [{}] = {}",
+                global_batch, p.micro_batch, sum, fmt::join(shares, ", "), g);
+  p.global_batch = g;
+  return p;
+}
+
 BatchSchedule::BatchSchedule(const BatchPlan& target, std::optional<BatchRampup> rampup)
     : target_(target), rampup_(rampup) {
   const int64_t per = target.micro_batch * target.dp;
+  if (!target.shares.empty()) {
+    if (rampup_)
+      TRIAX_THROW(ConfigError, "a batch ramp-up (--rampup-batch-size) cannot be combined with uneven data-parallel "
+                  "shares ({})", target.describe());
+    if (target.micro_batch < 1 || target.global_batch != target.micro_batch * target.first_micro_batch_of(target.dp))
+      TRIAX_THROW(ConfigError, "batch schedule: inconsistent target plan ({}); build it with resolve_batch_shares",
+                  target.describe());
+    return;
+  }
   if (per < 1 || target.num_micro_batches < 1 || target.global_batch != per * target.num_micro_batches)
     TRIAX_THROW(ConfigError, "batch schedule: inconsistent target plan ({}); build it with resolve_batch",
                 target.describe());
@@ -94,11 +145,13 @@ int64_t BatchSchedule::global_batch(int64_t consumed) const {
 }
 
 int64_t BatchSchedule::num_micro_batches(int64_t consumed) const {
+  if (!target_.shares.empty()) return target_.num_micro_batches;  // no ramp-up with shares
   return global_batch(consumed) / (target_.micro_batch * target_.dp);
 }
 
 BatchPlan BatchSchedule::plan(int64_t consumed) const {
   BatchPlan p = target_;
+  if (!p.shares.empty()) return p;
   p.global_batch = global_batch(consumed);
   p.num_micro_batches = p.global_batch / (p.micro_batch * p.dp);
   return p;

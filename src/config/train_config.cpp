@@ -2,6 +2,8 @@
 // TOML files (toml++), range checks, printing back, and the resolution for a world size.
 #include "triax/config/train_config.h"
 
+#include "triax/config/hetero.h"
+
 #include <fmt/ranges.h>
 #include <toml++/toml.h>
 
@@ -356,6 +358,84 @@ ConfigOption pipeline_layers_opt() {
   return o;
 }
 
+// The words of a list option given as text: "a,b" on the command line or as a TOML string, or a
+// TOML array of strings; entries never empty.
+std::vector<std::string> read_words(const OptionInput& in, const std::string& range) {
+  std::vector<std::string> out;
+  if (const auto* n = node_of(in); n && n->is_array()) {
+    for (const auto& e : *n->as_array()) {
+      if (!e.is_string()) wrong_type(in, range);
+      out.push_back(e.as_string()->get());
+    }
+  } else {
+    const std::string w = read_string(in);
+    for (size_t pos = 0;;) {
+      const size_t comma = w.find(',', pos);
+      out.push_back(w.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos));
+      if (comma == std::string::npos) break;
+      pos = comma + 1;
+    }
+  }
+  for (const auto& w : out)
+    if (w.empty()) bad(in, toml_quote(fmt::format("{}", fmt::join(out, ","))), "an empty entry", range);
+  return out;
+}
+
+void read_class_name(const OptionInput& in, const std::string& name, const std::string& range) {
+  if (const std::string why = device_class_problem(name); !why.empty())
+    bad(in, toml_quote(name), fmt::format("not a device class name: {}", why), range);
+}
+
+ConfigOption dp_microbatches_opt() {
+  ConfigOption o;
+  o.key = "dp-microbatches";
+  o.help = "uneven data-parallel shares: micro-batches per DP replica (6,2) or per device class (fast=6,slow=2)";
+  o.range = "counts >= 1, one per DP replica (6,2) or per device class (fast=6,slow=2)";
+  o.set = [range = o.range](TrainConfig& c, const OptionInput& in) {
+    c.dp_microbatches.clear();
+    if (const auto* n = node_of(in); n && n->is_array()) {
+      for (long long v : read_ints(in, 1, 0, range)) c.dp_microbatches.push_back(DpShare{"", v});
+      return;
+    }
+    for (const std::string& w : read_words(in, range)) {
+      const size_t eq = w.find('=');
+      DpShare d;
+      if (eq != std::string::npos) read_class_name(in, d.device_class = w.substr(0, eq), range);
+      d.count = read_int(in, eq == std::string::npos ? w : w.substr(eq + 1), nullptr, 1, kMaxI64);
+      if (!c.dp_microbatches.empty() && c.dp_microbatches.front().device_class.empty() != d.device_class.empty())
+        bad(in, toml_quote(w), "counts per replica mixed with counts per class", range);
+      c.dp_microbatches.push_back(std::move(d));
+    }
+  };
+  o.check = [range = o.range](const TrainConfig& c) -> std::string {
+    for (const auto& d : c.dp_microbatches)
+      if (d.count < 1) return fmt::format("dp-microbatches = \"{}\": out of range; expected {}", format_dp_microbatches(c.dp_microbatches), range);
+    return {};
+  };
+  o.toml = [](const TrainConfig& c) -> std::optional<std::string> {
+    if (c.dp_microbatches.empty()) return std::nullopt;
+    return toml_quote(format_dp_microbatches(c.dp_microbatches));
+  };
+  return o;
+}
+
+ConfigOption stage_classes_opt() {
+  ConfigOption o;
+  o.key = "stage-classes";
+  o.help = "the device class (TRIAX_DEVICE_CLASS) each pipeline stage runs on, e.g. fast,slow";
+  o.range = "one device class name per pipeline stage (fast,slow)";
+  o.set = [range = o.range](TrainConfig& c, const OptionInput& in) {
+    c.stage_classes = read_words(in, range);
+    for (const auto& w : c.stage_classes) read_class_name(in, w, range);
+  };
+  o.check = [](const TrainConfig&) { return std::string(); };
+  o.toml = [](const TrainConfig& c) -> std::optional<std::string> {
+    if (c.stage_classes.empty()) return std::nullopt;
+    return toml_quote(fmt::format("{}", fmt::join(c.stage_classes, ",")));
+  };
+  return o;
+}
+
 ConfigOption rampup_opt() {
   ConfigOption o;
   o.key = "rampup-batch-size";
@@ -458,6 +538,8 @@ void parallel_options(Options& t) {
                           "tp-cp-pp-dp", "cp-tp-dp-pp"}));
   t.push_back(bool_opt("allow-tp-across-hosts", "allow TP groups spanning hosts", TRIAX_FIELD(allow_tp_across_hosts)));
   t.push_back(pipeline_layers_opt());
+  t.push_back(stage_classes_opt());
+  t.push_back(dp_microbatches_opt());
   t.push_back(enum_opt("schedule", "pipeline schedule", TRIAX_FIELD(schedule)));
   t.push_back(bool_opt("sequence-parallel", "split LayerNorm/residual regions over TP by tokens",
                        TRIAX_FIELD(sequence_parallel)));
@@ -932,7 +1014,8 @@ void check_export_hf(const TrainConfig& cfg, const GptConfig& m) {
 
 // The batch plan for dp ranks (the default: micro-batch 4, 2 x pp micro-batches), checked for
 // what the step holds in ints and for the pipeline schedule (which bounds pp x vpp x micro-batches).
-BatchPlan resolve_train_batch(const TrainConfig& cfg, int dp, int seq) {
+// shares: micro-batches per DP replica (--dp-microbatches), empty for an even split.
+BatchPlan resolve_train_batch(const TrainConfig& cfg, int dp, int seq, const std::vector<int64_t>& shares) {
   const int P = cfg.pp, V = cfg.vpp;
   const ScheduleKind kind = cfg.schedule;
   BatchConfig bc{cfg.global_batch.value_or(0), cfg.micro_batch.value_or(0), cfg.num_micro_batches.value_or(0)};
@@ -940,7 +1023,14 @@ BatchPlan resolve_train_batch(const TrainConfig& cfg, int dp, int seq) {
     bc.micro_batch = 4;
     bc.num_micro_batches = 2 * static_cast<int64_t>(P);  // enough micro-batches to fill the pipeline
   }
-  const BatchPlan plan = resolve_batch(bc, dp);
+  if (!shares.empty()) {
+    require(!cfg.num_micro_batches, "--dp-microbatches {} gives every replica's micro-batches: drop --num-micro-batches {}",
+            format_dp_microbatches(cfg.dp_microbatches), cfg.num_micro_batches.value_or(0));
+    require(!cfg.rampup, "--dp-microbatches {} cannot be combined with a batch ramp-up (--rampup-batch-size)",
+            format_dp_microbatches(cfg.dp_microbatches));
+  }
+  const BatchPlan plan = shares.empty() ? resolve_batch(bc, dp)
+                                        : resolve_batch_shares(cfg.global_batch.value_or(0), cfg.micro_batch.value_or(0), shares, dp);
   // The step counts micro-batches and their tokens in ints (the executor, the kernels' row counts).
   constexpr int64_t kMaxInt = std::numeric_limits<int>::max();
   require(plan.num_micro_batches <= kMaxInt, "{}: {} micro-batches per iteration is too many (at most {})",
@@ -951,7 +1041,7 @@ BatchPlan resolve_train_batch(const TrainConfig& cfg, int dp, int seq) {
           plan.micro_batch, seq, tokens, cfg.tp);
   const BatchSchedule batches(plan, cfg.rampup);
   validate_schedule_config(kind, P, V, static_cast<int>(batches.num_micro_batches(0)));
-  validate_schedule_config(kind, P, V, static_cast<int>(plan.num_micro_batches));
+  for (int d = 0; d < dp; ++d) validate_schedule_config(kind, P, V, static_cast<int>(plan.micro_batches_of(d)));
   return plan;
 }
 
@@ -1034,7 +1124,28 @@ static int resolve_dp(const TrainConfig& cfg, int W) {
   }
 }
 
-ResolvedTrainConfig resolve_train_config(const TrainConfig& cfg, int world_size) {
+// The ranks' device classes (checked against --stage-classes), the batch plan (uneven shares from
+// --dp-microbatches) and the batch sizes written back into the explicit configuration.
+static void resolve_batch_and_classes(const TrainConfig& cfg, int W, std::vector<std::string> rank_classes,
+                                      ResolvedTrainConfig& r) {
+  TrainConfig& e = r.explicit_cfg;
+  const int PV = cfg.pp * cfg.vpp, L = r.model.n_layer;
+  require(rank_classes.empty() || static_cast<int>(rank_classes.size()) == W, "{} device classes for {} ranks",
+          rank_classes.size(), W);
+  r.rank_classes = rank_classes.empty() ? std::vector<std::string>(static_cast<size_t>(W), kDefaultDeviceClass)
+                                        : std::move(rank_classes);
+  const GridLayout layout(W, GridShape{cfg.tp, cfg.pp, r.dp, cfg.ep, cfg.order, cfg.cp});
+  check_stage_classes(cfg, layout, r.rank_classes);
+  r.batch = resolve_train_batch(cfg, r.dp, r.seq, resolve_dp_shares(cfg, layout, r.rank_classes));
+  // After the schedule's bound on pp x vpp x micro-batches: the list of virtual stages is small.
+  if (r.stage_layers.empty()) r.stage_layers.assign(static_cast<size_t>(PV), L / PV);
+  e.micro_batch = r.batch.micro_batch;
+  e.global_batch = r.batch.global_batch;
+  // With uneven shares --dp-microbatches says it (the resolved file must not give both).
+  e.num_micro_batches = r.batch.shares.empty() ? std::optional<int64_t>(r.batch.num_micro_batches) : std::nullopt;
+}
+
+ResolvedTrainConfig resolve_train_config(const TrainConfig& cfg, int world_size, std::vector<std::string> rank_classes) {
   check_ranges(cfg);
   check_profile(cfg);
   ResolvedTrainConfig r;
@@ -1112,12 +1223,7 @@ ResolvedTrainConfig resolve_train_config(const TrainConfig& cfg, int world_size)
     require(cfg.ep == 1, "--ep {} needs MoE layers (--moe-every K)", cfg.ep);
   }
 
-  r.batch = resolve_train_batch(cfg, r.dp, r.seq);
-  // After the schedule's bound on pp x vpp x micro-batches: the list of virtual stages is small.
-  if (r.stage_layers.empty()) r.stage_layers.assign(static_cast<size_t>(PV), L / PV);
-  e.micro_batch = r.batch.micro_batch;
-  e.global_batch = r.batch.global_batch;
-  e.num_micro_batches = r.batch.num_micro_batches;
+  resolve_batch_and_classes(cfg, W, std::move(rank_classes), r);
 
   validate(cfg.adamw);
   LrScheduleConfig& lc = r.lr;

@@ -1,9 +1,12 @@
 // GridLayout arithmetic and ProcessGrid's communicator splits.
 #include "triax/distributed/grid.h"
 
+#include "triax/core/env.h"
+
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cstring>
 #include <map>
 #include <sstream>
@@ -250,15 +253,40 @@ std::unique_ptr<Communicator> split_by(Communicator& world, const std::vector<in
 }
 }  // namespace
 
-std::vector<std::string> gather_host_names(Communicator& world) {
+namespace {
+// Every rank's `mine` by world rank: a fixed-width all_gather, each string cut to kW - 1 bytes.
+std::vector<std::string> gather_strings(Communicator& world, const std::string& mine) {
   constexpr size_t kW = 256;
-  std::string mine = host_name();
   std::vector<char> in(kW, '\0'), out(kW * static_cast<size_t>(world.size()), '\0');
   std::memcpy(in.data(), mine.data(), std::min(mine.size(), kW - 1));
   world.all_gather(std::span<const char>(in), std::span<char>(out)).wait();
-  std::vector<std::string> hosts;
-  for (int r = 0; r < world.size(); ++r) hosts.emplace_back(out.data() + static_cast<size_t>(r) * kW);
-  return hosts;
+  std::vector<std::string> all;
+  for (int r = 0; r < world.size(); ++r) all.emplace_back(out.data() + static_cast<size_t>(r) * kW);
+  return all;
+}
+}  // namespace
+
+std::vector<std::string> gather_host_names(Communicator& world) { return gather_strings(world, host_name()); }
+
+std::string device_class_problem(std::string_view name) {
+  if (name.empty()) return "an empty name";
+  if (name.size() > 64) return fmt::format("{} bytes (at most 64)", name.size());
+  for (const char c : name)
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '_' && c != '-' && c != '.')
+      return fmt::format("the character '{}' (letters, digits, '_', '-' and '.' only)", c);
+  return {};
+}
+
+std::string device_class_from_env() {
+  const std::string name = env_string("TRIAX_DEVICE_CLASS", kDefaultDeviceClass);
+  if (const std::string why = device_class_problem(name); !why.empty())
+    TRIAX_THROW(ConfigError, "TRIAX_DEVICE_CLASS='{}': {}; expected a device class name such as h100 or slow", name,
+                why);
+  return name;
+}
+
+std::vector<std::string> gather_device_classes(Communicator& world) {
+  return gather_strings(world, device_class_from_env());
 }
 
 int local_rank_of(const std::vector<std::string>& hosts, int rank) {
@@ -274,6 +302,9 @@ ProcessGrid::ProcessGrid(std::shared_ptr<Communicator> world, const GridShape& s
                          std::vector<std::string> hosts)
     : world_(std::move(world)), layout_(world_->size(), shape), hosts_(std::move(hosts)) {
   if (hosts_.empty()) hosts_ = gather_host_names(*world_);
+  classes_ = opts.device_classes.empty() ? gather_device_classes(*world_) : opts.device_classes;
+  if (static_cast<int>(classes_.size()) != world_->size())
+    TRIAX_THROW(ConfigError, "{} device classes for a world of {} ranks", classes_.size(), world_->size());
   check_tp_placement(layout_, hosts_, opts.allow_tp_across_hosts);
   const int me = rank();
   local_rank_ = local_rank_of(hosts_, me);

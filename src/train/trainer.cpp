@@ -3,6 +3,8 @@
 // optimizer) and report metrics.
 #include "triax/train/trainer.h"
 
+#include "triax/config/hetero.h"
+
 #include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
@@ -209,11 +211,12 @@ namespace {
 // resolve_train_config of cfg with --init-from's shape and block; from an HF Llama directory also
 // what no flag spells: the llama3 scaling's low/high frequency factors and original context
 // (the flags fix them at Megatron's 1, 4, 8192) and the vocabulary padding (128).
-ResolvedTrainConfig resolve_with_init_from(const TrainConfig& cfg, int world_size) {
+ResolvedTrainConfig resolve_with_init_from(const TrainConfig& cfg, int world_size,
+                                           const std::vector<std::string>& rank_classes) {
   const TrainConfig c = with_init_from_shape(cfg);
   ResolvedTrainConfig r;
   try {
-    r = resolve_train_config(c, world_size);
+    r = resolve_train_config(c, world_size, rank_classes);
   } catch (const ConfigError& e) {
     if (c.init_from.empty()) throw;
     // The flags a message names include those the file filled in: say where they came from.
@@ -240,7 +243,7 @@ ResolvedTrainConfig resolve_with_init_from(const TrainConfig& cfg, int world_siz
 }  // namespace
 
 Trainer::Trainer(std::shared_ptr<Communicator> world, const TrainConfig& cfg, const TrainerOptions& opts)
-    : Trainer(world, resolve_with_init_from(cfg, world->size()), opts) {}
+    : Trainer(world, resolve_with_init_from(cfg, world->size(), gather_device_classes(*world)), opts) {}
 
 // Everything below builds from `r` alone: the configuration is resolved once, above, and the
 // out-of-memory handlers describe the same resolution (the members are gone by then).
@@ -299,7 +302,7 @@ void Trainer::start_rank(const std::shared_ptr<Communicator>& world, const Resol
   spikes_ = LossSpikeDetector(cfg.loss_spike_zscore);
   stragglers_ = StragglerDetector(cfg.straggler_factor);
   grid_ = std::make_unique<ProcessGrid>(comm, GridShape{cfg.tp, cfg.pp, r.dp, cfg.ep, cfg.order, cfg.cp},
-                                        GridOptions{cfg.allow_tp_across_hosts}, std::move(hosts));
+                                        GridOptions{cfg.allow_tp_across_hosts, r.rank_classes}, std::move(hosts));
   // Refuse before allocating anything large when the ranks of this host would not fit
   // (docs/ERRORS.md, "Memory at start-up"). A GPU rank has its device's memory to itself.
   const bool own_device = backend_->device().is_cuda();
@@ -420,12 +423,15 @@ std::string Trainer::resolved_config() const {
     if (key == "data") return data_->describe();
     if (key == "valid-data" && valid_) return valid_->describe();
     if (key == "ep" && moe_layers_ > 0) return fmt::format("{} MoE layers", moe_layers_);
+    if (key == "dp-microbatches") return batches_->target().describe();
     return {};
   };
   std::string s = fmt::format("# triax resolved configuration ({} ranks); a --config file that repeats this run\n",
                               grid_->world().size());
   s += to_toml(c, note);
   s += fmt::format("# threads per rank: {} ({} ranks on this host)\n", omp_get_max_threads(), grid_->local_size());
+  if (const std::string cls = describe_device_classes(grid_->device_classes()); !cls.empty())
+    s += fmt::format("# device classes (TRIAX_DEVICE_CLASS): {}\n", cls);
   size_t act = 0;
   const BatchPlan p = batches_->target();
   for (auto& ch : chunks_) act += ch->activation_floats(static_cast<int>(p.micro_batch), Tl_);
@@ -437,7 +443,10 @@ std::string Trainer::resolved_config() const {
 IterationMetrics Trainer::step(bool record_events) {
   using Clock = std::chrono::steady_clock;
   const BatchPlan plan = batches_->plan(consumed_);
-  const int m = static_cast<int>(plan.num_micro_batches);
+  const int d = grid_->coord().dp;
+  // This replica's micro-batches (uneven with --dp-microbatches) and the global batch's (M).
+  const int m = static_cast<int>(plan.micro_batches_of(d));
+  const int64_t first = plan.first_micro_batch_of(d), M = plan.total_micro_batches();
   const int P = cfg_.pp, V = cfg_.vpp;
   if (!schedule_ || schedule_->micro_batches != m) schedule_ = make_schedule(kind_, P, V, m);
   store_->zero_grads();
@@ -450,11 +459,10 @@ IterationMetrics Trainer::step(bool record_events) {
     std::fprintf(stderr, "triax fault injection (TRIAX_FAULT): rank %d at iteration %lld: nan: gradient of %s\n",
                  grid_->world().rank(), static_cast<long long>(iteration_ + 1), store_->info(i).spec.name.c_str());
   }
-  const int d = grid_->coord().dp;
   const int64_t base = consumed_;
   const int mbs = static_cast<int>(plan.micro_batch);
   auto data = [&](int mb, std::vector<int32_t>& x, std::vector<int32_t>& y) {
-    fetch(*data_, base + (static_cast<int64_t>(d) * m + mb) * mbs, mbs, x, y);
+    fetch(*data_, base + (first + mb) * mbs, mbs, x, y);
   };
   const double lr = lr_->lr(iteration_);
   const int64_t it = iteration_ + 1;
@@ -462,8 +470,10 @@ IterationMetrics Trainer::step(bool record_events) {
   const auto t0 = Clock::now();
   watchdog_->set_phase(fmt::format("iteration {}: pipeline schedule ({} micro-batches: forward, backward, P2P)", it, m));
   faults_.at_step_start(it);
-  // The loss gradient carries the loss scale (1 unless fp16's scaler is on; a power of two, exact).
-  const float dloss = static_cast<float>(optimizer_->loss_scale()) / static_cast<float>(m);
+  // The loss gradient carries the loss scale (1 unless fp16's scaler is on; a power of two, exact) and
+  // dp / M: the DP average then weighs every micro-batch 1 / M of the global batch, an uneven split's
+  // update equals one process's (and an even split's dp / M is 1 / m, the same float).
+  const float dloss = static_cast<float>(optimizer_->loss_scale() * plan.dp) / static_cast<float>(M);
   if (cp_) cp_->reset_stats();  // the iteration line's cp field: this step's exchanges only
   last_ = executor_->run(*schedule_, data, &optimizer_->grad_sink(), dloss, record_events);
   watchdog_->set_phase(fmt::format("iteration {}: optimizer step (DP gradient sync, norm, AdamW)", it));
@@ -485,8 +495,8 @@ IterationMetrics Trainer::step(bool record_events) {
   // the stragglers' data rides on the metrics reduction, no extra collective.
   const int W = grid_->world().size(), me = grid_->world().rank();
   std::vector<double> sums(2 + static_cast<size_t>(W), 0.0);
-  sums[0] = reporter ? last_.loss_sum / m / plan.dp / cfg_.cp : 0.0;
-  sums[1] = grid_->coord().tp == 0 ? aux / m / plan.dp / cfg_.cp : 0.0;
+  sums[0] = reporter ? last_.loss_sum / static_cast<double>(M) / cfg_.cp : 0.0;
+  sums[1] = grid_->coord().tp == 0 ? aux / static_cast<double>(M) / cfg_.cp : 0.0;
   const CpStats cps = cp_ ? cp_->stats() : CpStats{};
   sums[2 + static_cast<size_t>(me)] =
       std::max(0.0, elapsed - last_.p2p_wait_s - rep.sync.exposed_s - rep.gather_s - cps.exposed_s);
@@ -513,7 +523,7 @@ IterationMetrics Trainer::step(bool record_events) {
   mt.tflops = flops_per_token_ * tokens / maxes[0] / grid_->world().size() / 1e12;
   mt.lr = lr;
   mt.global_batch = plan.global_batch;
-  mt.micro_batches = m;
+  mt.micro_batches = plan.num_micro_batches;  // the same on every rank: with uneven shares the most of any replica
   mt.loss = sums[0];
   mt.moe = moe_layers_ > 0;
   mt.moe_aux_loss = moe_layers_ > 0 ? sums[1] / moe_layers_ : 0.0;

@@ -46,19 +46,22 @@ void Trainer::open_validation() {
 EvalMetrics Trainer::evaluate() {
   require(valid_ != nullptr, "evaluate() needs a validation set (--valid-data)");
   const BatchPlan plan = batches_->target();
-  const int m = static_cast<int>(plan.num_micro_batches), mbs = static_cast<int>(plan.micro_batch);
-  if (!eval_schedule_ || eval_schedule_->micro_batches != m) eval_schedule_ = make_forward_only(cfg_.pp, cfg_.vpp, m);
+  // Each replica its share of the global batch (uneven with --dp-microbatches), as in training.
   const int d = grid_->coord().dp;
+  const int m = static_cast<int>(plan.micro_batches_of(d)), mbs = static_cast<int>(plan.micro_batch);
+  const int64_t first = plan.first_micro_batch_of(d);
+  const double M = static_cast<double>(plan.total_micro_batches());
+  if (!eval_schedule_ || eval_schedule_->micro_batches != m) eval_schedule_ = make_forward_only(cfg_.pp, cfg_.vpp, m);
   const bool reporter = grid_->is_last_stage() && grid_->coord().tp == 0;
   const auto t0 = std::chrono::steady_clock::now();
   double sum[1] = {0.0};
   for (int64_t k = 0; k < cfg_.eval_iters; ++k) {
     const int64_t base = k * plan.global_batch;
     auto data = [&](int mb, std::vector<int32_t>& x, std::vector<int32_t>& y) {
-      fetch(*valid_, base + (static_cast<int64_t>(d) * m + mb) * mbs, mbs, x, y);
+      fetch(*valid_, base + (first + mb) * mbs, mbs, x, y);
     };
     const StepResult r = executor_->run(*eval_schedule_, data, nullptr, 1.0f);
-    if (reporter) sum[0] += r.loss_sum / m / plan.dp / cfg_.cp;
+    if (reporter) sum[0] += r.loss_sum / M / cfg_.cp;
   }
   for (auto& ch : chunks_) ch->take_aux_loss();  // evaluation forwards are no part of the training loss
   grid_->world().all_reduce(std::span<double>(sum), ReduceOp::sum).wait();

@@ -58,6 +58,9 @@ struct CheckpointBatch {
   int64_t global_batch = 0, micro_batch = 0, num_micro_batches = 0;  // the target (after any ramp)
   std::optional<BatchRampup> rampup;
   int64_t since_iteration = 0, since_consumed_samples = 0;  // where these settings began
+  // Uneven data-parallel shares (--dp-microbatches): micro-batches of each DP replica, summing to
+  // global_batch / micro_batch (num_micro_batches is then the most of any replica); empty: even.
+  std::vector<int64_t> dp_microbatches;
 };
 
 struct CheckpointManifest {

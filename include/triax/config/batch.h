@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "triax/core/error.h"
 
@@ -20,11 +21,27 @@ struct BatchConfig {
 struct BatchPlan {
   int64_t global_batch = 0;
   int64_t micro_batch = 0;
-  int64_t num_micro_batches = 0;
+  int64_t num_micro_batches = 0;  // per DP replica; with uneven shares the most any replica runs
   int dp = 1;
-  // "global batch 32 = micro-batch 4 x dp 2 x micro-batches 4"
+  // Uneven data-parallel shares (--dp-microbatches, heterogeneous clusters): micro-batches of each
+  // DP replica, dp entries summing to global_batch / micro_batch; empty: every replica runs
+  // num_micro_batches.
+  std::vector<int64_t> shares;
+  // Micro-batches replica d runs, and the global index of its first micro-batch (replica d reads the
+  // global batch's micro-batches [first, first + count), so the samples do not depend on the split).
+  int64_t micro_batches_of(int d) const;
+  int64_t first_micro_batch_of(int d) const;
+  // Micro-batches of the whole global batch (global_batch / micro_batch).
+  int64_t total_micro_batches() const { return micro_batch > 0 ? global_batch / micro_batch : 0; }
+  // "global batch 32 = micro-batch 4 x dp 2 x micro-batches 4", or with shares
+  // "global batch 32 = micro-batch 4 x micro-batches [6, 2] over dp 2"
   std::string describe() const;
 };
+
+// Uneven shares: global batch = micro-batch x the shares' sum. Throws ConfigError naming the
+// shares when they are not dp counts >= 1, or when a given global batch or micro-batch size does
+// not match (global 0 or micro 0 = derive it; both 0: micro-batch 4).
+BatchPlan resolve_batch_shares(int64_t global_batch, int64_t micro_batch, const std::vector<int64_t>& shares, int dp);
 
 // Resolves the three knobs for a DP size. Any two give the third; micro-batch alone means one
 // micro-batch (global = micro x dp, Megatron's default). Throws ConfigError with the arithmetic:

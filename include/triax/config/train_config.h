@@ -39,6 +39,14 @@ struct EnumNames<BackendKind> {
                                                                   {"cuda", BackendKind::cuda}}};
 };
 
+// One entry of --dp-microbatches: a DP replica's micro-batches per step ("6,2": device_class empty,
+// one entry per replica in order) or a device class's ("fast=6,slow=2": every replica of that class).
+struct DpShare {
+  std::string device_class;
+  int64_t count = 0;
+  bool operator==(const DpShare&) const = default;
+};
+
 struct TrainConfig {
   // Model: a preset, optionally overridden shape by shape (unset = keep the preset's value).
   std::string model = "tiny";
@@ -70,6 +78,11 @@ struct TrainConfig {
   std::string order = "tp-dp-pp";
   bool allow_tp_across_hosts = false;
   std::vector<int> pipeline_layers;  // explicit layers per stage (uneven split, vpp = 1)
+  // Heterogeneous clusters (docs/HETEROGENEOUS.md): uneven data-parallel shares, micro-batches per
+  // replica or per device class (TRIAX_DEVICE_CLASS; empty: every replica runs as many), and the
+  // device class each pipeline stage runs on (checked against the ranks' classes; empty: any).
+  std::vector<DpShare> dp_microbatches;
+  std::vector<std::string> stage_classes;
   ScheduleKind schedule = ScheduleKind::one_f_one_b;
   // Batch knobs: any two of these (micro-batch alone: one micro-batch per step; none: 4 x 2pp).
   std::optional<int64_t> micro_batch, global_batch, num_micro_batches;
@@ -239,8 +252,13 @@ struct ResolvedTrainConfig {
   LrScheduleConfig lr;
   // The backend's compute type: f32, or bf16 / f16 from --bf16 / --fp16 (CudaBackendOptions::compute).
   DType compute = DType::f32;
+  // Every world rank's device class (TRIAX_DEVICE_CLASS; "default" for all when not given).
+  std::vector<std::string> rank_classes;
 };
-ResolvedTrainConfig resolve_train_config(const TrainConfig& cfg, int world_size);
+// rank_classes: every world rank's device class (gather_device_classes); empty: all "default". Needed
+// by --dp-microbatches per class and --stage-classes (config/hetero.h).
+ResolvedTrainConfig resolve_train_config(const TrainConfig& cfg, int world_size,
+                                         std::vector<std::string> rank_classes = {});
 // --profile-steps "A:B" as (A, B), nullopt for ""; ConfigError naming the text otherwise.
 std::optional<std::pair<int64_t, int64_t>> parse_profile_steps(const std::string& text);
 

@@ -105,8 +105,19 @@ std::vector<std::string> gather_host_names(Communicator& world);
 int local_rank_of(const std::vector<std::string>& hosts, int rank);
 int local_size_of(const std::vector<std::string>& hosts, int rank);
 
+// Device classes (heterogeneous clusters, docs/HETEROGENEOUS.md): each rank's class is the
+// TRIAX_DEVICE_CLASS variable ("default" when unset), a name of letters, digits, '_', '-' and '.',
+// at most 64 bytes. device_class_problem says what is wrong with a name ("" when it is valid).
+inline constexpr const char* kDefaultDeviceClass = "default";
+std::string device_class_problem(std::string_view name);
+std::string device_class_from_env();
+// Every rank's class by world rank (a fixed-width all_gather). Collective over world.
+std::vector<std::string> gather_device_classes(Communicator& world);
+
 struct GridOptions {
   bool allow_tp_across_hosts = false;
+  // Every world rank's device class; empty: gathered through world (gather_device_classes).
+  std::vector<std::string> device_classes;
 };
 
 // The live grid: one communicator per group this rank belongs to, split from the world.
@@ -121,6 +132,9 @@ class ProcessGrid {
   int rank() const { return world_->rank(); }
   GridCoord coord() const { return layout_.coord(rank()); }
   const std::vector<std::string>& hosts() const { return hosts_; }
+  // Every world rank's device class (TRIAX_DEVICE_CLASS), and this rank's.
+  const std::vector<std::string>& device_classes() const { return classes_; }
+  const std::string& device_class() const { return classes_.at(static_cast<size_t>(rank())); }
   // Rank on this host and ranks on this host, from the host names.
   int local_rank() const { return local_rank_; }
   int local_size() const { return local_size_; }
@@ -149,6 +163,7 @@ class ProcessGrid {
   std::shared_ptr<Communicator> world_;
   GridLayout layout_;
   std::vector<std::string> hosts_;
+  std::vector<std::string> classes_;
   int local_rank_ = 0, local_size_ = 1;
   std::unique_ptr<Communicator> tp_, pp_, dp_, mp_, ep_, edp_, emb_, cp_, dpcp_, edpcp_;
 };

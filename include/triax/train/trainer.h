@@ -142,6 +142,8 @@ class Trainer {
   const StepReport& last_report() const { return last_report_; }
   const Schedule& last_schedule() const { return *schedule_; }
   int64_t iteration() const { return iteration_; }
+  // The target batch plan (global batch, micro-batch, micro-batches per DP replica).
+  const BatchPlan& batch_plan() const { return batches_->target(); }
   int seq_length() const { return T_; }
   // The CP exchange timings (null without context parallelism).
   const ContextParallel* context_parallel() const { return cp_.get(); }

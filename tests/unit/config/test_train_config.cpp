@@ -32,6 +32,8 @@ TrainConfig unusual() {
   c.order = "dp-tp-pp";
   c.allow_tp_across_hosts = true;
   c.pipeline_layers = {1, 2, 3};
+  c.stage_classes = {"h100", "a100.80g", "a_1"};
+  c.dp_microbatches = {{"h100", 6}, {"a100.80g", 2}};
   c.schedule = ScheduleKind::zb_h1;
   c.micro_batch = 3, c.global_batch = 45, c.num_micro_batches = 3;
   c.rampup = BatchRampup{15, 15, 90};

@@ -26,7 +26,6 @@
 #include <ctime>
 #include <thread>
 #include <cstdio>
-#include <cstring>
 #include <fstream>
 #include <map>
 #include <set>
@@ -351,18 +350,6 @@ void adopt_resolved_layout(RunFlags& f, const ResolvedTrainConfig& resolved) {
   f.schedule = std::string(schedule_kind_name(r.schedule));
 }
 
-// Every world rank's device class (TRIAX_DEVICE_CLASS, "default" when unset), gathered.
-std::vector<std::string> gather_device_classes(Communicator& world) {
-  constexpr size_t kW = 64;
-  const std::string mine = env_string("TRIAX_DEVICE_CLASS", "default");
-  std::vector<char> in(kW, '\0'), out(kW * static_cast<size_t>(world.size()), '\0');
-  std::memcpy(in.data(), mine.data(), std::min(mine.size(), kW - 1));
-  world.all_gather(std::span<const char>(in), std::span<char>(out)).wait();
-  std::vector<std::string> classes;
-  for (int r = 0; r < world.size(); ++r) classes.emplace_back(out.data() + static_cast<size_t>(r) * kW);
-  return classes;
-}
-
 // Per device class: its ranks and the mean over them of each rank's median compute time per step
 // (wall and CPU time of its compute intervals). Collective: every rank calls it.
 nlohmann::json class_compute(Communicator& world, const std::vector<std::string>& classes, const ModeStats& s) {
@@ -527,7 +514,8 @@ int main(int argc, char** argv) {
     auto world = boot->world();
     const int W = world->size();
     if (!write_cluster.empty() && !predict) TRIAX_THROW(ConfigError, "--write-cluster {} needs --predict", write_cluster);
-    adopt_resolved_layout(f, resolve_train_config(bench_config(mf, f, W, true), W));
+    const std::vector<std::string> classes = gather_device_classes(*world);  // TRIAX_DEVICE_CLASS per world rank
+    adopt_resolved_layout(f, resolve_train_config(bench_config(mf, f, W, true), W, classes));
     const int tp = f.tp, pp = f.pp, D = f.dp, vpp = f.vpp, iters = f.iters, warmup = f.warmup;
     const int64_t mbs = f.mbs, gbs = f.gbs;
     const double bucket_mb = f.bucket_mb;
@@ -651,7 +639,6 @@ int main(int argc, char** argv) {
         out["hidden_fraction"] = hidden;
       }
     }
-    const std::vector<std::string> classes = gather_device_classes(*world);
     for (const auto& s : stats) {
       const nlohmann::json per_class = class_compute(*world, classes, s);
       if (world->rank() != 0) continue;

@@ -3,7 +3,8 @@
 # measured numbers and that triax-plan prices a layout on; an MPMD launch of two device classes
 # (TRIAX_DEVICE_CLASS, the slow one on OpenBLAS's Core2 kernels) reports each class's compute time
 # and the losses of the one-class run; with the heterogeneous runtime, the same with uneven DP
-# shares (--dp-microbatches fast=3,slow=1; skipped, exit 77, while the trainer lacks the option).
+# shares (--dp-microbatches fast=3,slow=1) and with stages placed on the classes (--stage-classes
+# fast,slow); those two are skipped (exit 77) on a trainer without the options.
 # Timings are not asserted.
 if(TRIAX_WITH_MPI AND TARGET train_bench AND TARGET triax-plan)
   set(_hb ${CMAKE_CURRENT_SOURCE_DIR}/het_bench/check.sh)
@@ -17,7 +18,10 @@ if(TRIAX_WITH_MPI AND TARGET train_bench AND TARGET triax-plan)
   add_test(NAME bench.het.mpmd_dp_shares
     COMMAND bash ${_hb} mpmd ${MPIEXEC_EXECUTABLE} $<TARGET_FILE:train_bench> ${_dir}/shares
             --dp-microbatches fast=3,slow=1)
-  list(APPEND _tests bench.het.mpmd_dp_shares)
+  add_test(NAME bench.het.mpmd_stage_classes
+    COMMAND bash ${_hb} mpmd ${MPIEXEC_EXECUTABLE} $<TARGET_FILE:train_bench> ${_dir}/stages
+            --pp 2 --dp 1 --pipeline-layers 1,1 --stage-classes fast,slow)
+  list(APPEND _tests bench.het.mpmd_dp_shares bench.het.mpmd_stage_classes)
   foreach(_t ${_tests})
     set(_sess ${CMAKE_BINARY_DIR}/ompi-sessions/${_t})
     file(MAKE_DIRECTORY ${_sess})

@@ -3,7 +3,7 @@
 # (docs/BENCHMARKS.md "Heterogeneous CPU classes").
 #
 #   benchmarks/hetero_cpu.sh [--train-bench PATH] [--triax-plan PATH] [--fast-coretype X] [--slow-coretype Y]
-#                            [--slow-isa baseline|auto] [--np "2 4"] [--rounds N] [--iters N] [--out DIR]
+#                            [--slow-isa baseline|auto] [--np "2 4"] [--layouts "dp pp"] [--rounds N] [--iters N] [--out DIR]
 #                            [--calibrate-only] [--no-planner]
 #
 # Two device classes of different speed on one machine: every rank of the "fast" class runs
@@ -37,6 +37,7 @@ FAST_CORETYPE=${FAST_CORETYPE:-Haswell}   # this machine's default (the environm
 SLOW_CORETYPE=${SLOW_CORETYPE:-Core2}     # SSE3 kernels: sgemm 2.5x slower, step 2.2-2.5x (docs/BENCHMARKS.md)
 SLOW_ISA=${SLOW_ISA:-auto}                # TRIAX_CPU_ISA of the slow class (baseline also slows element-wise ops)
 NPS=${NPS:-"2 4"}
+LAYOUTS=${LAYOUTS:-"dp pp"}
 ROUNDS=${ROUNDS:-3}
 ITERS=${ITERS:-5}
 WARMUP=${WARMUP:-2}
@@ -53,10 +54,10 @@ PLAN_JSON=${PLAN_JSON:-"--json"}            # one JSON object: best[0].plan / be
 PLAN_PRED_KEY=${PLAN_PRED_KEY:-"best.0.plan.seconds_per_iteration"}
 PLAN_EVEN_KEY=${PLAN_EVEN_KEY:-"best.0.even.seconds_per_iteration"}
 # Without the planner (--no-planner): the plans to time instead, per layout and np ("" skips).
-PLANNED_dp_2=${PLANNED_dp_2:-"--dp-microbatches fast=6,slow=2"}
-PLANNED_dp_4=${PLANNED_dp_4:-"--dp-microbatches fast=3,slow=1"}
-PLANNED_pp_2=${PLANNED_pp_2:-"--pipeline-layers 6,2 --stage-classes fast,slow"}
-PLANNED_pp_4=${PLANNED_pp_4:-"--pipeline-layers 3,3,1,1 --stage-classes fast,fast,slow,slow"}
+PLANNED_dp_2=${PLANNED_dp_2:-"--pp 1 --dp 2 --dp-microbatches fast=6,slow=2"}
+PLANNED_dp_4=${PLANNED_dp_4:-"--pp 1 --dp 4 --dp-microbatches fast=3,slow=1"}
+PLANNED_pp_2=${PLANNED_pp_2:-"--pp 2 --dp 1 --pipeline-layers 6,2 --stage-classes fast,slow"}
+PLANNED_pp_4=${PLANNED_pp_4:-"--pp 4 --dp 1 --pipeline-layers 3,3,1,1 --stage-classes fast,fast,slow,slow"}
 calibrate_only=0 use_planner=1
 
 while [[ $# -gt 0 ]]; do
@@ -67,6 +68,7 @@ while [[ $# -gt 0 ]]; do
     --slow-coretype) SLOW_CORETYPE=$2; shift 2 ;;
     --slow-isa) SLOW_ISA=$2; shift 2 ;;
     --np) NPS=$2; shift 2 ;;
+    --layouts) LAYOUTS=$2; shift 2 ;;
     --rounds) ROUNDS=$2; shift 2 ;;
     --iters) ITERS=$2; shift 2 ;;
     --out) OUT=$2; shift 2 ;;
@@ -155,7 +157,7 @@ results=$OUT/results.jsonl
 : > "$results"
 for k in $NPS; do
   write_mixed "$k"
-  for layout in dp pp; do
+  for layout in $LAYOUTS; do
     if [[ $layout == dp ]]; then even=(--pp 1 --dp "$k"); flags=${PLAN_DP_FLAGS//\{k\}/$k}
     else even=(--pp "$k" --dp 1); flags=${PLAN_PP_FLAGS//\{k\}/$k}; fi
     predicted="" predicted_even="" planned=()

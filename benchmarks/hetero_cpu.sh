@@ -178,8 +178,14 @@ for k in $NPS; do
     fi
     for ((r = 1; r <= ROUNDS; r++)); do
       log "np $k $layout round $r: even ${even[*]} | planned ${planned[*]}"
-      e=$(run_mpmd "$k" "even_${layout}_np${k}_r$r" "${even[@]}")
-      p=$(run_mpmd "$k" "plan_${layout}_np${k}_r$r" "${planned[@]}")
+      # Alternate which runs first, so that a drift inside a round does not favour one.
+      if ((r % 2)); then
+        e=$(run_mpmd "$k" "even_${layout}_np${k}_r$r" "${even[@]}")
+        p=$(run_mpmd "$k" "plan_${layout}_np${k}_r$r" "${planned[@]}")
+      else
+        p=$(run_mpmd "$k" "plan_${layout}_np${k}_r$r" "${planned[@]}")
+        e=$(run_mpmd "$k" "even_${layout}_np${k}_r$r" "${even[@]}")
+      fi
       python3 - "$k" "$layout" "$r" "${planned[*]}" "$predicted" "$predicted_even" "$e" "$p" >> "$results" <<'PY'
 import json, sys
 k, layout, r, plan, pred, pred_even, e, p = sys.argv[1:9]
@@ -188,7 +194,8 @@ print(json.dumps({"np": int(k), "layout": layout, "round": int(r), "plan": plan,
                   "predicted_s": float(pred) if pred else None, "predicted_even_s": float(pred_even) if pred_even else None,
                   "even": e, "planned": p}))
 print(f"np {k} {layout} round {r}: even {e['step_ms']:.1f} ms, planned {p['step_ms']:.1f} ms, "
-      f"even/planned {e['step_ms'] / p['step_ms']:.2f}", file=sys.stderr)
+      f"even/planned {e['step_ms'] / p['step_ms']:.2f} (CPU share of the compute: even {e['cpu_share']:.2f}, "
+      f"planned {p['cpu_share']:.2f}; load average {p['load_average']})", file=sys.stderr)
 PY
     done
   done

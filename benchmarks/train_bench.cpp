@@ -380,7 +380,10 @@ void print_result_line(const ModeStats& s, const RunFlags& f, int world, const n
                                {"stage_classes", f.stage_classes}, {"config", f.config_file},
                                {"micro_batch", f.mbs}, {"global_batch", f.gbs}, {"stage_layers", f.stage_layers},
                                {"step_ms", bench::median(s.step_ms)}, {"step_ms_all", s.step_ms},
-                               {"losses", s.loss}, {"classes", classes}};
+                               {"losses", s.loss}, {"classes", classes},
+                               // sum of CPU time over sum of wall time of all ranks' compute intervals:
+                               // below ~0.97 other processes took the cores (the step time is inflated)
+                               {"cpu_share", bench::median(s.cpu_share)}, {"load_average", bench::load_average()}};
   fmt::print("train_bench_result {}\n", line.dump());
 }
 

@@ -12,8 +12,8 @@
 #  (a) calibrate each class: train_bench --predict --write-cluster at np 2, both ranks of the class
 #      (one per core; rates per CPU second, i.e. per full core) -> OUT/fast.toml, OUT/slow.toml;
 #  (b) for np k in NPS: OUT/mixed_np<k>.toml, two [[node_class]] entries (base = the class file,
-#      count 1 node, devices k/2, cores 1: the class's k/2 ranks time-slice its one core), the link
-#      between them the fast class's shared-memory all-reduce fit ([between_classes]);
+#      count 1 node, devices k/2, cores 1: the class's k/2 ranks time-slice its one core; no
+#      network, so the planner prices both classes as one machine joined by shared memory);
 #  (c) for np k and the layouts dp (pp 1, dp k: uneven DP shares) and pp (pp k, dp 1: uneven
 #      stages): the even split and the planner's plan (triax-plan --cluster mixed --emit-config),
 #      each timed by train_bench under the MPMD launch, alternating even / planned for ROUNDS
@@ -108,10 +108,8 @@ done
 # (b) The mixed cluster of np k: one node per class, k/2 ranks on its one core.
 write_mixed() {  # k
   python3 - "$OUT" "$1" <<'PY'
-import sys, tomllib
+import sys
 out, k = sys.argv[1], int(sys.argv[2])
-fast = tomllib.load(open(f"{out}/fast.toml", "rb"))
-intra = fast["intra_node"]
 classes = "".join(f'''
 [[node_class]]
 name = "{c}"
@@ -122,14 +120,9 @@ node = {{ devices = {k // 2}, cores = 1 }}   # the class's ranks time-slice its 
 open(f"{out}/mixed_np{k}.toml", "w").write(f'''# hetero_cpu.sh: the two CPU classes of this machine at np {k}, one "node" each.
 name = "cpu-mixed-np{k}"
 description = "fast and slow OpenBLAS kernels on one 2-core machine, {k // 2} rank(s) per class on one core"
-{classes}
-# Between the classes: the same shared memory (the fast class's all-reduce fit).
-[between_classes]
-nics_per_node = 1
-nic_gbps = {intra["bandwidth_gbps"]!r}
-efficiency = 1.0
-latency_us = {intra["latency_us"]!r}
-''')
+# No [between_classes]: classes without a network (nics_per_node = 0, as train_bench writes them)
+# are priced as one machine joined by its shared-memory link (docs/PLANNER.md).
+{classes}''')
 PY
 }
 

@@ -210,7 +210,16 @@ def plan_text(p):
 def class_ratio(run):
     c = run["classes"]
     return c["slow"]["compute_cpu_ms"] / c["fast"]["compute_cpu_ms"] if "slow" in c and "fast" in c else float("nan")
-print(f"Classes: fast = OPENBLAS_CORETYPE={fast} on CPU 0, slow = OPENBLAS_CORETYPE={slow} TRIAX_CPU_ISA={isa} on CPU 1.\n")
+import os, tomllib
+out = os.path.dirname(sys.argv[1])
+cal = {c: tomllib.load(open(f"{out}/{c}.toml", "rb")) for c in ("fast", "slow")}
+rate = lambda c, sec, key, scale=1: scale * cal[c][sec][key]
+print(f"Classes: fast = OPENBLAS_CORETYPE={fast} on CPU 0, slow = OPENBLAS_CORETYPE={slow} TRIAX_CPU_ISA={isa} on CPU 1.")
+print(f"Calibrated (train_bench --write-cluster): sgemm fast {rate('fast', 'compute', 'peak_tflops_fp32', 1e3):.1f}, "
+      f"slow {rate('slow', 'compute', 'peak_tflops_fp32', 1e3):.1f} GFLOP/s "
+      f"({cal['fast']['compute']['peak_tflops_fp32'] / cal['slow']['compute']['peak_tflops_fp32']:.2f}x); attention "
+      f"{rate('fast', 'compute', 'attention_efficiency'):.2f} / {rate('slow', 'compute', 'attention_efficiency'):.2f} of it; "
+      f"element-wise {rate('fast', 'memory', 'bandwidth_gbps'):.1f} / {rate('slow', 'memory', 'bandwidth_gbps'):.1f} GB/s.\n")
 print("| np | layout | plan | predicted (ms) | measured (ms) | measured/predicted | even predicted (ms) | even measured (ms) "
       "| speed-up planned/even | per-round even/planned | class speed ratio (even run, CPU time) |")
 print("|---|---|---|---|---|---|---|---|---|---|---|")

@@ -44,7 +44,10 @@ WARMUP=${WARMUP:-2}
 OUT=${OUT:-$here/build/hetero_cpu}
 # train_bench's model (its defaults: 8 layers x 128 hidden, 4 heads, seq 128, vocab 256, global
 # batch 32, micro-batch 4, fp32) and the same model for the planner.
-BENCH_MODEL=${BENCH_MODEL:-"--micro-batch-size 4 --global-batch-size 32"}
+# BENCH_MODEL applies to every run (model flags only: a --config run takes its layout and batch
+# from the file); BENCH_BATCH to the runs given by flags (the even splits, --no-planner plans).
+BENCH_MODEL=${BENCH_MODEL:-""}
+BENCH_BATCH=${BENCH_BATCH:-"--micro-batch-size 4 --global-batch-size 32"}
 PLAN_MODEL=${PLAN_MODEL:-"--layers 8 --hidden 128 --heads 4 --seq 128 --vocab 256 --global-batch 32 --precision fp32 --runtime-copies"}
 # ---- the planner's flags (triax-plan with [[node_class]] clusters; adjust here if its CLI differs) ----
 PLAN_DP_FLAGS=${PLAN_DP_FLAGS:-"--tp 1 --pp 1 --dp {k} --mbs 4"}  # {k}: the world size
@@ -98,7 +101,7 @@ for cls in fast slow; do
   log "calibrating class $cls ($(class_env $cls))"
   # shellcheck disable=SC2046
   "${MPIRUN[@]}" -np 2 "${one_thread[@]}" $(class_env $cls) bash -c 'exec taskset -c $OMPI_COMM_WORLD_RANK "$@"' _ \
-    "$TRAIN_BENCH" $BENCH_MODEL --iters "$ITERS" --warmup "$WARMUP" --overlap on --predict --label "$cls" \
+    "$TRAIN_BENCH" $BENCH_MODEL $BENCH_BATCH --iters "$ITERS" --warmup "$WARMUP" --overlap on --predict --label "$cls" \
     --json "$OUT/calibrate_$cls.json" --write-cluster "$OUT/$cls.toml" > "$OUT/calibrate_$cls.txt" 2>&1 ||
     { cat "$OUT/calibrate_$cls.txt"; exit 1; }
   grep -E "^measured|^wrote" "$OUT/calibrate_$cls.txt" >&2
@@ -151,8 +154,9 @@ results=$OUT/results.jsonl
 for k in $NPS; do
   write_mixed "$k"
   for layout in $LAYOUTS; do
-    if [[ $layout == dp ]]; then even=(--pp 1 --dp "$k"); flags=${PLAN_DP_FLAGS//\{k\}/$k}
-    else even=(--pp "$k" --dp 1); flags=${PLAN_PP_FLAGS//\{k\}/$k}; fi
+    read -r -a batch <<< "$BENCH_BATCH"
+    if [[ $layout == dp ]]; then even=(--pp 1 --dp "$k" "${batch[@]}"); flags=${PLAN_DP_FLAGS//\{k\}/$k}
+    else even=(--pp "$k" --dp 1 "${batch[@]}"); flags=${PLAN_PP_FLAGS//\{k\}/$k}; fi
     predicted="" predicted_even="" planned=()
     if [[ $use_planner == 1 ]]; then
       cfg=$OUT/plan_${layout}_np$k.toml
@@ -167,7 +171,7 @@ for k in $NPS; do
     else
       var=PLANNED_${layout}_$k
       [[ -n ${!var:-} ]] || { log "no plan for $layout at np $k (set $var)"; continue; }
-      read -r -a planned <<< "${!var}"
+      read -r -a planned <<< "${!var} $BENCH_BATCH"
     fi
     for ((r = 1; r <= ROUNDS; r++)); do
       log "np $k $layout round $r: even ${even[*]} | planned ${planned[*]}"

@@ -205,6 +205,12 @@ rows = [json.loads(l) for l in open(sys.argv[1])]
 slow, fast, isa = sys.argv[2:5]
 med = statistics.median
 def plan_text(p):
+    if p["config"]:  # the planner's own summary of the plan: the file's second comment line
+        try:
+            lines = open(p["config"]).read().splitlines()
+            if len(lines) > 1 and lines[1].startswith("#"): return lines[1].lstrip("# ").replace("|", "/")
+        except OSError:
+            pass
     parts = [f"tp{p['tp']} pp{p['pp']} dp{p['dp']}",
              "layers " + ",".join(map(str, p["stage_layers"])) if p["pp"] > 1 else "",
              f"stages on {p['stage_classes']}" if p["stage_classes"] else "",

@@ -50,8 +50,10 @@ BENCH_MODEL=${BENCH_MODEL:-""}
 BENCH_BATCH=${BENCH_BATCH:-"--micro-batch-size 4 --global-batch-size 32"}
 PLAN_MODEL=${PLAN_MODEL:-"--layers 8 --hidden 128 --heads 4 --seq 128 --vocab 256 --global-batch 32 --precision fp32 --runtime-copies"}
 # ---- the planner's flags (triax-plan with [[node_class]] clusters; adjust here if its CLI differs) ----
-PLAN_DP_FLAGS=${PLAN_DP_FLAGS:-"--tp 1 --pp 1 --dp {k} --mbs 4"}  # {k}: the world size
-PLAN_PP_FLAGS=${PLAN_PP_FLAGS:-"--tp 1 --pp {k} --dp 1 --mbs 4"}
+# ZeRO 0 and no recomputation, as the even runs (train_bench's defaults): the comparison is of the
+# split alone. (Also: on 2026-12-03 uneven --dp-microbatches with ZeRO 2 or 3 hung in the runtime.)
+PLAN_DP_FLAGS=${PLAN_DP_FLAGS:-"--tp 1 --pp 1 --dp {k} --mbs 4 --zero 0 --recompute none"}  # {k}: the world size
+PLAN_PP_FLAGS=${PLAN_PP_FLAGS:-"--tp 1 --pp {k} --dp 1 --mbs 4 --zero 0 --recompute none"}
 PLAN_EMIT=${PLAN_EMIT:-"--emit-config"}     # writes the train_gpt config of the best plan
 PLAN_JSON=${PLAN_JSON:-"--json"}            # one JSON object: best[0].plan / best[0].even
 PLAN_PRED_KEY=${PLAN_PRED_KEY:-"best.0.plan.seconds_per_iteration"}

@@ -1,0 +1,35 @@
+// triax-plan's heterogeneous mode: the search over placements, layer splits and shares, its table
+// (or JSON), and the train_gpt config of the best plan.
+#include "hetero_mode.h"
+
+#include <fmt/format.h>
+
+#include <cstdio>
+#include <fstream>
+
+#include "triax/core/error.h"
+
+namespace triax::plan {
+
+int run_hetero(const ModelShape& m, HeteroOptions opt) {
+  const HeteroCluster hc = resolve_hetero_cluster(opt.cluster);
+  for (const auto& name : opt.stage_classes) opt.space.stage_classes.push_back(hc.class_index(name));
+  if (!opt.space.pipeline_layers.empty()) opt.space.pp = {int(opt.space.pipeline_layers.size())};
+  if (!opt.space.stage_classes.empty()) opt.space.pp = {int(opt.space.stage_classes.size())};
+  if (!opt.space.dp_microbatches.empty()) opt.space.dp = {int(opt.space.dp_microbatches.size())};
+  const HeteroSearchResult r = search_hetero(m, hc, opt.space);
+  fmt::print("{}\n", opt.json ? hetero_json(r, hc) : format_hetero(r, hc));
+  if (r.best.empty()) {
+    std::fprintf(stderr, "triax-plan: no plan of %s fits on cluster %s\n", m.name.c_str(), hc.name.c_str());
+    return 3;
+  }
+  if (!opt.emit_config.empty()) {
+    std::ofstream out(opt.emit_config);
+    out << train_config_toml(m, r.best.front(), hc, opt.emit_config);
+    if (!out) TRIAX_THROW(IoError, "--emit-config {}: cannot write the file", opt.emit_config);
+    if (!opt.json) fmt::print("wrote {} (the plan above as a train_gpt --config file)\n", opt.emit_config);
+  }
+  return 0;
+}
+
+}  // namespace triax::plan

@@ -245,7 +245,8 @@ std::vector<long> planned_shares(const ModelShape& m, const HeteroCluster& hc, c
 
 // Placements of a layout: stages in contiguous blocks of one class each (every order of the
 // classes), or whole replicas on classes (counts per class); only those within each class's devices.
-std::vector<HeteroPlan> placements(const HeteroCluster& hc, const Layout& l, const HeteroSearchSpace& space) {
+std::vector<HeteroPlan> placements(const HeteroCluster& hc, const Layout& l, const HeteroSearchSpace& space,
+                                   long& over_capacity) {
   const int K = int(hc.classes.size());
   std::vector<HeteroPlan> out;
   std::set<std::vector<int>> seen;
@@ -256,7 +257,10 @@ std::vector<HeteroPlan> placements(const HeteroCluster& hc, const Layout& l, con
     p.replica_classes = std::move(replicas);
     const std::vector<int> used = p.ranks_per_class(size_t(K));
     for (int c = 0; c < K; ++c)
-      if (used[size_t(c)] > hc.classes[size_t(c)].devices()) return;
+      if (used[size_t(c)] > hc.classes[size_t(c)].devices()) {
+        ++over_capacity;
+        return;
+      }
     std::vector<int> key = p.stage_classes;
     key.push_back(-1);
     key.insert(key.end(), p.replica_classes.begin(), p.replica_classes.end());
@@ -375,7 +379,7 @@ HeteroSearchResult search_hetero(const ModelShape& m, const HeteroCluster& hc, c
       ++r.invalid;
       continue;
     }
-    for (HeteroPlan& p : placements(hc, l, space)) {
+    for (HeteroPlan& p : placements(hc, l, space, r.over_capacity)) {
       HeteroChoice c;
       try {
         if (!price_placement(m, hc, std::move(p), total, space, c)) {

@@ -31,6 +31,19 @@ std::string replica_runs(const HeteroPlan& p, const HeteroCluster& hc) {
   return s;
 }
 
+// "6,2", or in runs past 8 entries: "4 x48,3 x16,1 x16".
+std::string shares(const std::vector<long>& v) {
+  if (v.size() <= 8) return fmt::format("{}", fmt::join(v, ","));
+  std::string s;
+  for (size_t d = 0; d < v.size();) {
+    size_t e = d;
+    while (e < v.size() && v[e] == v[d]) ++e;
+    s += fmt::format("{}{} x{}", s.empty() ? "" : ",", v[d], e - d);
+    d = e;
+  }
+  return s;
+}
+
 bool uneven(const std::vector<long>& v) { return std::adjacent_find(v.begin(), v.end(), std::not_equal_to<>()) != v.end(); }
 
 std::string classes_json(const HeteroEstimate& e) {
@@ -60,7 +73,7 @@ std::string describe(const HeteroPlan& p, const HeteroCluster& hc) {
   std::string s = fmt::format("{} | layers {}", describe(p.layout), fmt::join(p.stage_layers, ","));
   if (!p.stage_classes.empty()) s += " | stages " + class_names(p.stage_classes, hc);
   else s += " | replicas " + replica_runs(p, hc);
-  return s + fmt::format(" | micro-batches {}", fmt::join(p.replica_microbatches, ","));
+  return s + " | micro-batches " + shares(p.replica_microbatches);
 }
 
 std::string format_hetero(const HeteroSearchResult& r, const HeteroCluster& hc) {
@@ -68,7 +81,8 @@ std::string format_hetero(const HeteroSearchResult& r, const HeteroCluster& hc) 
   for (const auto& k : hc.classes)
     out += fmt::format(" {} ({} x {} devices, {:g} TFLOP/s bf16, {:g} GiB)", k.name, k.nodes, k.device.gpus_per_node,
                        k.device.peak_tflops_bf16, k.device.memory_gib);
-  out += fmt::format("\n{} plans priced, {} over memory or without a split, {} invalid\n", r.priced, r.no_fit, r.invalid);
+  out += fmt::format("\n{} plans priced, {} over memory or without a split, {} invalid layouts, {} placements over a "
+                     "class's devices\n", r.priced, r.no_fit, r.invalid, r.over_capacity);
   for (size_t i = 0; i < r.best.size(); ++i) {
     const HeteroChoice& c = r.best[i];
     out += fmt::format("{}. {}\n   predicted {:.4g} s/step ({:.4g} tokens/s)\n", i + 1, describe(c.plan.plan, hc),
@@ -88,8 +102,9 @@ std::string hetero_json(const HeteroSearchResult& r, const HeteroCluster& hc) {
   for (const auto& c : r.best)
     best += fmt::format("{}{{\"plan\": {}, \"even\": {}, \"speedup\": {:.4f}}}", best.empty() ? "\n" : ",\n",
                         plan_json(c.plan, hc), plan_json(c.even, hc), c.speedup());
-  return fmt::format("{{\"cluster\": \"{}\", \"priced\": {}, \"no_fit\": {}, \"invalid\": {}, \"best\": [{}]}}",
-                     hc.name, r.priced, r.no_fit, r.invalid, best);
+  return fmt::format("{{\"cluster\": \"{}\", \"priced\": {}, \"no_fit\": {}, \"invalid\": {}, \"over_capacity\": {}, "
+                     "\"best\": [{}]}}",
+                     hc.name, r.priced, r.no_fit, r.invalid, r.over_capacity, best);
 }
 
 std::string mpmd_launch_line(const HeteroPlan& p, const HeteroCluster& hc, std::string_view config_file) {

@@ -107,6 +107,7 @@ struct HeteroChoice {
 struct HeteroSearchResult {
   std::vector<HeteroChoice> best;  // fitting, fastest first, at most top_k
   long priced = 0, no_fit = 0, invalid = 0;
+  long over_capacity = 0;  // placements needing more ranks of a class than it has
 };
 
 HeteroSearchResult search_hetero(const ModelShape& m, const HeteroCluster& hc, const HeteroSearchSpace& space);

@@ -807,34 +807,10 @@ void check_uneven(const ModelShape& m, const Cluster& c, const Layout& l, const 
     TRIAX_THROW(ConfigError, "layout {} cannot run model '{}' on '{}': {}", describe(l), m.name, c.name, *why);
 }
 
-}  // namespace
-
-std::vector<StageCost> stage_costs(const ModelShape& m, const CollectiveModel& net, const Layout& l,
-                                   const std::vector<int>& layers, long micro_batches) {
-  validate(m);
-  check_uneven(m, net.cluster(), l, layers);
-  const Device dev = make_device(net.cluster(), l);
-  const Setting x = make_setting(m, net, l, dev, micro_batches, layers);
-  const LayerTimes lt = layer_times(m, l, dev, net);
-  const EdgeTimes et = edge_times(x);
-  const std::vector<StageTimes> st = stage_times(x, lt, et, pipeline_p2p(x).seconds);
-  const std::vector<double> params = stage_params(x);
-  std::vector<std::vector<Unit>> units;
-  for (int i = 0; i < x.p; ++i) units.push_back(stage_units(x, lt, et, i));
-  const std::vector<MemoryBreakdown> mem = stage_memory(x, params, units);
-  std::vector<StageCost> out(size_t(x.p));
-  for (int i = 0; i < x.p; ++i) {
-    out[i].seconds = st[i].total();
-    out[i].compute = st[i].compute;
-    out[i].optimizer = optimizer_seconds(x, std::vector<double>(size_t(x.p), params[i]));
-    out[i].params = params[i];
-    out[i].memory = mem[i];
-  }
-  return out;
-}
-
-double sync_seconds(const ModelShape& m, const CollectiveModel& net, const Layout& l, const std::vector<int>& layers,
-                    long micro_batches) {
+// Prices the pipeline ranks of uneven stages and hands the pieces to `f`.
+template <class F>
+auto with_uneven_stages(const ModelShape& m, const CollectiveModel& net, const Layout& l, const std::vector<int>& layers,
+                        long micro_batches, F f) {
   validate(m);
   check_uneven(m, net.cluster(), l, layers);
   const Device dev = make_device(net.cluster(), l);
@@ -845,8 +821,37 @@ double sync_seconds(const ModelShape& m, const CollectiveModel& net, const Layou
   const std::vector<StageTimes> st = stage_times(x, lt, et, p2p.seconds);
   std::vector<std::vector<Unit>> units;
   for (int i = 0; i < x.p; ++i) units.push_back(stage_units(x, lt, et, i));
-  Estimate unused;
-  return sync_exposed(x, st, stage_params(x), units, p2p, unused);
+  return f(x, st, stage_params(x), units, p2p);
+}
+
+}  // namespace
+
+std::vector<StageCost> stage_costs(const ModelShape& m, const CollectiveModel& net, const Layout& l,
+                                   const std::vector<int>& layers, long micro_batches) {
+  return with_uneven_stages(m, net, l, layers, micro_batches,
+                            [](const Setting& x, const std::vector<StageTimes>& st, const std::vector<double>& params,
+                               const std::vector<std::vector<Unit>>& units, const PipelineP2p&) {
+                              const std::vector<MemoryBreakdown> mem = stage_memory(x, params, units);
+                              std::vector<StageCost> out(size_t(x.p));
+                              for (int i = 0; i < x.p; ++i) {
+                                out[i].seconds = st[i].total();
+                                out[i].compute = st[i].compute;
+                                out[i].optimizer = optimizer_seconds(x, std::vector<double>(size_t(x.p), params[i]));
+                                out[i].params = params[i];
+                                out[i].memory = mem[i];
+                              }
+                              return out;
+                            });
+}
+
+double sync_seconds(const ModelShape& m, const CollectiveModel& net, const Layout& l, const std::vector<int>& layers,
+                    long micro_batches) {
+  return with_uneven_stages(m, net, l, layers, micro_batches,
+                            [](const Setting& x, const std::vector<StageTimes>& st, const std::vector<double>& params,
+                               const std::vector<std::vector<Unit>>& units, const PipelineP2p& p2p) {
+                              Estimate unused;
+                              return sync_exposed(x, st, params, units, p2p, unused);
+                            });
 }
 
 Estimate estimate(const ModelShape& m, const CollectiveModel& net, const Layout& l, const LayoutRules& rules) {

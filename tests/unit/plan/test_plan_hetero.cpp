@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <numeric>
+#include <optional>
 
 #include "triax/config/train_config.h"
 #include "triax/core/error.h"
@@ -47,6 +48,25 @@ HeteroSearchSpace pinned(int tp, int pp, int dp, int mbs) {
   s.recompute = {Recompute::none};
   s.zero = {0};
   return s;
+}
+
+// The search's best plan (the search must find one).
+HeteroChoice best_plan(const ModelShape& m, const HeteroCluster& hc, const HeteroSearchSpace& s) {
+  const HeteroSearchResult r = search_hetero(m, hc, s);
+  REQUIRE(!r.best.empty());
+  return r.best.front();
+}
+
+// train_gpt's reading of an emitted file; nullopt (with a warning) while the runtime of this tree
+// has no option `key` yet.
+std::optional<triax::TrainConfig> read_config(const std::string& text, const char* key) {
+  if (!triax::find_train_option(key)) {
+    WARN("this tree's train_gpt has no --" << key << " yet: the file is not parsed");
+    return std::nullopt;
+  }
+  triax::TrainConfig cfg;
+  triax::apply_config_text(cfg, text, "run.toml");
+  return cfg;
 }
 
 std::filesystem::path write_file(const std::string& name, const std::string& text) {
@@ -219,18 +239,13 @@ TEST_CASE("the emitted config is what train_gpt reads", "[plan][hetero]") {
   const HeteroCluster hc = two_classes(2.0);
   HeteroSearchSpace s = pinned(1, 2, 1, 2);
   s.stage_classes = {0, 1};
-  const HeteroSearchResult r = search_hetero(m, hc, s);
-  REQUIRE(!r.best.empty());
-  const HeteroChoice& c = r.best.front();
+  const HeteroChoice c = best_plan(m, hc, s);
   const std::string text = train_config_toml(m, c, hc, "run.toml");
   CHECK_THAT(text, Contains("mpirun -np 1 -x TRIAX_DEVICE_CLASS=fast train_gpt --config run.toml : -np 1 -x "
-                                     "TRIAX_DEVICE_CLASS=slow train_gpt --config run.toml"));
-  if (!triax::find_train_option("stage-classes")) {
-    WARN("this tree's train_gpt has no --stage-classes yet: the file is not parsed");
-    return;
-  }
-  triax::TrainConfig cfg;
-  triax::apply_config_text(cfg, text, "run.toml");
+                            "TRIAX_DEVICE_CLASS=slow train_gpt --config run.toml"));
+  const auto read = read_config(text, "stage-classes");
+  if (!read) return;
+  const triax::TrainConfig& cfg = *read;
   CHECK(cfg.tp == 1);
   CHECK(cfg.pp == 2);
   CHECK(cfg.dp == 1);
@@ -247,18 +262,13 @@ TEST_CASE("the emitted config is what train_gpt reads", "[plan][hetero]") {
 TEST_CASE("the emitted config of uneven DP shares carries dp-microbatches", "[plan][hetero]") {
   const ModelShape m = small_model();
   const HeteroCluster hc = two_classes(2.0);
-  const HeteroSearchResult r = search_hetero(m, hc, pinned(1, 1, 2, 1));
-  REQUIRE(!r.best.empty());
-  const HeteroChoice& c = r.best.front();
+  const HeteroChoice c = best_plan(m, hc, pinned(1, 1, 2, 1));
   const std::string text = train_config_toml(m, c, hc, "run.toml");
   const auto& mb = c.plan.plan.replica_microbatches;
   CHECK_THAT(text, Contains(fmt::format("dp-microbatches = \"{},{}\"", mb[0], mb[1])));
-  if (!triax::find_train_option("dp-microbatches")) {
-    WARN("this tree's train_gpt has no --dp-microbatches yet: the file is not parsed");
-    return;
-  }
-  triax::TrainConfig cfg;
-  triax::apply_config_text(cfg, text, "run.toml");
+  const auto read = read_config(text, "dp-microbatches");
+  if (!read) return;
+  const triax::TrainConfig& cfg = *read;
   CHECK(cfg.dp == 2);
   CHECK(cfg.global_batch == m.global_batch);
   CHECK(triax::to_toml(cfg).find(fmt::format("dp-microbatches = \"{},{}\"", mb[0], mb[1])) != std::string::npos);
@@ -268,9 +278,7 @@ TEST_CASE("the emitted config of a one-class plan parses with every train_gpt", 
   const ModelShape m = small_model();
   HeteroCluster hc = two_classes(2.0);
   hc.classes[0].nodes = hc.classes[0].device.nodes = 2;  // room for both stages on the fast class
-  const HeteroSearchResult r = search_hetero(m, hc, pinned(1, 2, 1, 2));
-  REQUIRE(!r.best.empty());
-  const HeteroChoice& c = r.best.front();
+  const HeteroChoice c = best_plan(m, hc, pinned(1, 2, 1, 2));
   REQUIRE(c.plan.plan.replica_classes == std::vector<int>{0});  // both stages on the fast class
   const std::string text = train_config_toml(m, c, hc, "run.toml");
   CHECK_THAT(text, Contains("mpirun -np 2 -x TRIAX_DEVICE_CLASS=fast train_gpt --config run.toml"));

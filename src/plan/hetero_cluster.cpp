@@ -36,9 +36,17 @@ bool is_path(std::string_view s) {
 Cluster slower_network(const std::vector<NodeClass>& classes) {
   const Cluster* slow = &classes[0].device;
   auto rate = [](const Cluster& c) { return c.nics_per_node > 0 ? c.nic_share_gbps() : c.intra_gbps; };
-  for (const auto& k : classes)
+  int devices = 0;
+  for (const auto& k : classes) {
     if (rate(k.device) <= rate(*slow)) slow = &k.device;
-  return *slow;
+    devices += k.devices();
+  }
+  Cluster c = *slow;
+  if (c.nics_per_node == 0) {  // no network: the classes share one machine (pricing_cluster)
+    c.gpus_per_node = devices;
+    c.nodes = 1;
+  }
+  return c;
 }
 
 HeteroCluster one_class(Cluster c) {

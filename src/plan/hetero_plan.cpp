@@ -55,11 +55,24 @@ void check_plan(const ModelShape& m, const HeteroCluster& hc, const HeteroPlan& 
 
 #undef TRIAX_REQUIRE
 
+}  // namespace
+
+Cluster pricing_cluster(const HeteroCluster& hc, int cls) {
+  Cluster c = hc.classes[size_t(cls)].device;
+  if (c.nics_per_node == 0 && hc.classes.size() > 1) {
+    c.gpus_per_node = hc.total_devices();
+    c.nodes = 1;
+  }
+  return c;
+}
+
+namespace {
+
 // Stage costs of the plan's layout on one class, per micro-batch count (memory depends on it).
 class StageCostCache {
  public:
   StageCostCache(const ModelShape& m, const HeteroCluster& hc, const HeteroPlan& p) : m_(m), hc_(hc), p_(p) {
-    for (const auto& k : hc.classes) nets_.emplace_back(k.device);
+    for (size_t c = 0; c < hc.classes.size(); ++c) nets_.emplace_back(pricing_cluster(hc, int(c)));
   }
   const StageCost& at(int cls, long mb, int stage) {
     auto key = std::make_pair(cls, std::min<long>(mb, p_.layout.pp));  // min(m, pp - s) in flight
@@ -119,10 +132,10 @@ HeteroEstimate estimate_hetero(const ModelShape& m, const HeteroCluster& hc, con
   // The step's synchronisation on the link of the groups: one class's own, or between classes.
   const std::vector<int> used = plan.ranks_per_class(size_t(K));
   const int classes_used = int(std::count_if(used.begin(), used.end(), [](int n) { return n > 0; }));
-  const Cluster& link = classes_used == 1 ? hc.classes[size_t(std::find_if(used.begin(), used.end(), [](int n) {
-                                                                   return n > 0;
-                                                                 }) - used.begin())].device
-                                          : hc.between;
+  const Cluster link =
+      classes_used == 1
+          ? pricing_cluster(hc, int(std::find_if(used.begin(), used.end(), [](int n) { return n > 0; }) - used.begin()))
+          : hc.between;
   const long most = *std::max_element(plan.replica_microbatches.begin(), plan.replica_microbatches.end());
   est.sync = sync_seconds(m, CollectiveModel(link), l, plan.stage_layers, most);
   const double bound = pipeline + est.sync + est.optimizer;
@@ -200,7 +213,7 @@ struct StageLine {
 };
 
 StageLine stage_line(const ModelShape& m, const HeteroCluster& hc, const Layout& l, int cls, int s, long mb) {
-  const CollectiveModel net(hc.classes[size_t(cls)].device);
+  const CollectiveModel net(pricing_cluster(hc, cls));
   const StageCost one = stage_costs(m, net, l, std::vector<int>(size_t(l.pp), 1), mb)[size_t(s)];
   const StageCost two = stage_costs(m, net, l, std::vector<int>(size_t(l.pp), 2), mb)[size_t(s)];
   StageLine line;
@@ -388,6 +401,10 @@ HeteroSearchResult search_hetero(const ModelShape& m, const HeteroCluster& hc, c
         }
       } catch (const ConfigError&) {
         ++r.invalid;
+        continue;
+      }
+      if (!std::isfinite(c.plan.seconds) || !std::isfinite(c.even.seconds)) {
+        ++r.invalid;  // a link of no bandwidth between the ranks
         continue;
       }
       ++r.priced;

@@ -80,6 +80,11 @@ struct HeteroEstimate {
   double tokens_per_second = 0;
 };
 
+// The cluster a class's ranks are priced on: its device; a class without a network
+// (nics_per_node 0, CPU machines) in a cluster of several classes shares one machine with the
+// others: one node of all the cluster's devices, whose shared-memory link joins them.
+Cluster pricing_cluster(const HeteroCluster& hc, int cls);
+
 // Prices a plan. ConfigError naming the problem when the plan does not match the model or the
 // cluster (layer sum, entry counts, class capacity, layout rules).
 HeteroEstimate estimate_hetero(const ModelShape& m, const HeteroCluster& hc, const HeteroPlan& plan);

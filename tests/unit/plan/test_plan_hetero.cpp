@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <numeric>
@@ -185,6 +186,29 @@ TEST_CASE("the mixed H100/A100 example file loads and is searched", "[plan][hete
   REQUIRE(one.classes.size() == 1);
   CHECK(one.classes[0].name == "default");
   CHECK_FALSE(is_hetero_cluster_file((std::filesystem::path(TRIAX_SOURCE_DIR) / "clusters" / "cpu-local.toml").string()));
+}
+
+TEST_CASE("classes without a network share one machine: the CPU two-speed file", "[plan][hetero]") {
+  const HeteroCluster hc =
+      load_hetero_cluster(std::filesystem::path(TRIAX_SOURCE_DIR) / "clusters" / "cpu-two-speeds.toml");
+  REQUIRE(hc.classes.size() == 2);
+  CHECK(hc.classes[0].devices() == 1);
+  CHECK(hc.between.gpus_per_node == 2);  // both ranks on one node: the shared-memory link
+  ModelShape m;  // train_bench's default model
+  m.layers = 8, m.hidden = 128, m.heads = 4, m.seq = 128, m.vocab = 256, m.global_batch = 32;
+  HeteroSearchSpace s = pinned(1, 1, 2, 4);
+  s.base.precision = Precision::fp32;
+  const HeteroChoice dp = best_plan(m, hc, s);
+  CHECK(std::isfinite(dp.plan.seconds));
+  CHECK(dp.plan.sync > 0);
+  CHECK(dp.plan.plan.replica_microbatches[0] > dp.plan.plan.replica_microbatches[1]);
+  CHECK(dp.speedup() > 1.1);
+  s = pinned(1, 2, 1, 4);
+  s.base.precision = Precision::fp32;
+  s.stage_classes = {0, 1};
+  const HeteroChoice pp = best_plan(m, hc, s);
+  CHECK(std::isfinite(pp.plan.seconds));
+  CHECK(pp.plan.plan.stage_layers[0] > pp.plan.plan.stage_layers[1]);
 }
 
 TEST_CASE("bad heterogeneous cluster files name the file, the class and the key", "[plan][hetero]") {

@@ -26,3 +26,12 @@ if(TARGET triax-plan)
   set_tests_properties(plan.hetero.bad_class PROPERTIES TIMEOUT 60 LABELS "plan"
     PASS_REGULAR_EXPRESSION "no device class 'v100'; its classes: h100, a100")
 endif()
+
+if(TARGET triax-plan)
+  # The even split of the same pinned layout priced on its own (its time equals the comparison: unit test).
+  add_test(NAME plan.hetero.even
+    COMMAND triax-plan --cluster ${_het_cluster} --model megatron-7.5b --global-batch-size 64 --tp 8 --pp 2 --dp 2
+            --mbs 1 --stage-classes h100,a100 --recompute full --zero 0 --even)
+  set_tests_properties(plan.hetero.even PROPERTIES TIMEOUT 60 LABELS "plan"
+    PASS_REGULAR_EXPRESSION "1\\. [^\n]*layers 18,18 \\| stages h100,a100[^\n]*\n   predicted [0-9.]+ s/step.*even split[^\n]*layers 18,18[^\n]*: [0-9.]+ s/step; speed-up 1\\.00x")
+endif()

@@ -369,7 +369,7 @@ std::vector<Layout> layouts(const ModelShape& m, const HeteroCluster& hc, const 
       for (int d : or_all(space.dp, upto(hc.total_devices() / (t * p))))
         for (int b : or_all(space.micro_batch, mbss))
           for (Recompute r : or_all(space.recompute, {Recompute::none, Recompute::full}))
-            for (int z : or_all(space.zero, d > 1 ? std::vector<int>{0, 1} : std::vector<int>{0})) {
+            for (int z : or_all(space.zero, d > 1 ? std::vector<int>{0, 1, 2, 3} : std::vector<int>{0})) {
               Layout l = space.base;
               l.tp = t, l.pp = p, l.dp = d, l.micro_batch = b, l.recompute = r, l.zero = z;
               l.vpp = 1, l.cp = 1, l.schedule = Schedule::one_f_one_b;

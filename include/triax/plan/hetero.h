@@ -92,7 +92,7 @@ HeteroEstimate estimate_hetero(const ModelShape& m, const HeteroCluster& hc, con
 struct HeteroSearchSpace {
   std::vector<int> tp, pp, dp, micro_batch;  // empty: every valid value
   std::vector<Recompute> recompute;          // empty: none, selective, full
-  std::vector<int> zero;                     // empty: 0, 1
+  std::vector<int> zero;                     // empty: 0..3 (dp > 1), 0 (dp 1)
   Layout base;                               // precision and software options
   // Pins (empty: searched): the layers per stage, the micro-batches per replica, the stage classes.
   std::vector<int> pipeline_layers;

@@ -129,6 +129,16 @@ TEST_CASE("a class twice as fast gets about 2/3 of the layers and of the micro-b
     CHECK(c.speedup() > 1.15);
     CHECK(c.plan.classes[0].utilisation > c.even.classes[0].utilisation);
   }
+  SECTION("--even prices the even split of the same placement on its own") {
+    HeteroSearchSpace s = pinned(1, 2, 1, 1);
+    s.stage_classes = {0, 1};
+    const HeteroChoice planned = best_plan(m, hc, s);
+    s.even = true;
+    const HeteroChoice even = best_plan(m, hc, s);
+    CHECK(even.plan.plan.stage_layers == std::vector<int>{12, 12});
+    CHECK(even.plan.seconds == Approx(planned.even.seconds));
+    CHECK(even.plan.seconds > planned.plan.seconds);
+  }
   SECTION("data parallel: one replica on each class") {
     const HeteroSearchResult r = search_hetero(m, hc, pinned(1, 1, 2, 1));
     REQUIRE(!r.best.empty());

@@ -4,6 +4,7 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <array>
 
 #include "triax/plan/hetero.h"
 
@@ -107,21 +108,48 @@ std::string hetero_json(const HeteroSearchResult& r, const HeteroCluster& hc) {
                      hc.name, r.priced, r.no_fit, r.invalid, r.over_capacity, best);
 }
 
-std::string mpmd_launch_line(const HeteroPlan& p, const HeteroCluster& hc, std::string_view config_file) {
+namespace {
+
+// The class of every world rank in the order tp-dp-pp: w = t + tp (d + dp s).
+std::vector<int> rank_classes(const HeteroPlan& p) {
   const Layout& l = p.layout;
-  // World rank w = t + tp (d + dp s) in the order tp-dp-pp.
   std::vector<int> cls;
   for (int s = 0; s < l.pp; ++s)
     for (int d = 0; d < l.dp; ++d)
       for (int t = 0; t < l.tp; ++t) cls.push_back(p.class_of(d, s));
-  std::string line = "mpirun";
+  return cls;
+}
+
+// Runs of consecutive world ranks of one class: (first, end, class).
+std::vector<std::array<int, 3>> rank_runs(const HeteroPlan& p) {
+  const std::vector<int> cls = rank_classes(p);
+  std::vector<std::array<int, 3>> runs;
   for (size_t w = 0; w < cls.size();) {
     size_t e = w;
     while (e < cls.size() && cls[e] == cls[w]) ++e;
-    line += fmt::format("{} -np {} -x TRIAX_DEVICE_CLASS={} train_gpt --config {}", w ? " :" : "", e - w,
-                        hc.classes[size_t(cls[w])].name, config_file);
+    runs.push_back({int(w), int(e), cls[w]});
     w = e;
   }
+  return runs;
+}
+
+// "0-15 h100, 16-31 a100".
+std::string rank_ranges(const HeteroPlan& p, const HeteroCluster& hc) {
+  std::string s;
+  for (const auto& [first, end, c] : rank_runs(p))
+    s += fmt::format("{}{} {}", s.empty() ? "" : ", ", end - first == 1 ? fmt::format("{}", first)
+                                                                          : fmt::format("{}-{}", first, end - 1),
+                     hc.classes[size_t(c)].name);
+  return s;
+}
+
+}  // namespace
+
+std::string mpmd_launch_line(const HeteroPlan& p, const HeteroCluster& hc, std::string_view config_file) {
+  std::string line = "mpirun";
+  for (const auto& [first, end, c] : rank_runs(p))
+    line += fmt::format("{} -np {} -x TRIAX_DEVICE_CLASS={} train_gpt --config {}", first ? " :" : "", end - first,
+                        hc.classes[size_t(c)].name, config_file);
   return line;
 }
 
@@ -134,7 +162,8 @@ std::string train_config_toml(const ModelShape& m, const HeteroChoice& c, const 
   s += fmt::format("# Predicted {:.4g} s/step; the even split ({}) {:.4g} s/step: speed-up {:.2f}x.\n", c.plan.seconds,
                    describe(c.even.plan, hc), c.even.seconds, c.speedup());
   s += "# Launch (MPMD; world ranks in the order tp-dp-pp, each app context one device class):\n";
-  s += "#   " + mpmd_launch_line(p, hc, config_file) + "\n\n";
+  s += "#   " + mpmd_launch_line(p, hc, config_file) + "\n";
+  s += "# World ranks: " + rank_ranges(p, hc) + "\n\n";
   s += fmt::format("[model]\nnum-layers = {}\nhidden-size = {}\nnum-attention-heads = {}\nffn-hidden-size = {}\n"
                    "vocab-size = {}\nmax-position-embeddings = {}\n",
                    m.layers, m.hidden, m.heads, m.ffn_hidden(), m.vocab, m.seq);
@@ -153,6 +182,9 @@ std::string train_config_toml(const ModelShape& m, const HeteroChoice& c, const 
     s += fmt::format("dp-microbatches = \"{}\"\n", fmt::join(p.replica_microbatches, ","));
   s += fmt::format("\n[training]\nseq-length = {}\nmicro-batch-size = {}\nglobal-batch-size = {}\n", m.seq,
                    l.micro_batch, p.microbatches() * l.micro_batch);
+  // The precision the plan was priced at (fp32: train_gpt's default; a CPU backend runs only that).
+  if (l.precision == Precision::bf16) s += "bf16 = true\n";
+  if (l.precision == Precision::fp16) s += "fp16 = true\n";
   return s;
 }
 

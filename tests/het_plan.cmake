@@ -35,3 +35,10 @@ if(TARGET triax-plan)
   set_tests_properties(plan.hetero.even PROPERTIES TIMEOUT 60 LABELS "plan"
     PASS_REGULAR_EXPRESSION "1\\. [^\n]*layers 18,18 \\| stages h100,a100[^\n]*\n   predicted [0-9.]+ s/step.*even split[^\n]*layers 18,18[^\n]*: [0-9.]+ s/step; speed-up 1\\.00x")
 endif()
+
+if(TARGET triax-plan)
+  add_test(NAME plan.hetero.pin_mismatch
+    COMMAND triax-plan --cluster ${_het_cluster} --model gpt2-medium --pp 3 --stage-classes h100,a100)
+  set_tests_properties(plan.hetero.pin_mismatch PROPERTIES TIMEOUT 60 LABELS "plan"
+    PASS_REGULAR_EXPRESSION "--pp 3 but --stage-classes names 2 entries")
+endif()

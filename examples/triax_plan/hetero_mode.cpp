@@ -14,9 +14,20 @@ namespace triax::plan {
 int run_hetero(const ModelShape& m, HeteroOptions opt) {
   const HeteroCluster hc = resolve_hetero_cluster(opt.cluster);
   for (const auto& name : opt.stage_classes) opt.space.stage_classes.push_back(hc.class_index(name));
-  if (!opt.space.pipeline_layers.empty()) opt.space.pp = {int(opt.space.pipeline_layers.size())};
-  if (!opt.space.stage_classes.empty()) opt.space.pp = {int(opt.space.stage_classes.size())};
-  if (!opt.space.dp_microbatches.empty()) opt.space.dp = {int(opt.space.dp_microbatches.size())};
+  // A pinned list fixes its axis: --pp (--dp) must agree when given.
+  auto pin = [](std::vector<int>& axis, size_t n, const char* flag, const char* list) {
+    if (n == 0) return;
+    if (!axis.empty() && axis.front() != int(n))
+      TRIAX_THROW(ConfigError, "{} {} but {} names {} entries", flag, axis.front(), list, n);
+    axis = {int(n)};
+  };
+  pin(opt.space.pp, opt.space.pipeline_layers.size(), "--pp", "--pipeline-layers");
+  pin(opt.space.pp, opt.space.stage_classes.size(), "--pp", "--stage-classes");
+  pin(opt.space.dp, opt.space.dp_microbatches.size(), "--dp", "--dp-microbatches");
+  int layers = 0;
+  for (int n : opt.space.pipeline_layers) layers += n;
+  if (layers && layers != m.layers)
+    TRIAX_THROW(ConfigError, "--pipeline-layers sum to {}, the model has {} layers", layers, m.layers);
   const HeteroSearchResult r = search_hetero(m, hc, opt.space);
   fmt::print("{}\n", opt.json ? hetero_json(r, hc) : format_hetero(r, hc));
   if (r.best.empty()) {

@@ -16,6 +16,7 @@
 #include <functional>
 
 #include "support/multirank.h"
+#include "support/shared_dir.h"
 #include "support/train_compare.h"
 #include "support/valid_file.h"
 #include "triax/checkpoint/checkpoint.h"
@@ -190,21 +191,6 @@ TEST_CASE("validation splits its batches by the shares: the one-process validati
 }
 
 namespace {
-// A scratch directory of world rank 0's choosing, shared with every rank.
-std::string shared_tmp_dir() {
-  std::string p;
-  if (world().rank() == 0) {
-    char tmpl[] = "/tmp/triax_het_XXXXXX";
-    REQUIRE(::mkdtemp(tmpl) != nullptr);
-    p = tmpl;
-  }
-  int len[1] = {static_cast<int>(p.size())};
-  world().broadcast(std::span<int>(len), 0).wait();
-  p.resize(static_cast<size_t>(len[0]));
-  world().broadcast(std::span<char>(p.data(), p.size()), 0).wait();
-  return p;
-}
-
 // The losses of iterations 3 and 4 of a run resumed from dir under `resume` (its batch plan checked).
 std::vector<double> resumed_losses(const std::string& dir, TrainConfig resume, const std::vector<int64_t>& want) {
   resume.load = dir;
@@ -232,7 +218,8 @@ TEST_CASE("a checkpoint written under uneven shares resumes under any split onto
   one.global_batch = 4 * W;
   const Result whole = train(std::shared_ptr<Communicator>(make_self_communicator("serial", world().rank())), one);
   REQUIRE(whole.losses.size() == 4);
-  const std::string dir = shared_tmp_dir();
+  const SharedDir scratch(world(), "het");
+  const std::string& dir = scratch.path();
   {
     TrainConfig first = cfg;
     set_shares(first, fmt::format("{}", fmt::join(saved, ",")));
@@ -255,6 +242,4 @@ TEST_CASE("a checkpoint written under uneven shares resumes under any split onto
     REQUIRE(losses.size() == 2);
     for (size_t i = 0; i < 2; ++i) CHECK(std::abs(losses[i] - whole.losses[i + 2]) <= 1e-6 * whole.losses[i + 2]);
   }
-  world().barrier().wait();
-  if (world().rank() == 0) std::filesystem::remove_all(dir);
 }

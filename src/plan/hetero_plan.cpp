@@ -4,6 +4,7 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <functional>
 #include <cmath>
 #include <map>
 #include <numeric>
@@ -336,6 +337,14 @@ bool price_placement(const ModelShape& m, const HeteroCluster& hc, HeteroPlan p,
     p.replica_microbatches = space.dp_microbatches.empty() ? planned_shares(m, hc, p, total) : space.dp_microbatches;
     if (p.replica_microbatches.empty()) return false;
   }
+  // ZeRO 2/3 reduce (and gather) every micro-batch's units over all replicas at once, so the runtime
+  // takes only equal shares there (docs/HETEROGENEOUS.md): uneven work then goes into the stages.
+  const auto equal = [](const std::vector<long>& v) { return std::adjacent_find(v.begin(), v.end(), std::not_equal_to<>()) == v.end(); };
+  if (p.layout.zero >= 2 && !equal(p.replica_microbatches)) {
+    if (!space.dp_microbatches.empty() || !equal(even.replica_microbatches)) return false;
+    p.replica_microbatches = even.replica_microbatches;
+  }
+  if (even.layout.zero >= 2 && !equal(even.replica_microbatches)) return false;
   out.plan = estimate_hetero(m, hc, p);
   out.even = estimate_hetero(m, hc, even);
   return true;

@@ -4,7 +4,9 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
+#include <functional>
 #include <filesystem>
 #include <fstream>
 #include <numeric>
@@ -58,13 +60,9 @@ HeteroChoice best_plan(const ModelShape& m, const HeteroCluster& hc, const Heter
   return r.best.front();
 }
 
-// train_gpt's reading of an emitted file; nullopt (with a warning) while the runtime of this tree
-// has no option `key` yet.
+// train_gpt's reading of an emitted file (`key` is an option the file relies on).
 std::optional<triax::TrainConfig> read_config(const std::string& text, const char* key) {
-  if (!triax::find_train_option(key)) {
-    WARN("this tree's train_gpt has no --" << key << " yet: the file is not parsed");
-    return std::nullopt;
-  }
+  REQUIRE(triax::find_train_option(key) != nullptr);
   triax::TrainConfig cfg;
   triax::apply_config_text(cfg, text, "run.toml");
   return cfg;
@@ -219,6 +217,29 @@ TEST_CASE("classes without a network share one machine: the CPU two-speed file",
   const HeteroChoice pp = best_plan(m, hc, s);
   CHECK(std::isfinite(pp.plan.seconds));
   CHECK(pp.plan.plan.stage_layers[0] > pp.plan.plan.stage_layers[1]);
+}
+
+TEST_CASE("ZeRO 2/3 plans keep equal DP shares (the runtime refuses unequal ones there)", "[plan][hetero]") {
+  const HeteroCluster hc = two_classes(2.0);
+  const ModelShape m = small_model();
+  HeteroSearchSpace s = pinned(1, 1, 2, 1);
+  s.zero = {0, 1, 2, 3};
+  s.top_k = 100;
+  const HeteroSearchResult r = search_hetero(m, hc, s);
+  bool uneven_low = false, zero_high = false;
+  for (const auto& c : r.best) {
+    const auto& v = c.plan.plan.replica_microbatches;
+    const bool equal = std::adjacent_find(v.begin(), v.end(), std::not_equal_to<>()) == v.end();
+    if (c.plan.plan.layout.zero >= 2) {
+      zero_high = true;
+      CHECK(equal);
+    } else if (!equal) {
+      uneven_low = true;
+    }
+  }
+  CHECK(zero_high);   // ZeRO 2/3 are still searched (with even shares) ...
+  CHECK(uneven_low);  // ... and ZeRO 0/1 plans take the uneven shares that pay
+  CHECK(r.best.front().plan.plan.layout.zero <= 1);
 }
 
 TEST_CASE("bad heterogeneous cluster files name the file, the class and the key", "[plan][hetero]") {

@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <optional>
 
+#include "hetero_mode.h"
 #include "triax/core/error.h"
 #include "triax/plan/published_runs.h"
 #include "triax/plan/report.h"
@@ -97,7 +98,8 @@ int main(int argc, char** argv) {
                                  "an LM head of its own instead of the input embedding");
   app.add_option("--vocab", shape.vocab, "vocabulary size")->check(kPositive);
   app.add_option("--seq", shape.seq, "sequence length")->check(kPositive);
-  app.add_option("--global-batch", shape.global_batch, "sequences per iteration")->check(kPositive);
+  auto* global_batch_opt =
+      app.add_option("--global-batch,--global-batch-size", shape.global_batch, "sequences per iteration")->check(kPositive);
   app.add_option("--cluster", cluster_spec, "cluster preset name or FILE.toml")->capture_default_str();
   app.add_option("--calibration", calibration, "collective calibration (.json or .toml) measured on the cluster");
   app.add_option("--gpus", gpus, "GPUs to use (search mode)")->check(kPositive);
@@ -161,6 +163,24 @@ int main(int argc, char** argv) {
   app.add_option("--gpu-hour-price", gpu_hour_price, "price of one GPU-hour, for the cost column of --tune")
       ->check(CLI::NonNegativeNumber);
   app.add_flag("--list", list, "list model and cluster presets");
+  // Heterogeneous clusters (a cluster file with [[node_class]] tables; docs/PLANNER.md).
+  std::vector<int> pipeline_layers;
+  std::vector<long> dp_microbatches;
+  std::vector<std::string> stage_classes;
+  std::string emit_config;
+  bool even = false;
+  app.add_option("--pipeline-layers", pipeline_layers, "device classes: pin the layers per stage, e.g. 5,3")
+      ->delimiter(',')
+      ->check(kPositive);
+  app.add_option("--dp-microbatches", dp_microbatches, "device classes: pin the micro-batches per DP replica, e.g. 6,2")
+      ->delimiter(',')
+      ->check(kPositive);
+  app.add_option("--stage-classes", stage_classes, "device classes: pin the class of each pipeline stage, e.g. h100,a100")
+      ->delimiter(',');
+  app.add_flag("--even", even, "device classes: price the even split only (layers and micro-batches even)");
+  app.add_option("--emit-config", emit_config,
+                 "device classes: write the best (or pinned) plan as a train_gpt --config FILE.toml, with its mpirun "
+                 "MPMD launch line");
 
   try {
     app.parse(argc, argv);
@@ -191,7 +211,9 @@ int main(int argc, char** argv) {
       return 0;
     }
 
-    Cluster cluster = resolve_cluster(cluster_spec);
+    const bool hetero = is_hetero_cluster_file(cluster_spec) || !pipeline_layers.empty() || !dp_microbatches.empty() ||
+                        !stage_classes.empty() || !emit_config.empty() || even;
+    Cluster cluster = hetero ? resolve_hetero_cluster(cluster_spec).classes.front().device : resolve_cluster(cluster_spec);
     Calibration cal;
     if (!calibration.empty()) cal = load_calibration(calibration);
     const CollectiveModel net(cluster, cal);
@@ -279,6 +301,45 @@ int main(int argc, char** argv) {
       }
       if (shard_opt->count()) l.zero_shard = zero_shard;
     };
+
+    if (hetero) {
+      HeteroOptions opt;
+      opt.cluster = cluster_spec;
+      opt.json = json;
+      opt.emit_config = emit_config;
+      opt.stage_classes = stage_classes;
+      HeteroSearchSpace& space = opt.space;
+      space.base = base;
+      space.top_k = top_k;
+      space.even = even;
+      space.pipeline_layers = pipeline_layers;
+      space.dp_microbatches = dp_microbatches;
+      if (tp) space.tp = {tp};
+      if (pp) space.pp = {pp};
+      if (dp) space.dp = {dp};
+      if (mbs) space.micro_batch = {mbs};
+      if (!recompute.empty()) space.recompute = {parse_recompute(recompute)};
+      if (zero_opt->count() || zero_level_opt->count()) {
+        Layout z;
+        apply_zero(z);
+        space.zero = {z.zero};
+      }
+      if (!dp_microbatches.empty()) {
+        if (!mbs) {
+          std::fprintf(stderr, "triax-plan: error: --dp-microbatches needs --micro-batch-size\n");
+          return 2;
+        }
+        long sum = 0;
+        for (long n : dp_microbatches) sum += n;
+        if (global_batch_opt->count() && m.global_batch != sum * mbs) {
+          std::fprintf(stderr, "triax-plan: error: --global-batch-size %ld but --micro-batch-size %d x the sum of "
+                               "--dp-microbatches %ld = %ld\n", m.global_batch, mbs, sum, sum * mbs);
+          return 2;
+        }
+        m.global_batch = sum * mbs;
+      }
+      return run_hetero(m, opt);
+    }
 
     if (tune_mode) {
       if (!mbs || (!grad_accum && !dp) || (!gpus && !(tp && pp && dp))) {

@@ -5,6 +5,7 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <functional>
 #include <map>
 #include <set>
 
@@ -100,6 +101,24 @@ std::vector<int64_t> resolve_dp_shares(const TrainConfig& cfg, const GridLayout&
       TRIAX_THROW(ConfigError, "--dp-microbatches {} names class '{}', but no data-parallel replica is of that class "
                   "(the ranks' classes: {})", format_dp_microbatches(given), c, describe_device_classes(cls));
   return out;
+}
+
+void check_shares_collectives(const TrainConfig& cfg, const std::vector<int64_t>& shares) {
+  if (shares.empty()) return;
+  const bool even = std::adjacent_find(shares.begin(), shares.end(), std::not_equal_to<>()) == shares.end();
+  require(even || cfg.zero < 2,
+          "--zero {} reduce-scatters{} each unit once per micro-batch over all data-parallel replicas together, so "
+          "they must run the same number of micro-batches, but --dp-microbatches {} gives [{}]: use --zero 1 (one "
+          "reduction per step) with uneven shares", cfg.zero, cfg.zero == 3 ? " (and gathers)" : "",
+          format_dp_microbatches(cfg.dp_microbatches), fmt::join(shares, ", "));
+  const size_t ep = static_cast<size_t>(std::max(cfg.ep, 1));
+  for (size_t g = 0; g + ep <= shares.size(); g += ep) {
+    const auto b = shares.begin() + static_cast<ptrdiff_t>(g), e = b + static_cast<ptrdiff_t>(ep);
+    require(std::adjacent_find(b, e, std::not_equal_to<>()) == e,
+            "--ep {}: data-parallel replicas {}-{} form an expert-parallel group whose all-to-alls run once per "
+            "micro-batch, so they must run the same number of micro-batches, but --dp-microbatches {} gives them [{}]",
+            cfg.ep, g, g + ep - 1, format_dp_microbatches(cfg.dp_microbatches), fmt::join(b, e, ", "));
+  }
 }
 
 void check_stage_classes(const TrainConfig& cfg, const GridLayout& layout, const std::vector<std::string>& rank_classes) {

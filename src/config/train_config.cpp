@@ -408,8 +408,14 @@ ConfigOption dp_microbatches_opt() {
     }
   };
   o.check = [range = o.range](const TrainConfig& c) -> std::string {
-    for (const auto& d : c.dp_microbatches)
-      if (d.count < 1) return fmt::format("dp-microbatches = \"{}\": out of range; expected {}", format_dp_microbatches(c.dp_microbatches), range);
+    const std::string text = format_dp_microbatches(c.dp_microbatches);
+    for (const auto& d : c.dp_microbatches) {
+      if (d.count < 1) return fmt::format("dp-microbatches = \"{}\": out of range; expected {}", text, range);
+      // Built in code, as the flag refuses it: the first entry decides per replica or per class.
+      if (d.device_class.empty() != c.dp_microbatches.front().device_class.empty())
+        return fmt::format("dp-microbatches = \"{}\": counts per replica mixed with counts per class; expected {}",
+                           text, range);
+    }
     return {};
   };
   o.toml = [](const TrainConfig& c) -> std::optional<std::string> {
@@ -1137,6 +1143,7 @@ static void resolve_batch_and_classes(const TrainConfig& cfg, int W, std::vector
   const GridLayout layout(W, GridShape{cfg.tp, cfg.pp, r.dp, cfg.ep, cfg.order, cfg.cp});
   check_stage_classes(cfg, layout, r.rank_classes);
   r.batch = resolve_train_batch(cfg, r.dp, r.seq, resolve_dp_shares(cfg, layout, r.rank_classes));
+  check_shares_collectives(cfg, r.batch.shares);
   // After the schedule's bound on pp x vpp x micro-batches: the list of virtual stages is small.
   if (r.stage_layers.empty()) r.stage_layers.assign(static_cast<size_t>(PV), L / PV);
   e.micro_batch = r.batch.micro_batch;

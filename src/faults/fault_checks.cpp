@@ -86,4 +86,36 @@ std::vector<int> StragglerDetector::update(std::span<const double> times) {
   return fresh;
 }
 
+namespace {
+double median_of(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n == 0 ? 0.0 : (n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]));
+}
+}  // namespace
+
+std::optional<SlowClass> slow_device_class(std::span<const double> busy, std::span<const int> stragglers,
+                                           const std::vector<std::string>& classes) {
+  if (stragglers.empty() || classes.size() != busy.size()) return std::nullopt;
+  SlowClass out;
+  out.name = classes.at(static_cast<size_t>(stragglers.front()));
+  std::vector<double> mine, others;
+  for (size_t r = 0; r < classes.size(); ++r) {
+    if (classes[r] == out.name) {
+      out.ranks.push_back(static_cast<int>(r));
+      mine.push_back(busy[r]);
+    } else {
+      others.push_back(busy[r]);
+    }
+  }
+  // Exactly the class's ranks, and something to compare them with.
+  if (others.empty() || !std::equal(out.ranks.begin(), out.ranks.end(), stragglers.begin(), stragglers.end()))
+    return std::nullopt;
+  const double base = median_of(others);
+  if (base <= 0) return std::nullopt;
+  out.ratio = median_of(mine) / base;
+  return out;
+}
+
 }  // namespace triax
+

@@ -9,7 +9,7 @@
 #include "triax/core/error.h"
 
 #ifdef TRIAX_HAVE_TOML
-#include <toml++/toml.h>
+#include "cluster_toml.h"
 #endif
 
 namespace triax::plan {
@@ -328,19 +328,19 @@ class TomlReader {
 };
 
 }  // namespace
-#endif
 
-Cluster load_cluster_toml(const std::filesystem::path& path) {
-#ifdef TRIAX_HAVE_TOML
+toml::table parse_cluster_file(const std::filesystem::path& path) {
   const std::string file = path.string();
   if (!std::filesystem::exists(path)) TRIAX_THROW(IoError, "{}: cluster file does not exist", file);
-  toml::table root;
   try {
-    root = toml::parse_file(file);
+    return toml::parse_file(file);
   } catch (const toml::parse_error& e) {
     TRIAX_THROW(IoError, "{}:{}:{}: {}", file, e.source().begin.line, e.source().begin.column,
                 e.description());
   }
+}
+
+Cluster read_cluster_table(const toml::table& root, const std::string& file) {
   TomlReader r(root, file);
   Cluster c;
   c.name = r.string(root, "", "name", true);
@@ -420,10 +420,38 @@ Cluster load_cluster_toml(const std::filesystem::path& path) {
     TRIAX_THROW(ConfigError, "{}: {}", file, e.what());
   }
   return c;
+}
+#endif
+
+Cluster load_cluster_toml(const std::filesystem::path& path) {
+#ifdef TRIAX_HAVE_TOML
+  return read_cluster_table(parse_cluster_file(path), path.string());
 #else
   TRIAX_THROW(IoError, "{}: this triax was built without toml++; use a built-in cluster preset",
               path.string());
 #endif
+}
+
+std::string cluster_toml(const Cluster& c) {
+  std::string s = fmt::format("name = \"{}\"\ndescription = \"{}\"\n", c.name, c.description);
+  s += fmt::format("[node]\ndevices = {}\ncount = {}\ncores = {}\n", c.gpus_per_node, c.nodes, c.cores_per_node);
+  s += fmt::format("[compute]\npeak_tflops_bf16 = {}\npeak_tflops_fp32 = {}\ngemm_efficiency = {}\n"
+                   "kernel_overhead_us = {}\nsm_count = {}\ngemm_tile_m = {}\ngemm_tile_n = {}\n"
+                   "gemm_k_overhead = {}\nattention_efficiency = {}\n",
+                   c.peak_tflops_bf16, c.peak_tflops_fp32, c.gemm_efficiency, c.kernel_overhead_us, c.sm_count,
+                   c.gemm_tile_m, c.gemm_tile_n, c.gemm_k_overhead, c.attention_efficiency);
+  s += fmt::format("[memory]\ncapacity_gib = {}\nbandwidth_gbps = {}\nefficiency = {}\nreserved_gib = {}\n"
+                   "copy_gbps = {}\n", c.memory_gib, c.memory_gbps, c.memory_efficiency, c.reserved_gib, c.copy_gbps);
+  s += fmt::format("[intra_node]\nbandwidth_gbps = {}\nefficiency = {}\nlatency_us = {}\n", c.intra_gbps,
+                   c.intra_efficiency, c.intra_latency_us);
+  s += fmt::format("[network]\nnics_per_node = {}\nnic_gbps = {}\nefficiency = {}\nlatency_us = {}\n",
+                   c.nics_per_node, c.nic_gbps, c.nic_efficiency, c.inter_latency_us);
+  s += fmt::format("[collectives]\nlaunch_us = {}\nbuffer_mib = {}\ncomm_sm_fraction = {}\n",
+                   c.collective_launch_us, c.collective_buffer_mib, c.comm_sm_fraction);
+  s += fmt::format("[fat_tree]\nnodes_per_access = {}\naccess_per_aggregation = {}\n"
+                   "oversubscription = [{}, {}, {}]\n", c.nodes_per_access, c.access_per_aggregation,
+                   c.oversub_access, c.oversub_aggregation, c.oversub_core);
+  return s;
 }
 
 Cluster resolve_cluster(std::string_view name_or_path) {

@@ -306,7 +306,13 @@ struct Setting {
   double e, M, h, V;        // activation bytes, tokens per micro-batch and rank, hidden size, vocabulary
   double chunk_layers;      // layers per model chunk
   GroupPlacement tp_group;  // the tensor-parallel ranks
+  std::vector<int> stage_layers;  // uneven layers per pipeline rank (vpp 1); empty: chunk_layers x v each
 };
+
+// Layers held by pipeline rank i.
+double rank_layers(const Setting& x, int i) {
+  return x.stage_layers.empty() ? x.chunk_layers * x.v : double(x.stage_layers[size_t(i)]);
+}
 
 // Work outside the layers, per micro-batch: the embedding (first rank), the LM head and
 // cross-entropy (last rank), and the triax runtime's copies at stage boundaries.
@@ -402,7 +408,7 @@ std::vector<StageTimes> stage_times(const Setting& x, const LayerTimes& lt, cons
   std::vector<StageTimes> st(p);
   for (int i = 0; i < p; ++i) {
     StageTimes& s = st[i];
-    const double L = x.chunk_layers * v;  // layers on this rank
+    const double L = rank_layers(x, i);  // layers on this rank
     s.fwd = L * (lt.fwd + lt.tp_fwd + lt.cp_fwd);
     s.bwd_input = L * (lt.bwd_input + lt.recompute + lt.tp_bwd + lt.tp_recompute + lt.cp_bwd + lt.cp_recompute);
     s.bwd_weight = L * lt.bwd_weight;
@@ -497,7 +503,8 @@ double head_params(const Setting& x) {
 // Parameters held by each pipeline rank.
 std::vector<double> stage_params(const Setting& x) {
   const int p = x.p;
-  std::vector<double> params(p, x.chunk_layers * x.v * layer_params(x));
+  std::vector<double> params(p);
+  for (int i = 0; i < p; ++i) params[i] = rank_layers(x, i) * layer_params(x);
   params[0] += embedding_params(x);
   params[p - 1] += head_params(x);
   return params;
@@ -516,7 +523,7 @@ std::vector<Unit> stage_units(const Setting& x, const LayerTimes& lt, const Edge
   if (i == 0) units.push_back({embedding_params(x), et.emb_fwd + et.emb_tp, 0, et.emb_bwd});
   const Unit layer{layer_params(x), lt.fwd + lt.tp_fwd + lt.cp_fwd, lt.recompute + lt.tp_recompute + lt.cp_recompute,
                    lt.bwd_input + lt.bwd_weight + lt.tp_bwd + lt.cp_bwd};
-  units.insert(units.end(), size_t(x.chunk_layers * x.v), layer);
+  units.insert(units.end(), size_t(rank_layers(x, i)), layer);
   if (i == x.p - 1)
     units.push_back({head_params(x), et.head_fwd, 0, et.head_bwd_input + et.head_bwd_weight + et.head_tp});
   return units;
@@ -699,15 +706,15 @@ void sharded_state(const Layout& l, double params, double unit_pair, MemoryBreak
   mem.optimizer = params * opt_state / d;
 }
 
-// Memory per pipeline rank; the rank that needs most.
-MemoryBreakdown peak_memory(const Setting& x, const std::vector<double>& params,
-                            const std::vector<std::vector<Unit>>& units) {
+// Memory of every pipeline rank.
+std::vector<MemoryBreakdown> stage_memory(const Setting& x, const std::vector<double>& params,
+                                          const std::vector<std::vector<Unit>>& units) {
   const ModelShape& m = x.m;
   const Layout& l = x.l;
   const Cluster& c = x.c;
   const int p = x.p, v = x.v, t = x.t, d = x.d;
   const long mb = x.mb;
-  const double e = x.e, M = x.M, h = x.h, V = x.V, chunk_layers = x.chunk_layers;
+  const double e = x.e, M = x.M, h = x.h, V = x.V;
   const double stored = layer_activation_bytes(m, l);
   Layout no_rc = l;
   no_rc.recompute = Recompute::none;
@@ -717,13 +724,14 @@ MemoryBreakdown peak_memory(const Setting& x, const std::vector<double>& params,
   // arriving), or the whole gathered K/V (allgather).
   const CpExchange cpx = cp_exchange(m, l, x.net, 0, 0);
   const double cp_buffers = (l.cp_comm == CpComm::allgather ? l.cp : 2) * cpx.block_bytes;
-  MemoryBreakdown peak;
+  std::vector<MemoryBreakdown> all(p);
   for (int i = 0; i < p; ++i) {
-    MemoryBreakdown mem;
+    MemoryBreakdown& mem = all[i];
     mem.stage = i;
     mem.capacity = c.memory_gib * kGiB;
     mem.reserved = c.reserved_gib * kGiB;
     sharded_state(l, params[i], in_flight_units(units[i]), mem);
+    const double chunk_layers = rank_layers(x, i) / v;
     double in_flight;  // layer x micro-batch activation sets held at once
     switch (l.schedule) {
       case Schedule::gpipe: in_flight = double(mb) * chunk_layers; break;
@@ -736,12 +744,115 @@ MemoryBreakdown peak_memory(const Setting& x, const std::vector<double>& params,
     if (i == p - 1) mem.activations += (e + 4) * M * V / t;  // logits + fp32 softmax for the loss
     if (p > 1) mem.comm_buffers += 2 * e * M * h / (l.sequence_parallel ? t : 1);
     mem.comm_buffers += groups * c.collective_buffer_mib * 1024 * 1024 + cp_buffers;
-    if (i == 0 || mem.total() > peak.total()) peak = mem;
   }
-  return peak;
+  return all;
+}
+
+// The pipeline rank that needs most.
+MemoryBreakdown peak_memory(const Setting& x, const std::vector<double>& params,
+                            const std::vector<std::vector<Unit>>& units) {
+  const std::vector<MemoryBreakdown> all = stage_memory(x, params, units);
+  return *std::max_element(all.begin(), all.end(), [](const auto& a, const auto& b) { return a.total() < b.total(); });
+}
+
+double peak_rate(const Cluster& c, const Layout& l) {
+  return (l.precision == Precision::fp32 ? c.peak_tflops_fp32 : c.peak_tflops_bf16) * 1e12;
+}
+
+Device make_device(const Cluster& c, const Layout& l) {
+  const double peak = peak_rate(c, l);
+  const double byte_rate = c.memory_gbps * 1e9 * c.memory_efficiency;
+  return Device{GemmModel::for_cluster(c, peak), byte_rate, c.kernel_overhead_us * 1e-6, peak * c.attention_efficiency,
+                c.copy_gbps > 0 ? c.copy_gbps * 1e9 : byte_rate};
+}
+
+Setting make_setting(const ModelShape& m, const CollectiveModel& net, const Layout& l, const Device& dev, long mb,
+                     std::vector<int> stage_layers) {
+  const Cluster& c = net.cluster();
+  return Setting{m, l, c, net, dev, l.pp, l.vpp, l.tp, l.grad_ranks(), mb,
+                 double(activation_bytes(l)), double(l.micro_batch) * m.seq / l.cp, double(m.hidden), double(m.vocab),
+                 double(m.layers) / (l.pp * l.vpp), place_group(c, l.tp, 1), std::move(stage_layers)};
+}
+
+// What the ranks synchronise after the pipelines drain, exposed: the DP reduction, the tied
+// embedding's all-reduce between the first and last rank, the global gradient norm.
+double sync_exposed(const Setting& x, const std::vector<StageTimes>& st, const std::vector<double>& params,
+                    const std::vector<std::vector<Unit>>& units, const PipelineP2p& p2p, Estimate& est) {
+  const Layout& l = x.l;
+  double dp_exposed = 0;
+  if (x.d > 1) dp_exposed = dp_reduction_seconds(x, st, params, units, est);
+  // Tied embedding: the first and last pipeline ranks sum their copies' gradients.
+  if (x.p > 1 && x.m.tied_embeddings)
+    dp_exposed += x.net.seconds(CollectiveOp::all_reduce, p2p.pair, x.V * x.h / x.t * gradient_bytes(l));
+  // Global gradient norm (and the loss-scale overflow check): one tiny all-reduce over the world.
+  if (l.gpus() > 1) dp_exposed += 2 * x.net.seconds(CollectiveOp::all_reduce, place_group(x.c, l.gpus(), 1), 4);
+  return dp_exposed;
+}
+
+// A layout of uneven stages: vpp 1, one layer count >= 1 per pipeline rank; the rest as
+// layout_problem judges it on a model of one layer per stage (the cluster's node count stretched:
+// the ranks may be one class's share of a larger job).
+void check_uneven(const ModelShape& m, const Cluster& c, const Layout& l, const std::vector<int>& layers) {
+  if (l.vpp != 1 || layers.size() != size_t(l.pp))
+    TRIAX_THROW(ConfigError, "uneven stages need vpp 1 and {} layer counts, got vpp {} and {}", l.pp, l.vpp,
+                layers.size());
+  for (int n : layers)
+    if (n < 1) TRIAX_THROW(ConfigError, "every pipeline stage needs >= 1 layer, got {}", n);
+  ModelShape probe = m;
+  probe.layers = l.pp;
+  probe.global_batch = long(l.dp) * l.micro_batch;
+  Cluster big = c;
+  big.nodes = std::max(c.nodes, (l.gpus() + c.gpus_per_node - 1) / c.gpus_per_node);
+  if (auto why = layout_problem(probe, big, l))
+    TRIAX_THROW(ConfigError, "layout {} cannot run model '{}' on '{}': {}", describe(l), m.name, c.name, *why);
+}
+
+// Prices the pipeline ranks of uneven stages and hands the pieces to `f`.
+template <class F>
+auto with_uneven_stages(const ModelShape& m, const CollectiveModel& net, const Layout& l, const std::vector<int>& layers,
+                        long micro_batches, F f) {
+  validate(m);
+  check_uneven(m, net.cluster(), l, layers);
+  const Device dev = make_device(net.cluster(), l);
+  const Setting x = make_setting(m, net, l, dev, micro_batches, layers);
+  const LayerTimes lt = layer_times(m, l, dev, net);
+  const EdgeTimes et = edge_times(x);
+  const PipelineP2p p2p = pipeline_p2p(x);
+  const std::vector<StageTimes> st = stage_times(x, lt, et, p2p.seconds);
+  std::vector<std::vector<Unit>> units;
+  for (int i = 0; i < x.p; ++i) units.push_back(stage_units(x, lt, et, i));
+  return f(x, st, stage_params(x), units, p2p);
 }
 
 }  // namespace
+
+std::vector<StageCost> stage_costs(const ModelShape& m, const CollectiveModel& net, const Layout& l,
+                                   const std::vector<int>& layers, long micro_batches) {
+  return with_uneven_stages(m, net, l, layers, micro_batches,
+                            [](const Setting& x, const std::vector<StageTimes>& st, const std::vector<double>& params,
+                               const std::vector<std::vector<Unit>>& units, const PipelineP2p&) {
+                              const std::vector<MemoryBreakdown> mem = stage_memory(x, params, units);
+                              std::vector<StageCost> out(size_t(x.p));
+                              for (int i = 0; i < x.p; ++i) {
+                                out[i].seconds = st[i].total();
+                                out[i].compute = st[i].compute;
+                                out[i].optimizer = optimizer_seconds(x, std::vector<double>(size_t(x.p), params[i]));
+                                out[i].params = params[i];
+                                out[i].memory = mem[i];
+                              }
+                              return out;
+                            });
+}
+
+double sync_seconds(const ModelShape& m, const CollectiveModel& net, const Layout& l, const std::vector<int>& layers,
+                    long micro_batches) {
+  return with_uneven_stages(m, net, l, layers, micro_batches,
+                            [](const Setting& x, const std::vector<StageTimes>& st, const std::vector<double>& params,
+                               const std::vector<std::vector<Unit>>& units, const PipelineP2p& p2p) {
+                              Estimate unused;
+                              return sync_exposed(x, st, params, units, p2p, unused);
+                            });
+}
 
 Estimate estimate(const ModelShape& m, const CollectiveModel& net, const Layout& l, const LayoutRules& rules) {
   validate(m);
@@ -749,17 +860,11 @@ Estimate estimate(const ModelShape& m, const CollectiveModel& net, const Layout&
   if (auto why = layout_problem(m, c, l, rules))
     TRIAX_THROW(ConfigError, "layout {} cannot run model '{}' on '{}': {}", describe(l), m.name, c.name, *why);
 
-  const bool fp32 = l.precision == Precision::fp32;
-  const double peak = (fp32 ? c.peak_tflops_fp32 : c.peak_tflops_bf16) * 1e12;
-  const double byte_rate = c.memory_gbps * 1e9 * c.memory_efficiency;
-  const Device dev{GemmModel::for_cluster(c, peak), byte_rate, c.kernel_overhead_us * 1e-6,
-                   peak * c.attention_efficiency, c.copy_gbps > 0 ? c.copy_gbps * 1e9 : byte_rate};
-  const Setting x{m, l, c, net, dev, l.pp, l.vpp, l.tp, l.grad_ranks(), micro_batches(m, l),
-                  double(activation_bytes(l)), double(l.micro_batch) * m.seq / l.cp, double(m.hidden), double(m.vocab),
-                  double(m.layers) / (l.pp * l.vpp), place_group(c, l.tp, 1)};
+  const double peak = peak_rate(c, l);
+  const Device dev = make_device(c, l);
+  const Setting x = make_setting(m, net, l, dev, micro_batches(m, l), {});
   const int p = x.p, t = x.t;
   const long mb = x.mb;
-  const double h = x.h, V = x.V;
 
   const LayerTimes lt = layer_times(m, l, dev, net);
   const EdgeTimes et = edge_times(x);
@@ -797,14 +902,7 @@ Estimate estimate(const ModelShape& m, const CollectiveModel& net, const Layout&
   const std::vector<double> params = stage_params(x);
   std::vector<std::vector<Unit>> units;
   for (int i = 0; i < p; ++i) units.push_back(stage_units(x, lt, et, i));
-  const double gbytes = gradient_bytes(l);
-  double dp_exposed = 0;
-  if (x.d > 1) dp_exposed = dp_reduction_seconds(x, st, params, units, est);
-  // Tied embedding: the first and last pipeline ranks sum their copies' gradients.
-  if (p > 1 && m.tied_embeddings) dp_exposed += net.seconds(CollectiveOp::all_reduce, p2p.pair, V * h / t * gbytes);
-  // Global gradient norm (and the loss-scale overflow check): one tiny all-reduce over the world.
-  if (l.gpus() > 1) dp_exposed += 2 * net.seconds(CollectiveOp::all_reduce, place_group(c, l.gpus(), 1), 4);
-  est.time.dp_comm = dp_exposed;
+  est.time.dp_comm = sync_exposed(x, st, params, units, p2p, est);
   const double opt = optimizer_seconds(x, params);
   est.time.optimizer = opt;
 

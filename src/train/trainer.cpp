@@ -621,6 +621,14 @@ void Trainer::check_step(IterationMetrics& mt, const StepReport& rep, std::span<
                 mt.iteration, r, host_of(r), busy[static_cast<size_t>(r)] * 1e3,
                 busy[static_cast<size_t>(r)] / stragglers_.last_median(), stragglers_.last_median() * 1e3,
                 cfg_.straggler_factor);
+  if (fresh.empty() || !r0) return;
+  if (const auto slow = slow_device_class(busy, mt.stragglers, grid_->device_classes()))
+    log::warn("iteration {}: device class '{}' ({}: all of its ranks) is persistently slow: {:.2f}x the other "
+              "ranks' median compute time. The class is slower than this split assumes; re-plan with its speed "
+              "(triax-plan --cluster FILE with the class's rates scaled by 1/{:.2f}, or its train_bench calibration) "
+              "and give it less work: fewer --pipeline-layers on its stages, fewer --dp-microbatches for its "
+              "replicas (docs/HETEROGENEOUS.md)",
+              mt.iteration, slow->name, fmt::format("ranks {}", fmt::join(slow->ranks, ",")), slow->ratio, slow->ratio);
 }
 
 void Trainer::restore_progress(int64_t iteration, int64_t consumed_samples) {

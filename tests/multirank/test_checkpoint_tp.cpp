@@ -6,6 +6,7 @@
 #include <filesystem>
 
 #include "support/multirank.h"
+#include "support/shared_dir.h"
 #include "triax/distributed/grid.h"
 #include "triax/distributed/comm/self_comm.h"
 #include "triax/io/safetensors.h"
@@ -18,32 +19,7 @@ using namespace triax;
 
 namespace {
 
-// A scratch directory made by world rank 0, its path shared with every rank, removed at the end.
-class SharedDir {
- public:
-  explicit SharedDir(Communicator& world) : world_(world) {
-    std::string p;
-    if (world.rank() == 0) {
-      char tmpl[] = "/tmp/triax_ckpt_XXXXXX";
-      REQUIRE(::mkdtemp(tmpl) != nullptr);
-      p = tmpl;
-    }
-    int len[1] = {static_cast<int>(p.size())};
-    world.broadcast(std::span<int>(len), 0).wait();
-    p.resize(static_cast<size_t>(len[0]));
-    world.broadcast(std::span<char>(p.data(), p.size()), 0).wait();
-    path_ = p;
-  }
-  ~SharedDir() {
-    world_.barrier().wait();
-    if (world_.rank() == 0) std::filesystem::remove_all(path_);
-  }
-  std::string file(const std::string& name) const { return path_ + "/" + name; }
-
- private:
-  Communicator& world_;
-  std::string path_;
-};
+using test::SharedDir;
 
 GptConfig test_cfg() {
   GptConfig c = GptConfig::preset("nano");  // 2 layers, 4 heads, C 32, vocab 67, padded only to tp

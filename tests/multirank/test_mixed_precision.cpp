@@ -20,6 +20,7 @@
 
 #include "optim_support.h"
 #include "support/multirank.h"
+#include "support/shared_dir.h"
 #include "support/optim_fixture.h"
 #include "triax/backend/backend.h"
 #include "triax/checkpoint/checkpoint.h"
@@ -108,29 +109,13 @@ TEST_CASE("a forced compute copy trains bit for bit like the masters alone", "[m
   }
 }
 
-namespace {
-// A scratch directory of world rank 0's choosing, shared with every rank, removed at the end.
-std::string shared_tmp_dir() {
-  std::string p;
-  if (world().rank() == 0) {
-    char tmpl[] = "/tmp/triax_mp_XXXXXX";
-    REQUIRE(::mkdtemp(tmpl) != nullptr);
-    p = tmpl;
-  }
-  int len[1] = {static_cast<int>(p.size())};
-  world().broadcast(std::span<int>(len), 0).wait();
-  p.resize(static_cast<size_t>(len[0]));
-  world().broadcast(std::span<char>(p.data(), p.size()), 0).wait();
-  return p;
-}
-}  // namespace
-
 TEST_CASE("a checkpoint of a ZeRO-1 run with a compute copy resumes bit for bit", "[mixed_precision][checkpoint]") {
   const int W = world().size();
   world().set_timeout(std::chrono::seconds(120));
   const TrainConfig base = config(1, 1, W, /*zero1=*/true);
   const Run whole = train(base, false);  // 4 iterations, no copy, uninterrupted
-  const std::string dir = shared_tmp_dir();
+  const SharedDir scratch(world(), "mp");
+  const std::string& dir = scratch.path();
   {
     TrainConfig first = base;
     first.train_iters = 2;
@@ -156,8 +141,6 @@ TEST_CASE("a checkpoint of a ZeRO-1 run with a compute copy resumes bit for bit"
     INFO(t.store().info(i).spec.name);
     CHECK(t.store().param_to_host(i) == whole.masters.at(t.store().info(i).spec.name));
   }
-  world().barrier().wait();
-  if (world().rank() == 0) std::filesystem::remove_all(dir);
 }
 
 namespace {

@@ -17,34 +17,10 @@ cd "$tmp" || exit 1  # flight-recorder dumps of the failing runs land here
 fail() { echo "FAIL ($case_): $*"; exit 1; }
 run() { timeout 120 "$mpiexec" --oversubscribe "$@"; }
 
-# expect_exit CODE PATTERN ARGS...: exit status CODE and PATTERN on exactly one line of the output.
-expect_exit() {
-  local code=$1 pattern=$2; shift 2
-  local out rc n
-  out=$(run "$@" 2>&1); rc=$?
-  [ $rc -ne 124 ] || fail "timed out (a hang) for: $*"
-  [ $rc -eq "$code" ] || { echo "$out" | tail -8; fail "exit $rc, expected $code for: $*"; }
-  n=$(grep -cF -- "$pattern" <<<"$out")
-  [ "$n" -eq 1 ] || { echo "$out" | tail -8; fail "'$pattern' printed $n times (expected once) for: $*"; }
-  echo "ok: exit $code, one '$pattern' for: $*"
-}
+. "$(dirname "${BASH_SOURCE[0]}")/train_lib.sh"  # expect_exit, compare_losses
 
 # Same seed, data and global batch everywhere; $@ adds the layout.
 train() { run "$@" --model llama-tiny --seq-length 128 --global-batch-size 4 --micro-batch-size 1 --train-iters 3 --seed 1; }
-
-# compare_losses REF GOT: every iteration's loss and grad norm within 1e-5 relative, and learning.
-compare_losses() {
-  python3 - "$1" "$2" <<'PY' || fail "losses differ from one process"
-import json, sys
-ref, got = ([json.loads(l) for l in open(p)] for p in sys.argv[1:3])
-assert len(ref) == len(got) == 3, (len(ref), len(got))
-for a, b in zip(ref, got):
-    for k in ("loss", "grad_norm"):
-        assert abs(a[k] - b[k]) <= 1e-5 * abs(a[k]), (a["iteration"], k, a[k], b[k])
-assert ref[-1]["loss"] < ref[0]["loss"], "the reference did not learn"
-print("ok: losses", [round(r["loss"], 6) for r in got], "equal one process's")
-PY
-}
 
 case $case_ in
 errors)

@@ -19,19 +19,7 @@ expect_error() {  # expect_error PATTERN ARGS...: non-zero exit and PATTERN in t
   echo "ok: '$pattern' for: $*"
 }
 
-# expect_exit CODE PATTERN ARGS...: exit status CODE, PATTERN on exactly one line of the output
-# (one message per job, whatever the rank count), and no Open MPI error-log noise.
-expect_exit() {
-  local code=$1 pattern=$2; shift 2
-  local out rc n
-  out=$(run "$@" 2>&1); rc=$?
-  [ $rc -ne 124 ] || fail "timed out (a hang) for: $*"
-  [ $rc -eq "$code" ] || { echo "$out" | tail -8; fail "exit $rc, expected $code for: $*"; }
-  n=$(grep -cF -- "$pattern" <<<"$out")
-  [ "$n" -eq 1 ] || { echo "$out" | tail -8; fail "'$pattern' printed $n times (expected once) for: $*"; }
-  ! grep -q "ORTE_ERROR_LOG" <<<"$out" || { grep -n "ORTE_ERROR_LOG" <<<"$out"; fail "ORTE_ERROR_LOG noise for: $*"; }
-  echo "ok: exit $code, one '$pattern' for: $*"
-}
+. "$(dirname "${BASH_SOURCE[0]}")/train_lib.sh"  # expect_exit, compare_losses
 
 # expect_refusal CODE SECONDS PATTERN ARGS...: like expect_exit, within SECONDS of wall time, never a
 # signal, and no negative number in the message (a wrapped size).

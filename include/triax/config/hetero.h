@@ -24,6 +24,12 @@ std::vector<int> replica_ranks(const GridLayout& layout, int d);
 std::vector<int64_t> resolve_dp_shares(const TrainConfig& cfg, const GridLayout& layout,
                                        const std::vector<std::string>& rank_classes);
 
+// Uneven shares against the collectives that run once per micro-batch on ranks of different
+// replicas: ZeRO-2/3 reduce-scatter (and ZeRO-3 gathers) each unit per backward/forward pass over
+// the data-parallel group, and expert parallelism's all-to-alls span ep consecutive replicas. Both
+// need equal counts (ZeRO 2/3: every replica; ep: within each ep group); ConfigError naming them.
+void check_shares_collectives(const TrainConfig& cfg, const std::vector<int64_t>& shares);
+
 // --stage-classes: one class per pipeline stage, and every rank of stage s of class
 // stage_classes[s]; ConfigError naming each rank that is not, with its class and host order hint.
 void check_stage_classes(const TrainConfig& cfg, const GridLayout& layout, const std::vector<std::string>& rank_classes);

@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <deque>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -64,5 +65,17 @@ class StragglerDetector {
   std::vector<int> current_;
   double median_ = 0;
 };
+
+// Heterogeneous clusters (docs/HETEROGENEOUS.md): when the stragglers are exactly the ranks of one
+// device class and the job has another class, the class is slower than the split assumed, not a
+// rank: ratio is its ranks' median compute time over the other ranks' median (the speed ratio to
+// re-plan with). nullopt otherwise.
+struct SlowClass {
+  std::string name;
+  std::vector<int> ranks;
+  double ratio = 0;
+};
+std::optional<SlowClass> slow_device_class(std::span<const double> busy, std::span<const int> stragglers,
+                                           const std::vector<std::string>& classes);
 
 }  // namespace triax

@@ -81,6 +81,8 @@ Cluster cluster_preset(std::string_view name);
 // Reads a cluster TOML file (format in docs/PLANNER.md). Throws IoError naming the file and the
 // key on unreadable files, unknown keys, missing keys and wrong types; ConfigError on bad values.
 Cluster load_cluster_toml(const std::filesystem::path& path);
+// The homogeneous cluster file of `c` (every key written), which load_cluster_toml reads back.
+std::string cluster_toml(const Cluster& c);
 // A preset name, or a path to a .toml file.
 Cluster resolve_cluster(std::string_view name_or_path);
 // Whether this build can read TOML (toml++ was found).

@@ -3,6 +3,7 @@
 // memory per device. Equations and their sources: docs/PLANNER.md.
 #pragma once
 #include <string>
+#include <vector>
 
 #include "triax/plan/cluster.h"
 #include "triax/plan/collective_model.h"
@@ -112,6 +113,25 @@ struct Estimate {
 // Throws ConfigError (with layout_problem's reason) when the layout cannot run the model.
 Estimate estimate(const ModelShape& m, const CollectiveModel& net, const Layout& l,
                   const LayoutRules& rules = {});
+
+// One pipeline rank of a layout whose stages hold uneven layer counts (heterogeneous plans,
+// hetero.h): the pieces estimate() adds up, priced on net's cluster.
+struct StageCost {
+  double seconds = 0;    // one micro-batch forward + backward: kernels, TP collectives, pipeline p2p
+  double compute = 0;    // the kernels alone
+  double optimizer = 0;  // the rank's optimizer step
+  double params = 0;     // parameters per rank
+  MemoryBreakdown memory;  // with the schedule's micro-batches in flight (1F1B: min(m, pp - stage))
+};
+// Every pipeline rank of `l` (vpp 1) when rank i holds layers[i] layers and runs `micro_batches`
+// micro-batches per step. ConfigError when the layout cannot run (layout_problem's reasons, layer
+// divisibility aside) or a stage has no layer.
+std::vector<StageCost> stage_costs(const ModelShape& m, const CollectiveModel& net, const Layout& l,
+                                   const std::vector<int>& layers, long micro_batches);
+// The step's exposed synchronisation after the pipelines drain, as estimate() prices it (its
+// TimeBreakdown::dp_comm): data-parallel reduction, tied-embedding all-reduce, gradient norm.
+double sync_seconds(const ModelShape& m, const CollectiveModel& net, const Layout& l, const std::vector<int>& layers,
+                    long micro_batches);
 
 // Korthikanti et al. 2022 activation bytes of one layer for one micro-batch, stored for backward,
 // per tensor-parallel rank (their Table 2 generalised to any ffn width, dtype and dropout), for the

@@ -71,6 +71,23 @@ TEST_CASE("straggler detector: persistent factor over the median", "[faults]") {
   CHECK(tiny.update(small).empty());
 }
 
+TEST_CASE("slow device class: the stragglers are exactly one class's ranks", "[faults]") {
+  const std::vector<std::string> cls{"fast", "fast", "slow", "slow"};
+  const double busy[4] = {0.10, 0.12, 0.30, 0.26};
+  const std::vector<int> both{2, 3};
+  const auto s = slow_device_class(busy, both, cls);
+  REQUIRE(s.has_value());
+  CHECK(s->name == "slow");
+  CHECK(s->ranks == both);
+  CHECK(s->ratio == Approx(0.28 / 0.11));
+  // One rank of the class is no class verdict (a rank, not the class, is slow) ...
+  CHECK_FALSE(slow_device_class(busy, std::vector<int>{2}, cls).has_value());
+  // ... nor are stragglers of two classes, or a job of one class.
+  CHECK_FALSE(slow_device_class(busy, std::vector<int>{1, 2, 3}, cls).has_value());
+  CHECK_FALSE(slow_device_class(busy, both, std::vector<std::string>(4, "default")).has_value());
+  CHECK_FALSE(slow_device_class(busy, std::vector<int>{}, cls).has_value());
+}
+
 TEST_CASE("flight recorder ring keeps the last N calls in order", "[faults]") {
   FlightRecorder fr("dp", 0, 0, {0, 1}, 4);
   for (uint64_t s = 0; s < 6; ++s) fr.enqueued(CallInfo{s, "all_reduce", "float32 x 8, sum", -1}, DType::f32, 8);

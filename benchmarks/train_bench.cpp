@@ -387,37 +387,6 @@ void print_result_line(const ModeStats& s, const RunFlags& f, int world, const n
   fmt::print("train_bench_result {}\n", line.dump());
 }
 
-// A TOML float literal of v that reads back to the same double (shortest round-trip digits, with a
-// decimal point so that TOML does not take it for an integer).
-std::string toml_float(double v) {
-  std::string t = fmt::format("{}", v);
-  if (t.find_first_of(".eEn") == std::string::npos) t += ".0";
-  return t;
-}
-
-// The homogeneous cluster file of c (clusters/cpu-local.toml's format, every key written).
-std::string cluster_file_text(const plan::Cluster& c, const std::string& comment) {
-  auto f = toml_float;
-  std::string t = fmt::format("# {}\nname = \"{}\"\ndescription = \"{}\"\n\n", comment, c.name, c.description);
-  t += fmt::format("[node]\ndevices = {}\ncount = {}\ncores = {}\n\n", c.gpus_per_node, c.nodes, c.cores_per_node);
-  t += fmt::format("[compute]\npeak_tflops_bf16 = {}\npeak_tflops_fp32 = {}\ngemm_efficiency = {}\nkernel_overhead_us = {}\n"
-                   "attention_efficiency = {}\n\n",
-                   f(c.peak_tflops_bf16), f(c.peak_tflops_fp32), f(c.gemm_efficiency), f(c.kernel_overhead_us),
-                   f(c.attention_efficiency));
-  t += fmt::format("[memory]\ncapacity_gib = {}\nbandwidth_gbps = {}\nefficiency = {}\nreserved_gib = {}\ncopy_gbps = {}\n\n",
-                   f(c.memory_gib), f(c.memory_gbps), f(c.memory_efficiency), f(c.reserved_gib), f(c.copy_gbps));
-  t += fmt::format("[intra_node]\nbandwidth_gbps = {}\nefficiency = {}\nlatency_us = {}\n\n", f(c.intra_gbps),
-                   f(c.intra_efficiency), f(c.intra_latency_us));
-  t += fmt::format("[network]\nnics_per_node = {}\nnic_gbps = {}\nefficiency = {}\nlatency_us = {}\n\n", c.nics_per_node,
-                   f(c.nic_gbps), f(c.nic_efficiency), f(c.inter_latency_us));
-  t += fmt::format("[collectives]\nlaunch_us = {}\nbuffer_mib = {}\n\n", f(c.collective_launch_us),
-                   f(c.collective_buffer_mib));
-  t += fmt::format("[fat_tree]\nnodes_per_access = {}\naccess_per_aggregation = {}\noversubscription = [{}, {}, {}]\n",
-                   c.nodes_per_access, c.access_per_aggregation, f(c.oversub_access), f(c.oversub_aggregation),
-                   f(c.oversub_core));
-  return t;
-}
-
 // The fields of a cluster file that differ between a and b ("" when none).
 std::string cluster_differences(const plan::Cluster& a, const plan::Cluster& b) {
   std::string d;
@@ -448,9 +417,9 @@ void write_cluster_file(const std::string& path, plan::Cluster cl, const plan::C
   cl.description = fmt::format("train_bench --predict --write-cluster: {} rank(s), OPENBLAS_CORETYPE={}, TRIAX_CPU_ISA={}",
                                cl.gpus_per_node, env_string("OPENBLAS_CORETYPE", "(auto)"),
                                env_string("TRIAX_CPU_ISA", "auto"));
-  const std::string text = cluster_file_text(cl, "Calibrated by train_bench (benchmarks/train_bench.cpp) on this machine; "
-                                                 "rates per rank at a full core (CPU time)");
-  std::ofstream(path) << text;
+  std::ofstream(path) << "# Calibrated by train_bench (benchmarks/train_bench.cpp) on this machine; rates per rank at a "
+                         "full core (CPU time)\n"
+                      << plan::cluster_toml(cl);
   const plan::Cluster back = plan::load_cluster_toml(path);
   if (const std::string d = cluster_differences(cl, back); !d.empty())
     TRIAX_THROW(IoError, "--write-cluster {}: the file reads back different values:{}", path, d);

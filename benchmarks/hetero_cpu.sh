@@ -51,7 +51,8 @@ BENCH_BATCH=${BENCH_BATCH:-"--micro-batch-size 4 --global-batch-size 32"}
 PLAN_MODEL=${PLAN_MODEL:-"--layers 8 --hidden 128 --heads 4 --seq 128 --vocab 256 --global-batch 32 --precision fp32 --runtime-copies"}
 # ---- the planner's flags (triax-plan with [[node_class]] clusters; adjust here if its CLI differs) ----
 # ZeRO 0 and no recomputation, as the even runs (train_bench's defaults): the comparison is of the
-# split alone. (Also: on 2026-12-03 uneven --dp-microbatches with ZeRO 2 or 3 hung in the runtime.)
+# split alone (the runtime refuses uneven --dp-microbatches under ZeRO 2/3, and the planner keeps
+# those shares equal).
 PLAN_DP_FLAGS=${PLAN_DP_FLAGS:-"--tp 1 --pp 1 --dp {k} --mbs 4 --zero 0 --recompute none"}  # {k}: the world size
 PLAN_PP_FLAGS=${PLAN_PP_FLAGS:-"--tp 1 --pp {k} --dp 1 --mbs 4 --zero 0 --recompute none"}
 PLAN_EMIT=${PLAN_EMIT:-"--emit-config"}     # writes the train_gpt config of the best plan

@@ -64,6 +64,12 @@ PLANNED_dp_2=${PLANNED_dp_2:-"--pp 1 --dp 2 --dp-microbatches fast=6,slow=2"}
 PLANNED_dp_4=${PLANNED_dp_4:-"--pp 1 --dp 4 --dp-microbatches fast=3,slow=1"}
 PLANNED_pp_2=${PLANNED_pp_2:-"--pp 2 --dp 1 --pipeline-layers 6,2 --stage-classes fast,slow"}
 PLANNED_pp_4=${PLANNED_pp_4:-"--pp 4 --dp 1 --pipeline-layers 3,3,1,1 --stage-classes fast,fast,slow,slow"}
+# Other plans of the same layout to time beside the planner's (';' between plans; "" none), so
+# the table shows whether the planner's choice was the fastest measured. Batch flags are added.
+ALT_dp_2=${ALT_dp_2-"--pp 1 --dp 2 --dp-microbatches 5,3;--pp 1 --dp 2 --dp-microbatches 7,1"}
+ALT_pp_2=${ALT_pp_2-"--pp 2 --dp 1 --pipeline-layers 5,3;--pp 2 --dp 1 --pipeline-layers 7,1"}
+ALT_dp_4=${ALT_dp_4-""}
+ALT_pp_4=${ALT_pp_4-"--pp 4 --dp 1 --pipeline-layers 2,3,2,1;--pp 4 --dp 1 --pipeline-layers 4,2,1,1"}
 calibrate_only=0 use_planner=1
 
 while [[ $# -gt 0 ]]; do
@@ -186,13 +192,22 @@ for k in $NPS; do
         p=$(run_mpmd "$k" "plan_${layout}_np${k}_r$r" "${planned[@]}")
         e=$(run_mpmd "$k" "even_${layout}_np${k}_r$r" "${even[@]}")
       fi
-      python3 - "$k" "$layout" "$r" "${planned[*]}" "$predicted" "$predicted_even" "$e" "$p" >> "$results" <<'PY'
+      alts=$OUT/alts_${layout}_np${k}_r$r.jsonl
+      : > "$alts"
+      altvar=ALT_${layout}_$k
+      IFS=';' read -r -a altlist <<< "${!altvar:-}"
+      for i in "${!altlist[@]}"; do
+        read -r -a aflags <<< "${altlist[$i]} $BENCH_BATCH"
+        run_mpmd "$k" "alt${i}_${layout}_np${k}_r$r" "${aflags[@]}" >> "$alts"
+      done
+      python3 - "$k" "$layout" "$r" "${planned[*]}" "$predicted" "$predicted_even" "$e" "$p" "$alts" >> "$results" <<'PY'
 import json, sys
-k, layout, r, plan, pred, pred_even, e, p = sys.argv[1:9]
+k, layout, r, plan, pred, pred_even, e, p, alts = sys.argv[1:10]
 e, p = json.loads(e), json.loads(p)
+alts = [json.loads(l) for l in open(alts) if l.strip()]
 print(json.dumps({"np": int(k), "layout": layout, "round": int(r), "plan": plan,
                   "predicted_s": float(pred) if pred else None, "predicted_even_s": float(pred_even) if pred_even else None,
-                  "even": e, "planned": p}))
+                  "even": e, "planned": p, "alternatives": alts}))
 print(f"np {k} {layout} round {r}: even {e['step_ms']:.1f} ms, planned {p['step_ms']:.1f} ms, "
       f"even/planned {e['step_ms'] / p['step_ms']:.2f} (CPU share of the compute: even {e['cpu_share']:.2f}, "
       f"planned {p['cpu_share']:.2f}; load average {p['load_average']})", file=sys.stderr)
@@ -234,8 +249,9 @@ print(f"Calibrated (train_bench --write-cluster): sgemm fast {rate('fast', 'comp
       f"{rate('fast', 'compute', 'attention_efficiency'):.2f} / {rate('slow', 'compute', 'attention_efficiency'):.2f} of it; "
       f"element-wise {rate('fast', 'memory', 'bandwidth_gbps'):.1f} / {rate('slow', 'memory', 'bandwidth_gbps'):.1f} GB/s.\n")
 print("| np | layout | plan | predicted (ms) | measured (ms) | measured/predicted | even predicted (ms) | even measured (ms) "
-      "| speed-up planned/even | per-round even/planned | class speed ratio (even run, CPU time) |")
-print("|---|---|---|---|---|---|---|---|---|---|---|")
+      "| speed-up planned/even | per-round even/planned | class speed ratio (even run, CPU time) "
+      "| other plans measured (ms) | planned fastest |")
+print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 keys = sorted({(r["np"], r["layout"]) for r in rows})
 for k, layout in keys:
     rs = [r for r in rows if r["np"] == k and r["layout"] == layout]
@@ -246,8 +262,16 @@ for k, layout in keys:
     rounds = ", ".join(f"{r['even']['step_ms'] / r['planned']['step_ms']:.2f}" for r in rs)
     ratio = med([class_ratio(r["even"]) for r in rs])
     fmt = lambda x: f"{1e3 * x:.1f}" if x else "-"
+    alt = {}
+    for r in rs:
+        for a in r.get("alternatives", []):
+            name = ",".join(map(str, a["stage_layers"])) if a["pp"] > 1 else a["dp_microbatches"]
+            alt.setdefault(name, []).append(a["step_ms"])
+    alts = "; ".join(f"{n}: {med(v):.1f}" for n, v in alt.items()) or "-"
+    fastest = "yes" if all(m <= med(v) for v in alt.values()) else "no"
     print(f"| {k} | {layout} | {plan_text(rs[0]['planned'])} | {fmt(pred)} | {m:.1f} | "
-          f"{m / (1e3 * pred) if pred else float('nan'):.2f} | {fmt(pe)} | {ev:.1f} | {ev / m:.2f} | {rounds} | {ratio:.2f} |")
+          f"{m / (1e3 * pred) if pred else float('nan'):.2f} | {fmt(pe)} | {ev:.1f} | {ev / m:.2f} | {rounds} | {ratio:.2f} "
+          f"| {alts} | {fastest if alt else '-'} |")
 PY
 cat "$OUT/table.md"
 log "results: $results, table: $OUT/table.md"

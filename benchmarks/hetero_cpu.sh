@@ -9,8 +9,9 @@
 # Two device classes of different speed on one machine: every rank of the "fast" class runs
 # OpenBLAS's FAST_CORETYPE kernels on CPU 0, every rank of the "slow" class the older SLOW_CORETYPE
 # kernels on CPU 1 (taskset; mpirun --bind-to none). The steps:
-#  (a) calibrate each class: train_bench --predict --write-cluster at np 2, both ranks of the class
-#      (one per core; rates per CPU second, i.e. per full core) -> OUT/fast.toml, OUT/slow.toml;
+#  (a) for each np k, calibrate each class as it will run: train_bench --predict --fit-step
+#      --write-cluster at np k, all ranks of the class, k/2 per core (rates per CPU second, i.e. per
+#      full core, scaled to the class's own measured step) -> OUT/fast_np<k>.toml, OUT/slow_np<k>.toml;
 #  (b) for np k in NPS: OUT/mixed_np<k>.toml, two [[node_class]] entries (base = the class file,
 #      count 1 node, devices k/2, cores 1: the class's k/2 ranks time-slice its one core; no
 #      network, so the planner prices both classes as one machine joined by shared memory);
@@ -68,7 +69,7 @@ PLANNED_pp_4=${PLANNED_pp_4:-"--pp 4 --dp 1 --pipeline-layers 3,3,1,1 --stage-cl
 # the table shows whether the planner's choice was the fastest measured. Batch flags are added.
 ALT_dp_2=${ALT_dp_2-"--pp 1 --dp 2 --dp-microbatches 5,3;--pp 1 --dp 2 --dp-microbatches 7,1"}
 ALT_pp_2=${ALT_pp_2-"--pp 2 --dp 1 --pipeline-layers 5,3;--pp 2 --dp 1 --pipeline-layers 7,1"}
-ALT_dp_4=${ALT_dp_4-""}
+ALT_dp_4=${ALT_dp_4-"--pp 1 --dp 4 --dp-microbatches 4,2,1,1;--pp 1 --dp 4 --dp-microbatches 3,2,2,1"}
 ALT_pp_4=${ALT_pp_4-"--pp 4 --dp 1 --pipeline-layers 2,3,2,1;--pp 4 --dp 1 --pipeline-layers 4,2,1,1"}
 calibrate_only=0 use_planner=1
 
@@ -105,17 +106,24 @@ class_env() {  # the -x flags of a class
 }
 log() { echo "[hetero_cpu $(date -u +%H:%M:%S)] $*" >&2; }
 
-# (a) Calibrate each class: both ranks of the class, one per core.
-for cls in fast slow; do
-  log "calibrating class $cls ($(class_env $cls))"
+# (a) Calibrate each class as it will run at np k: k ranks of the class, rank r on core r mod 2, so
+# each core time-slices k/2 ranks as in the mixed run, and --fit-step scales the class's compute
+# rates to its own measured training step (the kernels' calibration alone misses what ranks sharing
+# a core cost each other: the fast class's np 4 step measured 1.16x its prediction; docs/BENCHMARKS.md).
+calibrate() {  # k class
+  local k=$1 cls=$2
+  log "calibrating class $cls at np $k ($(class_env $cls))"
   # shellcheck disable=SC2046
-  "${MPIRUN[@]}" -np 2 "${one_thread[@]}" $(class_env $cls) bash -c 'exec taskset -c $OMPI_COMM_WORLD_RANK "$@"' _ \
-    "$TRAIN_BENCH" $BENCH_MODEL $BENCH_BATCH --iters "$ITERS" --warmup "$WARMUP" --overlap on --predict --label "$cls" \
-    --json "$OUT/calibrate_$cls.json" --write-cluster "$OUT/$cls.toml" > "$OUT/calibrate_$cls.txt" 2>&1 ||
-    { cat "$OUT/calibrate_$cls.txt"; exit 1; }
-  grep -E "^measured|^wrote" "$OUT/calibrate_$cls.txt" >&2
-done
-[[ $calibrate_only == 1 ]] && { log "calibrated: $OUT/fast.toml $OUT/slow.toml"; exit 0; }
+  "${MPIRUN[@]}" -np "$k" "${one_thread[@]}" $(class_env $cls) bash -c 'exec taskset -c $((OMPI_COMM_WORLD_RANK % 2)) "$@"' _ \
+    "$TRAIN_BENCH" $BENCH_MODEL $BENCH_BATCH --iters "$ITERS" --warmup "$WARMUP" --overlap on --predict --fit-step --label "$cls" \
+    --json "$OUT/calibrate_${cls}_np$k.json" --write-cluster "$OUT/${cls}_np$k.toml" > "$OUT/calibrate_${cls}_np$k.txt" 2>&1 ||
+    { cat "$OUT/calibrate_${cls}_np$k.txt"; exit 1; }
+  grep -E "^measured|^wrote" "$OUT/calibrate_${cls}_np$k.txt" >&2
+}
+if [[ $calibrate_only == 1 ]]; then
+  for k in $NPS; do calibrate "$k" fast; calibrate "$k" slow; done
+  log "calibrated: $OUT/{fast,slow}_np*.toml"; exit 0
+fi
 
 # (b) The mixed cluster of np k: one node per class, k/2 ranks on its one core.
 write_mixed() {  # k
@@ -125,7 +133,7 @@ out, k = sys.argv[1], int(sys.argv[2])
 classes = "".join(f'''
 [[node_class]]
 name = "{c}"
-base = "{c}.toml"   # calibrated by train_bench --write-cluster
+base = "{c}_np{k}.toml"   # calibrated by train_bench --write-cluster at np {k}
 count = 1
 node = {{ devices = {k // 2}, cores = 1 }}   # the class's ranks time-slice its one core (taskset)
 ''' for c in ("fast", "slow"))
@@ -160,29 +168,42 @@ print(v)' "$1" "$2"
 
 results=$OUT/results.jsonl
 : > "$results"
+# plan_layout k layout r: the planner's plan of this round's calibration (cfg file, predictions).
+plan_layout() {
+  local k=$1 layout=$2 r=$3 flags
+  if [[ $layout == dp ]]; then flags=${PLAN_DP_FLAGS//\{k\}/$k}; else flags=${PLAN_PP_FLAGS//\{k\}/$k}; fi
+  cfg=$OUT/plan_${layout}_np${k}_r$r.toml
+  log "planning $layout at np $k: triax-plan --cluster mixed_np$k.toml $flags"
+  # shellcheck disable=SC2086
+  "$TRIAX_PLAN" --cluster "$OUT/mixed_np$k.toml" $PLAN_MODEL $flags $PLAN_EMIT "$cfg" $PLAN_JSON \
+    > "$OUT/plan_${layout}_np${k}_r$r.json" 2> "$OUT/plan_${layout}_np${k}_r$r.err" ||
+    { cat "$OUT/plan_${layout}_np${k}_r$r.err" >&2; exit 1; }
+  predicted=$(json_key "$OUT/plan_${layout}_np${k}_r$r.json" "$PLAN_PRED_KEY")
+  predicted_even=$(json_key "$OUT/plan_${layout}_np${k}_r$r.json" "$PLAN_EVEN_KEY")
+  planned=(--config "$cfg")
+}
+
+results=$OUT/results.jsonl
+: > "$results"
 for k in $NPS; do
-  write_mixed "$k"
-  for layout in $LAYOUTS; do
-    read -r -a batch <<< "$BENCH_BATCH"
-    if [[ $layout == dp ]]; then even=(--pp 1 --dp "$k" "${batch[@]}"); flags=${PLAN_DP_FLAGS//\{k\}/$k}
-    else even=(--pp "$k" --dp 1 "${batch[@]}"); flags=${PLAN_PP_FLAGS//\{k\}/$k}; fi
-    predicted="" predicted_even="" planned=()
-    if [[ $use_planner == 1 ]]; then
-      cfg=$OUT/plan_${layout}_np$k.toml
-      log "planning $layout at np $k: triax-plan --cluster mixed_np$k.toml $flags"
-      # shellcheck disable=SC2086
-      "$TRIAX_PLAN" --cluster "$OUT/mixed_np$k.toml" $PLAN_MODEL $flags $PLAN_EMIT "$cfg" $PLAN_JSON \
-        > "$OUT/plan_${layout}_np$k.json" 2> "$OUT/plan_${layout}_np$k.err" ||
-        { cat "$OUT/plan_${layout}_np$k.err" >&2; exit 1; }
-      predicted=$(json_key "$OUT/plan_${layout}_np$k.json" "$PLAN_PRED_KEY")
-      predicted_even=$(json_key "$OUT/plan_${layout}_np$k.json" "$PLAN_EVEN_KEY")
-      planned=(--config "$cfg")
-    else
-      var=PLANNED_${layout}_$k
-      [[ -n ${!var:-} ]] || { log "no plan for $layout at np $k (set $var)"; continue; }
-      read -r -a planned <<< "${!var} $BENCH_BATCH"
-    fi
-    for ((r = 1; r <= ROUNDS; r++)); do
+  # Each round calibrates both classes again, just before its runs: the machine's speed drifts by
+  # up to 10% over minutes, and a prediction is only as good as the calibration's moment.
+  for ((r = 1; r <= ROUNDS; r++)); do
+    calibrate "$k" fast
+    calibrate "$k" slow
+    cp "$OUT/fast_np$k.toml" "$OUT/fast_np${k}_r$r.toml"; cp "$OUT/slow_np$k.toml" "$OUT/slow_np${k}_r$r.toml"
+    write_mixed "$k"
+    for layout in $LAYOUTS; do
+      read -r -a batch <<< "$BENCH_BATCH"
+      if [[ $layout == dp ]]; then even=(--pp 1 --dp "$k" "${batch[@]}"); else even=(--pp "$k" --dp 1 "${batch[@]}"); fi
+      predicted="" predicted_even="" planned=()
+      if [[ $use_planner == 1 ]]; then
+        plan_layout "$k" "$layout" "$r"
+      else
+        var=PLANNED_${layout}_$k
+        [[ -n ${!var:-} ]] || { log "no plan for $layout at np $k (set $var)"; continue; }
+        read -r -a planned <<< "${!var} $BENCH_BATCH"
+      fi
       log "np $k $layout round $r: even ${even[*]} | planned ${planned[*]}"
       # Alternate which runs first, so that a drift inside a round does not favour one.
       if ((r % 2)); then
@@ -209,8 +230,9 @@ print(json.dumps({"np": int(k), "layout": layout, "round": int(r), "plan": plan,
                   "predicted_s": float(pred) if pred else None, "predicted_even_s": float(pred_even) if pred_even else None,
                   "even": e, "planned": p, "alternatives": alts}))
 print(f"np {k} {layout} round {r}: even {e['step_ms']:.1f} ms, planned {p['step_ms']:.1f} ms, "
-      f"even/planned {e['step_ms'] / p['step_ms']:.2f} (CPU share of the compute: even {e['cpu_share']:.2f}, "
-      f"planned {p['cpu_share']:.2f}; load average {p['load_average']})", file=sys.stderr)
+      f"even/planned {e['step_ms'] / p['step_ms']:.2f}; predicted planned {float(pred) * 1e3 if pred else 0:.1f} ms "
+      f"(measured/predicted {p['step_ms'] / (float(pred) * 1e3) if pred else 0:.2f}) (CPU share of the compute: even "
+      f"{e['cpu_share']:.2f}, planned {p['cpu_share']:.2f}; load average {p['load_average']})", file=sys.stderr)
 PY
     done
   done
@@ -240,15 +262,17 @@ def class_ratio(run):
     return c["slow"]["compute_cpu_ms"] / c["fast"]["compute_cpu_ms"] if "slow" in c and "fast" in c else float("nan")
 import os, tomllib
 out = os.path.dirname(sys.argv[1])
-cal = {c: tomllib.load(open(f"{out}/{c}.toml", "rb")) for c in ("fast", "slow")}
-rate = lambda c, sec, key, scale=1: scale * cal[c][sec][key]
 print(f"Classes: fast = OPENBLAS_CORETYPE={fast} on CPU 0, slow = OPENBLAS_CORETYPE={slow} TRIAX_CPU_ISA={isa} on CPU 1.")
-print(f"Calibrated (train_bench --write-cluster): sgemm fast {rate('fast', 'compute', 'peak_tflops_fp32', 1e3):.1f}, "
-      f"slow {rate('slow', 'compute', 'peak_tflops_fp32', 1e3):.1f} GFLOP/s "
-      f"({cal['fast']['compute']['peak_tflops_fp32'] / cal['slow']['compute']['peak_tflops_fp32']:.2f}x); attention "
-      f"{rate('fast', 'compute', 'attention_efficiency'):.2f} / {rate('slow', 'compute', 'attention_efficiency'):.2f} of it; "
-      f"element-wise {rate('fast', 'memory', 'bandwidth_gbps'):.1f} / {rate('slow', 'memory', 'bandwidth_gbps'):.1f} GB/s.\n")
-print("| np | layout | plan | predicted (ms) | measured (ms) | measured/predicted | even predicted (ms) | even measured (ms) "
+for k in sorted({r["np"] for r in rows}):
+    cal = {c: tomllib.load(open(f"{out}/{c}_np{k}.toml", "rb")) for c in ("fast", "slow")}
+    rate = lambda c, sec, key, scale=1: scale * cal[c][sec][key]
+    print(f"Calibrated at np {k}, last round (train_bench --fit-step --write-cluster, {k} ranks of the class, {k // 2} per core): sgemm fast "
+          f"{rate('fast', 'compute', 'peak_tflops_fp32', 1e3):.1f}, slow {rate('slow', 'compute', 'peak_tflops_fp32', 1e3):.1f} GFLOP/s "
+          f"({cal['fast']['compute']['peak_tflops_fp32'] / cal['slow']['compute']['peak_tflops_fp32']:.2f}x); attention "
+          f"{rate('fast', 'compute', 'attention_efficiency'):.2f} / {rate('slow', 'compute', 'attention_efficiency'):.2f} of it; "
+          f"element-wise {rate('fast', 'memory', 'bandwidth_gbps'):.1f} / {rate('slow', 'memory', 'bandwidth_gbps'):.1f} GB/s.")
+print()
+print("| np | layout | plan | predicted (ms) | measured (ms) | measured/predicted (per round) | even predicted (ms) | even measured (ms) "
       "| speed-up planned/even | per-round even/planned | class speed ratio (even run, CPU time) "
       "| other plans measured (ms) | planned fastest |")
 print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
@@ -257,8 +281,10 @@ for k, layout in keys:
     rs = [r for r in rows if r["np"] == k and r["layout"] == layout]
     m = med([r["planned"]["step_ms"] for r in rs])
     ev = med([r["even"]["step_ms"] for r in rs])
-    pred = rs[0]["predicted_s"]
-    pe = rs[0]["predicted_even_s"]
+    pred = med([r["predicted_s"] for r in rs]) if rs[0]["predicted_s"] else None
+    pe = med([r["predicted_even_s"] for r in rs]) if rs[0]["predicted_even_s"] else None
+    mp = ", ".join(f"{r['planned']['step_ms'] / (1e3 * r['predicted_s']):.2f}" for r in rs) if pred else "-"
+    plans = sorted({plan_text(r["planned"]) for r in rs})
     rounds = ", ".join(f"{r['even']['step_ms'] / r['planned']['step_ms']:.2f}" for r in rs)
     ratio = med([class_ratio(r["even"]) for r in rs])
     fmt = lambda x: f"{1e3 * x:.1f}" if x else "-"
@@ -269,8 +295,8 @@ for k, layout in keys:
             alt.setdefault(name, []).append(a["step_ms"])
     alts = "; ".join(f"{n}: {med(v):.1f}" for n, v in alt.items()) or "-"
     fastest = "yes" if all(m <= med(v) for v in alt.values()) else "no"
-    print(f"| {k} | {layout} | {plan_text(rs[0]['planned'])} | {fmt(pred)} | {m:.1f} | "
-          f"{m / (1e3 * pred) if pred else float('nan'):.2f} | {fmt(pe)} | {ev:.1f} | {ev / m:.2f} | {rounds} | {ratio:.2f} "
+    print(f"| {k} | {layout} | {' or '.join(plans)} | {fmt(pred)} | {m:.1f} | "
+          f"{m / (1e3 * pred) if pred else float('nan'):.2f} ({mp}) | {fmt(pe)} | {ev:.1f} | {ev / m:.2f} | {rounds} | {ratio:.2f} "
           f"| {alts} | {fastest if alt else '-'} |")
 PY
 cat "$OUT/table.md"

@@ -438,6 +438,7 @@ int main(int argc, char** argv) {
   RunFlags f;
   double calib_s = 0.4, max_error = 0;
   std::string overlap = "auto", json_path, label, write_cluster;
+  bool fit_step = false;
   bool predict = false;
   auto* gbs_opt = app.add_option("--global-batch-size", f.gbs)->capture_default_str();
   const std::vector<CLI::Option*> layout_opts = {
@@ -461,6 +462,9 @@ int main(int argc, char** argv) {
   app.add_flag("--predict", predict, "calibrate cpu-local from measurements and print the planner's prediction");
   app.add_option("--write-cluster", write_cluster,
                  "with --predict: write the calibrated cluster (this run's ranks as one node) as a cluster TOML file");
+  app.add_flag("--fit-step", fit_step,
+               "with --write-cluster: scale the file's compute rates by the planner's compute over this run's measured "
+               "compute CPU time (the class's speed as its whole training step realizes it, e.g. ranks sharing a core)");
   app.add_option("--calibration-seconds", calib_s, "time per compute calibration")->capture_default_str();
   app.add_option("--max-error", max_error,
                  "with --predict: exit 3 when |measured / predicted - 1| exceeds this on a clean run (CPU share of "
@@ -717,7 +721,10 @@ int main(int argc, char** argv) {
           out["calibration"]["p2p_gbps"] = p->bus_gbps;
         }
       }
-      if (world->rank() == 0 && !write_cluster.empty()) write_cluster_file(write_cluster, cl, cal, label);
+      if (fit_step && (write_cluster.empty() || f.uneven()))
+        TRIAX_THROW(ConfigError, "--fit-step needs --write-cluster and an even layout given by flags (it fits the "
+                    "class to the planner's prediction of this run)");
+      if (world->rank() == 0 && !write_cluster.empty() && !fit_step) write_cluster_file(write_cluster, cl, cal, label);
       if (world->rank() == 0 && f.uneven())
         fmt::print("planner: not printed for an uneven or configured layout (price it with triax-plan --cluster)\n");
       for (const auto& s : stats) {
@@ -753,6 +760,15 @@ int main(int argc, char** argv) {
                                       {"core_sharing", e.time.core_sharing},
                                       {"optimizer", e.time.optimizer}};
           out[s.name]["predicted_compute_tp"] = pc;
+          if (fit_step && &s == &stats.front()) {
+            // The class as its training step runs: every compute rate times predicted / measured.
+            const double k = pc / mc;
+            for (double* r : {&cl.peak_tflops_fp32, &cl.peak_tflops_bf16, &cl.memory_gbps, &cl.copy_gbps}) *r *= k;
+            fmt::print("fit-step: compute rates x {:.3f} (predicted {:.1f} ms / measured CPU time {:.1f} ms of the {} "
+                       "step)\n", k, pc * 1e3, mc * 1e3, s.name);
+            out["fit_step"] = k;
+            write_cluster_file(write_cluster, cl, cal, label);
+          }
           out[s.name]["measured_compute_cpu"] = mc;  // at a full core: CPU time, not scaled by the core share
           if (max_error > 0) {
             // Wall time means something only when the ranks had their cores: other processes on the

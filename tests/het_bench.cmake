@@ -1,6 +1,7 @@
 # train_bench for heterogeneous clusters (docs/BENCHMARKS.md "Heterogeneous CPU classes"), on a tiny
 # model at np 2: --write-cluster writes the calibrated class as a cluster file that reads back to the
-# measured numbers and that triax-plan prices a layout on; an MPMD launch of two device classes
+# measured numbers and that triax-plan prices a layout on (with --fit-step: the rates scaled to the
+# run's own step); an MPMD launch of two device classes
 # (TRIAX_DEVICE_CLASS, the slow one on OpenBLAS's Core2 kernels) reports each class's compute time
 # and the losses of the one-class run; with the heterogeneous runtime, the same with uneven DP
 # shares (--dp-microbatches fast=3,slow=1) and with stages placed on the classes (--stage-classes
@@ -14,7 +15,9 @@ if(TRIAX_WITH_MPI AND TARGET train_bench AND TARGET triax-plan)
             ${_dir}/calibrate)
   add_test(NAME bench.het.mpmd_classes
     COMMAND bash ${_hb} mpmd ${MPIEXEC_EXECUTABLE} $<TARGET_FILE:train_bench> ${_dir}/mpmd)
-  set(_tests bench.het.write_cluster bench.het.mpmd_classes)
+  add_test(NAME bench.het.fit_step
+    COMMAND bash ${_hb} fit ${MPIEXEC_EXECUTABLE} $<TARGET_FILE:train_bench> ${_dir}/fit)
+  set(_tests bench.het.write_cluster bench.het.mpmd_classes bench.het.fit_step)
   add_test(NAME bench.het.mpmd_dp_shares
     COMMAND bash ${_hb} mpmd ${MPIEXEC_EXECUTABLE} $<TARGET_FILE:train_bench> ${_dir}/shares
             --dp-microbatches fast=3,slow=1)

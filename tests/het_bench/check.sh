@@ -2,12 +2,43 @@
 # tests/het_bench.cmake: train_bench as the calibrator of a device class and as the timer of a
 # two-class MPMD launch (benchmarks/hetero_cpu.sh does both at full size).
 #   check.sh calibrate MPIEXEC TRAIN_BENCH TRIAX_PLAN WORKDIR
+#   check.sh fit       MPIEXEC TRAIN_BENCH WORKDIR
 #   check.sh mpmd      MPIEXEC TRAIN_BENCH WORKDIR [TRAIN_BENCH_FLAGS...]
 set -euo pipefail
 mode=$1 mpiexec=$2 tb=$3
 small=(--layers 2 --hidden 64 --heads 2 --seq 32 --micro-batch-size 2 --global-batch-size 8 --iters 2 --warmup 1
        --overlap on)
 fail() { echo "FAIL: $*"; exit 1; }
+
+if [[ $mode == fit ]]; then
+  dir=$4
+  rm -rf "$dir" && mkdir -p "$dir"
+  # --fit-step: the file's compute rates are the kernels' times the planner's compute over the step's
+  # measured compute CPU time (both in the JSON); the link stays as measured.
+  "$mpiexec" --oversubscribe --bind-to none -np 2 "$tb" "${small[@]}" --predict --calibration-seconds 0.1 --label fit \
+    --fit-step --json "$dir/run.json" --write-cluster "$dir/fit.toml" | tee "$dir/out.txt"
+  grep -q "^fit-step: compute rates x [0-9.]* (predicted" "$dir/out.txt" || fail "no fit-step line"
+  python3 - "$dir/run.json" "$dir/fit.toml" <<'PY'
+import json, sys, tomllib
+j = json.load(open(sys.argv[1]))
+t = tomllib.load(open(sys.argv[2], "rb"))
+k = j["overlap"]["predicted_compute_tp"] / j["overlap"]["measured_compute_cpu"]
+assert abs(j["fit_step"] - k) <= 1e-9 * k, (j["fit_step"], k)
+c = j["calibration"]
+for got, base, what in ((t["compute"]["peak_tflops_fp32"] * 1e3, c["gemm_gflops_cpu"], "peak"),
+                        (t["memory"]["bandwidth_gbps"], c["elementwise_gbps_cpu"], "memory"),
+                        (t["memory"]["copy_gbps"], c["copy_gbps_cpu"], "copies")):
+    assert abs(got - k * base) <= 1e-9 * got, (what, got, k * base)
+assert abs(t["compute"]["attention_efficiency"] - c["attention_efficiency"]) <= 1e-12
+print(f"fit-step file: rates x {k:.3f} = predicted / measured compute of the run")
+PY
+  # Refused where there is no even layout of flags to fit to, and without --write-cluster.
+  if "$mpiexec" --oversubscribe -np 2 "$tb" "${small[@]}" --predict --fit-step >"$dir/bad.txt" 2>&1; then
+    fail "--fit-step without --write-cluster was accepted"
+  fi
+  grep -q "fit-step needs --write-cluster" "$dir/bad.txt" || { cat "$dir/bad.txt"; fail "no message for --fit-step alone"; }
+  exit 0
+fi
 
 if [[ $mode == calibrate ]]; then
   plan=$4 dir=$5

@@ -4,12 +4,27 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 
 #include "triax/core/error.h"
+#include "triax/model/config.h"
 
 namespace triax::plan {
+namespace {
+// train_gpt's preset of the planner's model, when one of that name has the same shape and block
+// (its RoPE base, scaling and norm epsilon then come with it); "" otherwise.
+std::string runtime_preset_of(const ModelShape& m) {
+  const auto names = GptConfig::preset_names();
+  if (std::find(names.begin(), names.end(), m.name) == names.end()) return {};
+  const GptConfig g = GptConfig::preset(m.name);
+  const bool same = g.n_layer == m.layers && g.n_embd == m.hidden && g.n_head == m.heads && g.vocab == m.vocab &&
+                    g.kv_heads() == m.kv_head_count() && g.swiglu == m.swiglu &&
+                    (g.norm == Norm::rmsnorm) == m.rmsnorm && (g.positions == PositionEmbedding::rope) == m.rope;
+  return same ? m.name : std::string();
+}
+}  // namespace
 
 int run_hetero(const ModelShape& m, HeteroOptions opt) {
   const HeteroCluster hc = resolve_hetero_cluster(opt.cluster);
@@ -36,7 +51,7 @@ int run_hetero(const ModelShape& m, HeteroOptions opt) {
   }
   if (!opt.emit_config.empty()) {
     std::ofstream out(opt.emit_config);
-    out << train_config_toml(m, r.best.front(), hc, opt.emit_config);
+    out << train_config_toml(m, r.best.front(), hc, opt.emit_config, runtime_preset_of(m));
     if (!out) TRIAX_THROW(IoError, "--emit-config {}: cannot write the file", opt.emit_config);
     if (!opt.json) fmt::print("wrote {} (the plan above as a train_gpt --config file)\n", opt.emit_config);
   }

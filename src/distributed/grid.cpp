@@ -8,6 +8,8 @@
 #include <algorithm>
 #include <cctype>
 #include <cstring>
+#include <fstream>
+#include <optional>
 #include <map>
 #include <sstream>
 
@@ -277,12 +279,37 @@ std::string device_class_problem(std::string_view name) {
   return {};
 }
 
+std::optional<std::string> device_class_in_hostfile(const std::string& path, const std::string& host) {
+  std::ifstream in(path);
+  if (!in) TRIAX_THROW(IoError, "TRIAX_HOSTFILE {}: cannot read the file", path);
+  std::string line;
+  for (int n = 1; std::getline(in, line); ++n) {
+    const size_t hash = line.find('#');
+    std::istringstream words(line.substr(0, hash));
+    std::string first;
+    if (!(words >> first) || first != host || hash == std::string::npos) continue;
+    std::istringstream comment(line.substr(hash + 1));
+    for (std::string w; comment >> w;) {
+      if (w.rfind("class=", 0) != 0) continue;
+      const std::string name = w.substr(6);
+      if (const std::string why = device_class_problem(name); !why.empty())
+        TRIAX_THROW(ConfigError, "TRIAX_HOSTFILE {} line {}: class '{}' of host {}: {}", path, n, name, host, why);
+      return name;
+    }
+  }
+  return std::nullopt;
+}
+
 std::string device_class_from_env() {
-  const std::string name = env_string("TRIAX_DEVICE_CLASS", kDefaultDeviceClass);
-  if (const std::string why = device_class_problem(name); !why.empty())
-    TRIAX_THROW(ConfigError, "TRIAX_DEVICE_CLASS='{}': {}; expected a device class name such as h100 or slow", name,
-                why);
-  return name;
+  if (const auto cls = env_string_opt("TRIAX_DEVICE_CLASS")) {
+    if (const std::string why = device_class_problem(*cls); !why.empty())
+      TRIAX_THROW(ConfigError, "TRIAX_DEVICE_CLASS='{}': {}; expected a device class name such as h100 or slow", *cls,
+                  why);
+    return *cls;
+  }
+  if (const auto file = env_string_opt("TRIAX_HOSTFILE", "a hostfile path"))
+    if (const auto cls = device_class_in_hostfile(*file, host_name())) return *cls;
+  return kDefaultDeviceClass;
 }
 
 std::vector<std::string> gather_device_classes(Communicator& world) {

@@ -154,7 +154,7 @@ std::string mpmd_launch_line(const HeteroPlan& p, const HeteroCluster& hc, std::
 }
 
 std::string train_config_toml(const ModelShape& m, const HeteroChoice& c, const HeteroCluster& hc,
-                              std::string_view config_file) {
+                              std::string_view config_file, std::string_view runtime_preset) {
   const HeteroPlan& p = c.plan.plan;
   const Layout& l = p.layout;
   std::string s = fmt::format("# Written by triax-plan --emit-config for cluster '{}', model '{}':\n#   {}\n", hc.name,
@@ -164,7 +164,11 @@ std::string train_config_toml(const ModelShape& m, const HeteroChoice& c, const 
   s += "# Launch (MPMD; world ranks in the order tp-dp-pp, each app context one device class):\n";
   s += "#   " + mpmd_launch_line(p, hc, config_file) + "\n";
   s += "# World ranks: " + rank_ranges(p, hc) + "\n\n";
-  s += fmt::format("[model]\nnum-layers = {}\nhidden-size = {}\nnum-attention-heads = {}\nffn-hidden-size = {}\n"
+  s += "[model]\n";
+  // train_gpt's preset of the same model carries what the planner's shape does not (RoPE's base and
+  // scaling, the norm's epsilon); the keys below fix the shape either way.
+  if (!runtime_preset.empty()) s += fmt::format("model = \"{}\"\n", runtime_preset);
+  s += fmt::format("num-layers = {}\nhidden-size = {}\nnum-attention-heads = {}\nffn-hidden-size = {}\n"
                    "vocab-size = {}\nmax-position-embeddings = {}\n",
                    m.layers, m.hidden, m.heads, m.ffn_hidden(), m.vocab, m.seq);
   if (m.rmsnorm) s += "normalization = \"RMSNorm\"\n";

@@ -5,6 +5,7 @@
 #pragma once
 #include <array>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -106,11 +107,16 @@ int local_rank_of(const std::vector<std::string>& hosts, int rank);
 int local_size_of(const std::vector<std::string>& hosts, int rank);
 
 // Device classes (heterogeneous clusters, docs/HETEROGENEOUS.md): each rank's class is the
-// TRIAX_DEVICE_CLASS variable ("default" when unset), a name of letters, digits, '_', '-' and '.',
-// at most 64 bytes. device_class_problem says what is wrong with a name ("" when it is valid).
+// TRIAX_DEVICE_CLASS variable, else its host's `# class=NAME` comment in the hostfile named by
+// TRIAX_HOSTFILE (mpirun's own hostfile: `node01 slots=8  # class=h100`), else "default"; a name
+// of letters, digits, '_', '-' and '.', at most 64 bytes. device_class_problem says what is wrong
+// with a name ("" when it is valid).
 inline constexpr const char* kDefaultDeviceClass = "default";
 std::string device_class_problem(std::string_view name);
 std::string device_class_from_env();
+// The class a hostfile gives `host` (its line's `# class=NAME`), nullopt when its line has none or
+// there is no line; IoError when the file cannot be read, ConfigError for a bad name.
+std::optional<std::string> device_class_in_hostfile(const std::string& path, const std::string& host);
 // Every rank's class by world rank (a fixed-width all_gather). Collective over world.
 std::vector<std::string> gather_device_classes(Communicator& world);
 

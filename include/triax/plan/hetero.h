@@ -136,6 +136,6 @@ std::string hetero_json(const HeteroSearchResult& r, const HeteroCluster& hc);
 std::string mpmd_launch_line(const HeteroPlan& p, const HeteroCluster& hc, std::string_view config_file);
 // A train_gpt --config file for the plan (docs/TRAINING.md keys; docs/PLANNER.md).
 std::string train_config_toml(const ModelShape& m, const HeteroChoice& c, const HeteroCluster& hc,
-                              std::string_view config_file);
+                              std::string_view config_file, std::string_view runtime_preset = {});
 
 }  // namespace triax::plan

@@ -314,6 +314,27 @@ TEST_CASE("the emitted config is what train_gpt reads", "[plan][hetero]") {
   CHECK(triax::to_toml(cfg).find("stage-classes = \"fast,slow\"") != std::string::npos);
 }
 
+TEST_CASE("the emitted config names train_gpt's preset of the same model (its RoPE base comes along)", "[plan][hetero]") {
+  ModelShape m = model_preset("llama3.2-1b");
+  const HeteroCluster hc = two_classes(2.0, cluster_preset("dgx-h100"));
+  HeteroSearchSpace s = pinned(1, 2, 1, 1);
+  s.recompute = {Recompute::full};
+  s.stage_classes = {0, 1};
+  const HeteroChoice c = best_plan(m, hc, s);
+  triax::TrainConfig with;
+  triax::apply_config_text(with, train_config_toml(m, c, hc, "run.toml", "llama3.2-1b"), "run.toml");
+  CHECK(with.model == "llama3.2-1b");
+  CHECK(with.layers == m.layers);
+  with.bf16 = false;  // priced in bf16; resolved here on the CPU backend, which computes in fp32
+  const triax::ResolvedTrainConfig r = triax::resolve_train_config(with, 2, {"fast", "slow"});
+  CHECK(r.model.rope_theta == 500000.0);  // Llama 3's base, which no shape key carries
+  CHECK(r.model.positions == triax::PositionEmbedding::rope);
+  // Without a preset the file keeps the default model's block choices that no key overrides.
+  triax::TrainConfig without;
+  triax::apply_config_text(without, train_config_toml(m, c, hc, "run.toml"), "run.toml");
+  CHECK(without.model == triax::TrainConfig{}.model);
+}
+
 TEST_CASE("the emitted config of uneven DP shares carries dp-microbatches", "[plan][hetero]") {
   const ModelShape m = small_model();
   const HeteroCluster hc = two_classes(2.0);

@@ -40,10 +40,13 @@ std::vector<std::string> classes_or_default(const std::vector<std::string>& cls,
   return std::vector<std::string>(static_cast<size_t>(world), kDefaultDeviceClass);
 }
 
-std::vector<int> stage_ranks(const GridLayout& layout, int s) {
+// World ranks whose coordinate on `axis` is `index` (a pipeline stage, a DP replica).
+std::vector<int> ranks_at(const GridLayout& layout, Axis axis, int index) {
   std::vector<int> out;
-  for (int r = 0; r < layout.world_size(); ++r)
-    if (layout.coord(r).pp == s) out.push_back(r);
+  for (int r = 0; r < layout.world_size(); ++r) {
+    const GridCoord c = layout.coord(r);
+    if ((axis == Axis::pp ? c.pp : c.dp) == index) out.push_back(r);
+  }
   return out;
 }
 
@@ -56,12 +59,7 @@ std::string format_dp_microbatches(const std::vector<DpShare>& shares) {
   return fmt::format("{}", fmt::join(parts, ","));
 }
 
-std::vector<int> replica_ranks(const GridLayout& layout, int d) {
-  std::vector<int> out;
-  for (int r = 0; r < layout.world_size(); ++r)
-    if (layout.coord(r).dp == d) out.push_back(r);
-  return out;
-}
+std::vector<int> replica_ranks(const GridLayout& layout, int d) { return ranks_at(layout, Axis::dp, d); }
 
 std::vector<int64_t> resolve_dp_shares(const TrainConfig& cfg, const GridLayout& layout,
                                        const std::vector<std::string>& rank_classes) {
@@ -130,7 +128,7 @@ void check_stage_classes(const TrainConfig& cfg, const GridLayout& layout, const
   std::vector<std::string> wrong;
   for (int s = 0; s < P; ++s) {
     std::vector<int> bad;
-    for (int r : stage_ranks(layout, s))
+    for (int r : ranks_at(layout, Axis::pp, s))
       if (cls.at(static_cast<size_t>(r)) != cfg.stage_classes[static_cast<size_t>(s)]) bad.push_back(r);
     if (!bad.empty())
       wrong.push_back(fmt::format("stage {} should run on '{}' but holds {}", s, cfg.stage_classes[static_cast<size_t>(s)],
@@ -138,7 +136,7 @@ void check_stage_classes(const TrainConfig& cfg, const GridLayout& layout, const
   }
   if (wrong.empty()) return;
   std::vector<std::string> stages;
-  for (int s = 0; s < P; ++s) stages.push_back(fmt::format("stage {}: ranks {}", s, ranks_text(stage_ranks(layout, s))));
+  for (int s = 0; s < P; ++s) stages.push_back(fmt::format("stage {}: ranks {}", s, ranks_text(ranks_at(layout, Axis::pp, s))));
   TRIAX_THROW(ConfigError, "--stage-classes {}: {} (with --order {}, {}; launch each class's ranks in that order, "
               "e.g. with mpirun's app contexts: mpirun -np N -x TRIAX_DEVICE_CLASS=A prog ARGS : -np N -x "
               "TRIAX_DEVICE_CLASS=B prog ARGS)",

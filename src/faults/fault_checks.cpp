@@ -70,12 +70,19 @@ double LossSpikeDetector::update(double loss) {
 StragglerDetector::StragglerDetector(double factor, int persist, double min_excess_s)
     : factor_(factor), persist_(persist), min_excess_s_(min_excess_s) {}
 
+namespace {
+// The median (of an even count: the mean of the middle two); 0 for none.
+double median_of(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n == 0 ? 0.0 : (n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]));
+}
+}  // namespace
+
 std::vector<int> StragglerDetector::update(std::span<const double> times) {
   const size_t n = times.size();
   if (streak_.size() != n) streak_.assign(n, 0);
-  std::vector<double> sorted(times.begin(), times.end());
-  std::sort(sorted.begin(), sorted.end());
-  median_ = n == 0 ? 0.0 : (n % 2 ? sorted[n / 2] : 0.5 * (sorted[n / 2 - 1] + sorted[n / 2]));
+  median_ = median_of(std::vector<double>(times.begin(), times.end()));
   std::vector<int> fresh;
   current_.clear();
   for (size_t r = 0; r < n; ++r) {
@@ -85,14 +92,6 @@ std::vector<int> StragglerDetector::update(std::span<const double> times) {
   }
   return fresh;
 }
-
-namespace {
-double median_of(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n == 0 ? 0.0 : (n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]));
-}
-}  // namespace
 
 std::optional<SlowClass> slow_device_class(std::span<const double> busy, std::span<const int> stragglers,
                                            const std::vector<std::string>& classes) {

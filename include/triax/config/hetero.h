@@ -15,7 +15,7 @@ namespace triax {
 // "6,2" or "fast=6,slow=2": the text --dp-microbatches reads back.
 std::string format_dp_microbatches(const std::vector<DpShare>& shares);
 
-// World ranks of DP replica d, and the device classes they hold (sorted, unique).
+// World ranks of DP replica d, in increasing order.
 std::vector<int> replica_ranks(const GridLayout& layout, int d);
 
 // Micro-batches of each DP replica from cfg.dp_microbatches; empty when it is not given. Per class:

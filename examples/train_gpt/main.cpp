@@ -31,6 +31,7 @@
 #include <triax/checkpoint/manifest.h>
 #include <triax/config/train_config.h>
 #include <triax/train/metrics_exporter.h>
+#include <triax/train/elastic.h>
 #include <triax/train/run_summary.h>
 #include <triax/train/trainer.h>
 
@@ -150,6 +151,7 @@ int main(int argc, char** argv) {
       // still be unwinding through the communicators' destructors).
       if (!g_ending.exchange(true) && !triax::flight_recorder_saw_failure()) {
         triax::dump_flight_recorder("peer failure: " + msg);  // every rank dumps, not only the failing one
+        triax::elastic_note_interruption("peer failure: " + msg);
         std::fprintf(stderr, "%s: communication error: %s\n", kProgram, msg.c_str());
         std::fflush(stderr);
       }
@@ -160,6 +162,9 @@ int main(int argc, char** argv) {
     triax::log::set_rank(world->size() > 1 ? rank : -1);
     // Before the trainer exists: a signal during start-up must not kill the job either.
     if (!c.save.empty()) triax::install_stop_signal_handlers();
+    // Under torchrun's elastic agent (docs/FAULTS.md): its facts, and this worker ends with it.
+    const std::optional<triax::ElasticLaunch> elastic = triax::elastic_launch_from_env(rank, world->size());
+    if (elastic) triax::end_with_agent();
     // An unusable --save or --load ends the job now, not at the first save; a resume keeps the
     // checkpoint's batch settings unless the flags give others.
     triax::check_checkpoint_paths(c, *world);
@@ -168,6 +173,7 @@ int main(int argc, char** argv) {
     // waits for the others' dumps and prints triax-fr's verdict, then the job ends (exit 4).
     trainer.set_stall_handler([rank, size = world->size(), started](const std::string& msg) {
       g_ending = true;
+      triax::elastic_note_interruption(msg);
       std::fprintf(stderr, "%s: %s\n", kProgram, msg.c_str());
       std::fflush(stderr);
       if (rank == 0) {
@@ -184,8 +190,19 @@ int main(int argc, char** argv) {
     // Declared before the checkpointer: a save still writing when an error unwinds calls into it.
     std::unique_ptr<triax::MetricsExporter> exporter;
     triax::Checkpointer checkpoints(trainer);
-    checkpoints.resume();
+    const int64_t resumed = checkpoints.resume();
     summary.emplace(trainer);
+    // Elastic: the line that says which attempt this is, the layout before and now, and the work
+    // lost; the progress record under --save (collective: the attempt number is agreed).
+    std::optional<triax::ElasticRun> elastic_run;
+    const triax::TrainConfig& rc = trainer.config();
+    if (elastic) {
+      elastic_run.emplace(*elastic, c.save, *world,
+                          triax::describe_layout(rc.tp, rc.pp, trainer.grid().layout().shape().dp, rc.cp), resumed,
+                          std::chrono::duration<double>(started.time_since_epoch()).count());
+      if (rank == 0) print_line(elastic_run->start().line);
+      checkpoints.on_save_start([&elastic_run](int64_t it) { elastic_run->save_started(it); });
+    }
     std::FILE* jsonl = nullptr;
     struct Closer {
       std::FILE*& f;
@@ -213,13 +230,18 @@ int main(int argc, char** argv) {
       prom.port = c.metrics_port.value_or(-1);
       prom.bind = c.metrics_bind;
       prom.textfile = c.metrics_textfile;
-      exporter = std::make_unique<triax::MetricsExporter>(world, prom, c.tp, c.pp, trainer.grid().layout().shape().dp);
+      prom.local_world_size = elastic ? elastic->local_world_size : 1;
+      prom.world_size_max = elastic ? elastic->max_world_size
+                                    : triax::max_world_size_from_env(world->size(), prom.local_world_size);
+      prom.attempt = elastic_run ? elastic_run->start().attempt : 0;
+      exporter = std::make_unique<triax::MetricsExporter>(world, prom, rc.tp, rc.pp, trainer.grid().layout().shape().dp);
       // Checkpoint age for the TrainingCheckpointTooOld alert: rank 0's commit times, and the
       // expected interval from --save-interval and the iterations' mean time.
       if (!c.save.empty() || !c.load.empty()) checkpoints.on_commit([e = exporter.get()](double t) { e->checkpoint_saved(t); });
     }
     double step_s_sum = 0;
     int64_t steps = 0;
+    bool stopped = false;
     trainer.train([&](const triax::IterationMetrics& m) {
       if (exporter) {
         step_s_sum += m.elapsed_ms / 1e3;
@@ -233,6 +255,8 @@ int main(int argc, char** argv) {
       if (rank != 0) return;
       print_line(m.log_line(), m.json());
       if (jsonl) write_all(jsonl, m.json() + "\n", "--metrics-jsonl " + c.metrics_jsonl);
+      if (elastic_run)
+        if (const std::string line = elastic_run->iteration_done(m.iteration); !line.empty()) print_line(line);
     }, [&](const triax::EvalMetrics& e) {
       if (exporter) exporter->observe_eval(e);
       summary->add(e);
@@ -243,10 +267,16 @@ int main(int argc, char** argv) {
       const bool stop = checkpoints.after_iteration();
       if (const int64_t it = checkpoints.last_save().iteration; it > 0)
         summary->set_checkpoint((std::filesystem::path(c.save) / triax::checkpoint_dir_name(it)).string());
-      if (stop)
-        summary->set_exit_reason(fmt::format("{}: the state of iteration {} was saved, the run stopped early",
-                                             triax::stop_signal_received() == SIGTERM ? "SIGTERM" : "SIGUSR1",
-                                             trainer.iteration()));
+      if (stop) {
+        stopped = true;
+        const std::string why = fmt::format("{}: the state of iteration {} was saved, the run stopped early",
+                                            triax::stop_signal_received() == SIGTERM ? "SIGTERM"
+                                            : triax::stop_signal_received() == SIGUSR1 ? "SIGUSR1"
+                                                                                       : "another rank's stop signal",
+                                            trainer.iteration());
+        summary->set_exit_reason(why);
+        if (elastic) triax::elastic_note_interruption(why);
+      }
       return stop;
     });
     checkpoints.finish();
@@ -261,9 +291,20 @@ int main(int argc, char** argv) {
     if (rank == 0) print_summary(*summary, wall0);
     if (exporter && exporter->port() >= 0 && c.metrics_linger > 0)
       std::this_thread::sleep_for(std::chrono::duration<double>(c.metrics_linger));
+    if (elastic && stopped) {
+      // Not 0, which would tell the agent the job is done: it restarts the group and the next
+      // attempt resumes from this save. A rank stopped for another's signal first waits (bounded)
+      // for its own agent's: when the agent restarts for a node that joined, that is no failure.
+      const auto t0 = std::chrono::steady_clock::now();
+      while (triax::stop_signal_received() == 0 &&
+             std::chrono::steady_clock::now() - t0 < std::chrono::duration<double>(triax::agent_signal_grace_s()))
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      return triax::kExitStopped;
+    }
   } catch (const std::exception& e) {
     g_ending = true;
     triax::dump_flight_recorder(std::string("error: ") + e.what());
+    triax::elastic_note_interruption(fmt::format("{}: {}", triax::exit_code_name(triax::exit_code_for(e)), e.what()));
     triax::post_failure_notice(e.what());  // the ranks waiting for this one dump too
     triax::JobFailure f = triax::settle_failure(kProgram, e);
     // settle_failure agrees through MPI only. Without mpirun a collective timeout is taken for

@@ -233,7 +233,7 @@ void run_save_job(SaveJob& job, const std::vector<std::byte>& payload, SaveStats
 
 }  // namespace
 
-Checkpointer::Checkpointer(Trainer& trainer) : t_(trainer) {}
+Checkpointer::Checkpointer(Trainer& trainer) : t_(trainer), last_save_time_(Clock::now()) {}
 
 Checkpointer::~Checkpointer() {
   // Reached with a save in flight only when the run ends by an error: the other ranks may never
@@ -364,6 +364,8 @@ CheckpointManifest Checkpointer::stage_shard(const std::string& file) {
 
 void Checkpointer::save() {
   const auto t0 = Clock::now();
+  last_save_time_ = t0;
+  if (on_save_start_) on_save_start_(t_.iteration());
   const TrainConfig& cfg = t_.config();
   Communicator& world = t_.grid().world();
   const int64_t iteration = t_.iteration();
@@ -419,11 +421,16 @@ void Checkpointer::save() {
 bool Checkpointer::after_iteration() {
   const TrainConfig& cfg = t_.config();
   if (cfg.save.empty()) return false;
-  double sig = stop_signal_received();
-  t_.grid().world().all_reduce(std::span<double>(&sig, 1), ReduceOp::max).wait();
+  // {the stop signal of any rank, rank 0's verdict that --save-interval-minutes passed}: one
+  // all-reduce, so every rank stops and saves at the same iteration.
+  std::array<double, 2> flags{static_cast<double>(stop_signal_received()), 0.0};
+  if (cfg.save_interval_minutes > 0 && t_.grid().world().rank() == 0)
+    flags[1] = std::chrono::duration<double>(Clock::now() - last_save_time_).count() >= cfg.save_interval_minutes * 60;
+  t_.grid().world().all_reduce(std::span<double>(flags), ReduceOp::max).wait();
+  const double sig = flags[0];
   const int64_t it = t_.iteration();
   const bool stop = sig > 0 && it < cfg.train_iters;
-  if (stop || it >= cfg.train_iters || (cfg.save_interval > 0 && it % cfg.save_interval == 0)) save();
+  if (stop || it >= cfg.train_iters || (cfg.save_interval > 0 && it % cfg.save_interval == 0) || flags[1] > 0) save();
   if (stop) {
     finish();
     if (t_.grid().world().rank() == 0)

@@ -529,9 +529,51 @@ ConfigOption zero1_alias_opt() {
   return o;
 }
 
+// --tp / --pp: one size, or sizes in order of preference ("2,1", [2, 1]): the first becomes the
+// field, the list its choices (resolve_train_config takes the first layout that fits the world).
+template <class Get, class GetChoices>
+ConfigOption size_choices_opt(std::string key, std::string help, Get get, GetChoices get_choices) {
+  ConfigOption o;
+  o.key = std::move(key);
+  o.help = std::move(help);
+  o.range = "an integer >= 1, or a list of them in order of preference (e.g. 2,1 or [2, 1])";
+  o.set = [=, range = o.range](TrainConfig& c, const OptionInput& in) {
+    std::vector<int> v;
+    const auto* n = node_of(in);
+    const bool one = n ? !n->is_array() : in.words.size() == 1 && in.words[0].find(',') == std::string::npos;
+    const std::vector<long long> xs =
+        one ? std::vector<long long>{read_int(in, n ? "" : in.words[0], n, 1, kMaxInt)} : read_ints(in, 1, 0, range);
+    for (long long x : xs) {
+      if (x > kMaxInt) bad(in, std::to_string(x), "out of range", range);
+      if (std::find(v.begin(), v.end(), static_cast<int>(x)) != v.end())
+        bad(in, std::to_string(x), "listed twice", range);
+      v.push_back(static_cast<int>(x));
+    }
+    get(c) = v.front();
+    get_choices(c) = v.size() > 1 ? v : std::vector<int>{};
+  };
+  o.check = [=, range = o.range, k = o.key](const TrainConfig& c) -> std::string {
+    const auto& ch = get_choices(const_cast<TrainConfig&>(c));
+    const int v = get(const_cast<TrainConfig&>(c));
+    if (v < 1) return fmt::format("{} = {}: out of range; expected {}", k, v, range);
+    for (int x : ch)
+      if (x < 1) return fmt::format("{} = [{}]: out of range; expected {}", k, fmt::join(ch, ", "), range);
+    return {};
+  };
+  o.toml = [=](const TrainConfig& c) -> std::optional<std::string> {
+    const auto& ch = get_choices(const_cast<TrainConfig&>(c));
+    if (!ch.empty()) return fmt::format("[{}]", fmt::join(ch, ", "));
+    return std::to_string(get(const_cast<TrainConfig&>(c)));
+  };
+  return o;
+}
+
 void parallel_options(Options& t) {
-  t.push_back(int_opt("tp", "tensor-parallel size", TRIAX_FIELD(tp), 1, kMaxInt));
-  t.push_back(int_opt("pp", "pipeline-parallel size", TRIAX_FIELD(pp), 1, kMaxInt));
+  t.push_back(size_choices_opt("tp", "tensor-parallel size, or sizes in order of preference (2,1: the first whose "
+                               "layout fits the world; docs/FAULTS.md, elastic training)", TRIAX_FIELD(tp),
+                               TRIAX_FIELD(tp_choices)));
+  t.push_back(size_choices_opt("pp", "pipeline-parallel size, or sizes in order of preference (like --tp)",
+                               TRIAX_FIELD(pp), TRIAX_FIELD(pp_choices)));
   t.push_back(int_opt("dp", "data-parallel size (default world / (tp x cp x pp))", TRIAX_FIELD(dp), 1, kMaxInt));
   t.push_back(int_opt("cp", "context-parallel size: each sequence split over cp ranks (ring attention)", TRIAX_FIELD(cp),
                       1, kMaxInt));
@@ -615,6 +657,8 @@ void checkpoint_options(Options& t) {
   t.push_back(string_opt("save", "directory to save checkpoints in (docs/CHECKPOINTS.md)", TRIAX_FIELD(save)));
   t.push_back(int_opt("save-interval", "save every N iterations (0: only at the end and on SIGTERM/SIGUSR1)",
                       TRIAX_FIELD(save_interval), 0, kMaxI64));
+  t.push_back(real_opt("save-interval-minutes", "also save when this many minutes passed since the last save (0: off; "
+                       "rank 0's clock decides for every rank)", TRIAX_FIELD(save_interval_minutes), {0, 1e7}));
   t.push_back(int_opt("keep-last", "checkpoints kept under --save (0: all)", TRIAX_FIELD(keep_last), 0, kMaxInt));
   t.push_back(string_opt("load", "resume from the newest complete checkpoint in this directory", TRIAX_FIELD(load)));
   t.push_back(string_opt("init-from", "start from pretrained weights: HF GPT-2 safetensors, an llm.c .bin, or an HF "
@@ -1152,7 +1196,8 @@ static void resolve_batch_and_classes(const TrainConfig& cfg, int W, std::vector
   e.num_micro_batches = r.batch.shares.empty() ? std::optional<int64_t>(r.batch.num_micro_batches) : std::nullopt;
 }
 
-ResolvedTrainConfig resolve_train_config(const TrainConfig& cfg, int world_size, std::vector<std::string> rank_classes) {
+// resolve_train_config for one (tp, pp): the lists of choices are resolved by the caller.
+static ResolvedTrainConfig resolve_layout(const TrainConfig& cfg, int world_size, std::vector<std::string> rank_classes) {
   check_ranges(cfg);
   check_profile(cfg);
   ResolvedTrainConfig r;
@@ -1242,6 +1287,34 @@ ResolvedTrainConfig resolve_train_config(const TrainConfig& cfg, int world_size,
   const LrSchedule check_lr(lc);
   e.decay_iters = lc.decay_iters;
   return r;
+}
+
+ResolvedTrainConfig resolve_train_config(const TrainConfig& cfg, int world_size, std::vector<std::string> rank_classes) {
+  if (cfg.tp_choices.empty() && cfg.pp_choices.empty()) return resolve_layout(cfg, world_size, std::move(rank_classes));
+  check_ranges(cfg);
+  // Every (tp, pp) in order of preference, tp's list outermost; the first that resolves wins. The
+  // explicit configuration keeps the lists (so that it resolves the same way at another world
+  // size) and records the chosen pair in tp and pp.
+  const std::vector<int> tps = cfg.tp_choices.empty() ? std::vector<int>{cfg.tp} : cfg.tp_choices;
+  const std::vector<int> pps = cfg.pp_choices.empty() ? std::vector<int>{cfg.pp} : cfg.pp_choices;
+  std::vector<std::string> refused;
+  for (const int tp : tps) {
+    for (const int pp : pps) {
+      TrainConfig c = cfg;
+      c.tp = tp, c.pp = pp;
+      c.tp_choices.clear(), c.pp_choices.clear();
+      try {
+        ResolvedTrainConfig r = resolve_layout(c, world_size, rank_classes);
+        r.explicit_cfg.tp_choices = cfg.tp_choices;
+        r.explicit_cfg.pp_choices = cfg.pp_choices;
+        return r;
+      } catch (const ConfigError& e) {
+        refused.push_back(fmt::format("tp {} x pp {}: {}", tp, pp, e.what()));
+      }
+    }
+  }
+  TRIAX_THROW(ConfigError, "no layout of --tp {} and --pp {} fits a world of {} ranks (each pair in order of "
+              "preference): {}", fmt::join(tps, ","), fmt::join(pps, ","), world_size, fmt::join(refused, "; "));
 }
 
 }  // namespace triax

@@ -10,6 +10,7 @@
 #include <netdb.h>
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -58,6 +59,16 @@ std::vector<prom::Family> MetricsSnapshot::families() const {
                   {"world", std::to_string(world)}},
                  1.0}}});
   f.push_back(gauge("triax_start_timestamp_seconds", "Unix time the exporter started", start_unix_s));
+  // Elastic jobs (docs/FAULTS.md): the world now and the most it may grow to; an alert compares
+  // them with the free nodes (clusters/prometheus/triax_alerts.yml, TrainingBelowMaxWorldSize).
+  f.push_back(gauge("triax_world_size", "Ranks in the job now", static_cast<double>(world)));
+  f.push_back(gauge("triax_world_size_max", "Ranks the job may grow to (torchrun's --nnodes maximum x ranks per node, "
+                    "TRIAX_MAX_WORLD_SIZE; the world size when not elastic)", static_cast<double>(world_max)));
+  f.push_back(gauge("triax_local_world_size", "Ranks per node (one node's worth of growth)",
+                    static_cast<double>(local_world)));
+  if (attempt > 0)
+    f.push_back(gauge("triax_elastic_attempt", "Starts of the workers in this elastic run (1: never restarted)",
+                      static_cast<double>(attempt)));
   if (checkpoint_interval_s > 0)
     f.push_back(gauge("triax_checkpoint_interval_seconds", "Configured interval between checkpoints",
                       checkpoint_interval_s));
@@ -145,6 +156,9 @@ MetricsExporter::MetricsExporter(std::shared_ptr<Communicator> world, const Metr
   snap_.pp = pp;
   snap_.dp = dp;
   snap_.world = world_->size();
+  snap_.world_max = std::max(cfg.world_size_max, snap_.world);
+  snap_.local_world = std::max(cfg.local_world_size, 1);
+  snap_.attempt = cfg.attempt;
   snap_.start_unix_s = unix_now_s();
   snap_.checkpoint_interval_s = cfg.checkpoint_interval_s;
   snap_.ranks.resize(static_cast<size_t>(world_->size()));

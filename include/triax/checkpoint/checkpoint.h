@@ -5,6 +5,7 @@
 #pragma once
 #include <cstdint>
 #include <atomic>
+#include <chrono>
 #include <exception>
 #include <functional>
 #include <memory>
@@ -50,8 +51,9 @@ class Checkpointer {
   // Collective: waits until the save in flight is committed (IoError on every rank if it failed
   // on any).
   void finish();
-  // Collective, after every iteration: saves every --save-interval iterations, at the last
-  // iteration, and when any rank received a stop signal; returns true to stop then.
+  // Collective, after every iteration: saves every --save-interval iterations, when
+  // --save-interval-minutes passed since the last save (or the start) by rank 0's clock, at the
+  // last iteration, and when any rank received a stop signal; returns true to stop then.
   bool after_iteration();
 
   const SaveStats& last_save() const { return last_; }
@@ -60,6 +62,9 @@ class Checkpointer {
   // must be thread-safe), and at once with the commit time of the checkpoint resume() loaded:
   // what the Prometheus checkpoint-age metric shows. Never called on other ranks.
   void on_commit(std::function<void(double unix_s)> fn);
+  // Every rank: called by save() with the iteration whose state it starts to save (the elastic
+  // progress record keeps when each save began: train/elastic.h).
+  void on_save_start(std::function<void(int64_t iteration)> fn) { on_save_start_ = std::move(fn); }
 
  private:
   struct Pending;
@@ -72,6 +77,8 @@ class Checkpointer {
   std::vector<std::byte> staging_;  // the host copy of this rank's shard, reused by every save
   SaveStats last_;
   std::function<void(double)> on_commit_;
+  std::function<void(int64_t)> on_save_start_;
+  std::chrono::steady_clock::time_point last_save_time_;  // construction or the last save() (--save-interval-minutes)
   double loaded_commit_unix_s_ = 0;  // the resumed checkpoint's manifest time (rank 0)
   // For pruning (rank 0): the checkpoint this run resumed from (never pruned by it), and those
   // its resume refused as damaged (set aside by the next commit into the same directory).

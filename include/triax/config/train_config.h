@@ -69,6 +69,10 @@ struct TrainConfig {
   std::optional<bool> disable_bias_linear;
   // Layout.
   int tp = 1, pp = 1;
+  // --tp 2,1 / --pp 2,1: sizes in order of preference (empty: tp / pp only). resolve_train_config
+  // takes the first (tp, pp) pair, tp's list outermost, whose layout fits the world and the model;
+  // tp and pp hold the first of each list until then, the chosen pair after (docs/FAULTS.md).
+  std::vector<int> tp_choices, pp_choices;
   std::optional<int> dp;  // unset: world / (tp * cp * pp)
   // Context parallelism (docs/CONTEXT_PARALLEL.md): each sequence split over cp ranks (zigzag chunks),
   // attention by ring exchange of K/V ("p2p") or one all-gather of K/V per layer ("allgather").
@@ -157,6 +161,7 @@ struct TrainConfig {
   // pretrained weights (HF safetensors or llm.c .bin); export the trained model for HF.
   std::string save;
   int64_t save_interval = 0;
+  double save_interval_minutes = 0;  // also save once this much wall time passed since the last save (0: off)
   int keep_last = 2;
   std::string load;
   std::string init_from;

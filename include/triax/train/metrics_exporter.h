@@ -20,6 +20,9 @@ struct MetricsExporterConfig {
   std::string textfile;           // "" : none; else rewritten atomically after each iteration (a failed
                                   // write is a rate-limited warning, never an error)
   double checkpoint_interval_s = 0;  // > 0: exported, so an alert can compare the checkpoint age
+  int world_size_max = 0;            // the most ranks an elastic job may grow to (below the world: the world)
+  int local_world_size = 1;          // ranks per node
+  int attempt = 0;                   // the elastic attempt (0: not elastic; not exported)
 };
 
 // One rank's own times of an iteration (IterationMetrics hold the maximum over ranks).
@@ -40,6 +43,7 @@ struct MetricsSnapshot {
   double last_checkpoint_unix_s = 0;  // 0: none yet
   double checkpoint_interval_s = 0;
   int tp = 1, pp = 1, dp = 1, world = 1;
+  int world_max = 1, local_world = 1, attempt = 0;
   std::vector<RankTimes> ranks;  // indexed by world rank
   std::vector<prom::Family> families() const;
   std::string render() const { return prom::render(families()); }

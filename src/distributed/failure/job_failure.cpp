@@ -34,6 +34,7 @@ std::string_view exit_code_name(int code) {
     case kExitData: return "data or file error";
     case kExitComm: return "communication error";
     case kExitMemory: return "out of memory";
+    case kExitStopped: return "stopped early";
     default: return "error";
   }
 }

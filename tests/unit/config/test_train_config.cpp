@@ -62,7 +62,7 @@ TrainConfig unusual() {
   c.stall_timeout = 12.5, c.max_skipped_iterations = 4, c.straggler_factor = 1.5, c.loss_spike_zscore = 3.5;
   c.metrics_port = 9400, c.metrics_bind = "127.0.0.1", c.metrics_textfile = "triax.prom", c.metrics_linger = 2.5;
   c.profile_steps = "2:3", c.profile_dir = "prof dir";
-  c.save = "ck pts", c.save_interval = 25, c.keep_last = 5, c.load = "old/ckpts";
+  c.save = "ck pts", c.save_interval = 25, c.save_interval_minutes = 7.5, c.keep_last = 5, c.load = "old/ckpts";
   c.init_from = "gpt2.safetensors", c.export_hf = "out.safetensors";
   return c;
 }
@@ -535,4 +535,38 @@ TEST_CASE("train config: --export-hf of a model no HF file holds is refused befo
   CHECK_NOTHROW(resolve_flags({"--model", "llama-tiny", "--export-hf", "d"}));
   CHECK_NOTHROW(resolve_flags({"--model", "llama-tiny", "--untie-embeddings-and-output-weights=false", "--export-hf", "d"}));
   CHECK_NOTHROW(resolve_flags({"--model", "llama-tiny", "--disable-bias-linear=false", "--export-hf", "d"}));
+}
+
+TEST_CASE("train config: --tp/--pp lists take the first layout that fits the world", "[config][elastic]") {
+  const char* argv[] = {"t", "--tp", "2,1", "--pp", "2,1", "--global-batch-size", "12", "--micro-batch-size", "2"};
+  const auto cl = parse_train_command_line(9, argv, "t", "test");
+  CHECK(cl.cfg.tp == 2);
+  CHECK(cl.cfg.tp_choices == std::vector<int>{2, 1});
+  CHECK(cl.cfg.pp_choices == std::vector<int>{2, 1});
+  // The lists print as lists and read back.
+  const std::string text = to_toml(cl.cfg);
+  CHECK_THAT(text, Contains("tp = [2, 1]") && Contains("pp = [2, 1]"));
+  TrainConfig back;
+  apply_config_text(back, text, "printed.toml");
+  CHECK(back.tp_choices == cl.cfg.tp_choices);
+  // World 8: tp 2 x pp 2 x dp 2 (the first pair). World 6: tp 2 x pp 2 does not divide 6, tp 2 x pp 1
+  // gives dp 3 (12 = 2 x 3 x 2). World 3: only tp 1 x pp 1 (dp 3). World 2: tp 2 x pp 1 (dp 1).
+  auto layout = [&](int world) {
+    const ResolvedTrainConfig r = resolve_train_config(cl.cfg, world);
+    CHECK(r.explicit_cfg.tp_choices == cl.cfg.tp_choices);  // the resolved file re-resolves elsewhere
+    return std::tuple{r.explicit_cfg.tp, r.explicit_cfg.pp, r.dp};
+  };
+  CHECK(layout(8) == std::tuple{2, 2, 2});
+  CHECK(layout(6) == std::tuple{2, 1, 3});
+  CHECK(layout(3) == std::tuple{1, 1, 3});
+  CHECK(layout(2) == std::tuple{2, 1, 1});
+  // World 5: nothing fits; one message with every pair and why.
+  CHECK_THROWS_WITH(resolve_train_config(cl.cfg, 5),
+                    Contains("no layout of --tp 2,1 and --pp 2,1 fits a world of 5 ranks") &&
+                        Contains("tp 2 x pp 2: the world of 5 ranks is not divisible by tp 2 x pp 2 = 4") &&
+                        Contains("tp 1 x pp 1:") && Contains("12"));
+  // A size listed twice, or 0, is refused where it is given.
+  TrainConfig c;
+  CHECK_THROWS_WITH(apply_config_text(c, "[parallel]\ntp = [2, 2]\n", "r.toml"), Contains("r.toml:2") && Contains("listed twice"));
+  CHECK_THROWS_WITH(apply_config_text(c, "[parallel]\npp = [2, 0]\n", "r.toml"), Contains("out of range"));
 }

@@ -17,6 +17,8 @@ enum ExitCode : int {
   kExitData = 3,    // a data, weight or output file that cannot be read or written (IoError)
   kExitComm = 4,    // communication or peer failure, timeouts (CommError)
   kExitMemory = 5,  // out of memory (OutOfMemoryError, std::bad_alloc)
+  kExitStopped = 6, // under torchrun's elastic agent: a stop signal ended the run early with its state
+                    // saved; not 0, which would tell the agent the job is done (docs/FAULTS.md)
 };
 
 int exit_code_for(const std::exception& e);

@@ -30,7 +30,7 @@ if(TRIAX_WITH_MPI AND TRIAX_BUILD_EXAMPLES)
   triax_add_train_script_tests(memory zero_memory_test.sh zero_memory CASES dp4 dp8)
   triax_add_train_script_tests(checkpoint checkpoint_test.sh checkpoint
     CASES exact reshard moe llama moe_llama kill9 sigterm sigusr1 bad prune wide batch startup init init_checked export_hf
-          zero zero_layouts export_zero ARGS $<TARGET_FILE:gpt_eval> ${TRIAX_HF_PYTHON})
+          zero zero_layouts export_zero minutes ARGS $<TARGET_FILE:gpt_eval> ${TRIAX_HF_PYTHON})
 endif()
 
 # train.cuda.no_gpu: `train_gpt --backend cuda` where CUDA sees no device exits 2 within seconds,

@@ -556,5 +556,22 @@ PY
   same_export l0 l2 1e-5
   ok "Llama directory export under ZeRO-3 at tp 2 x dp 4 and ZeRO-2 = ZeRO-0's"
   ;;
+minutes)
+  # --save-interval-minutes: saves when that much wall time passed since the last save, by rank 0's
+  # clock for every rank; with --save-interval 0 nothing else saves before the end. Iterations are
+  # slowed to >= 150 ms (TRIAX_FAULT slow on rank 1: every rank waits for it), the interval is 0.4 s.
+  small=(--model nano --micro-batch-size 4 --global-batch-size 16 --lr-decay-iters 12 --keep-last 0)
+  TRIAX_FAULT=1:1:slow:150 run -np 2 -x TRIAX_FAULT "$exe" "${small[@]}" --train-iters 12 --save ck \
+    --save-interval-minutes 0.00667 >m.log 2>&1 || { tail -5 m.log; fail "saving run"; }
+  n=$(ls -d ck/iter_* | wc -l)
+  # 12 iterations of >= 150 ms: a save every >= 0.4 s is every 3rd iteration or so, and the last.
+  [ "$n" -ge 3 ] && [ "$n" -le 9 ] || fail "expected 3..9 checkpoints by time, got $n: $(ls ck | tr '\n' ' ')"
+  [ -d ck/iter_0000012 ] || fail "no checkpoint at the end"
+  # The same run without the time rule saves once (at the end).
+  TRIAX_FAULT=1:1:slow:150 run -np 2 -x TRIAX_FAULT "$exe" "${small[@]}" --train-iters 12 --save ck0 >m0.log 2>&1 \
+    || fail "run without minutes"
+  [ "$(ls ck0 | tr '\n' ' ')" = "iter_0000012 " ] || fail "without --save-interval-minutes: $(ls ck0 | tr '\n' ' ')"
+  ok "--save-interval-minutes 0.00667 saved $n checkpoints in 12 slowed iterations (1 without it)"
+  ;;
 *) fail "unknown case $case_" ;;
 esac

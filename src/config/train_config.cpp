@@ -1197,7 +1197,8 @@ static void resolve_batch_and_classes(const TrainConfig& cfg, int W, std::vector
 }
 
 // resolve_train_config for one (tp, pp): the lists of choices are resolved by the caller.
-static ResolvedTrainConfig resolve_layout(const TrainConfig& cfg, int world_size, std::vector<std::string> rank_classes) {
+static ResolvedTrainConfig resolve_layout(const TrainConfig& cfg, int world_size, std::vector<std::string> rank_classes,
+                                          const std::vector<std::string>& hosts) {
   check_ranges(cfg);
   check_profile(cfg);
   ResolvedTrainConfig r;
@@ -1276,6 +1277,11 @@ static ResolvedTrainConfig resolve_layout(const TrainConfig& cfg, int world_size
   }
 
   resolve_batch_and_classes(cfg, W, std::move(rank_classes), r);
+  // With the hosts known (a choice among --tp sizes), a tp group across hosts is refused here, so
+  // that the next choice is tried; otherwise the grid refuses it when it is built.
+  if (!hosts.empty())
+    check_tp_placement(GridLayout(W, GridShape{cfg.tp, cfg.pp, r.dp, cfg.ep, cfg.order, cfg.cp}), hosts,
+                       cfg.allow_tp_across_hosts);
 
   validate(cfg.adamw);
   LrScheduleConfig& lc = r.lr;
@@ -1289,8 +1295,10 @@ static ResolvedTrainConfig resolve_layout(const TrainConfig& cfg, int world_size
   return r;
 }
 
-ResolvedTrainConfig resolve_train_config(const TrainConfig& cfg, int world_size, std::vector<std::string> rank_classes) {
-  if (cfg.tp_choices.empty() && cfg.pp_choices.empty()) return resolve_layout(cfg, world_size, std::move(rank_classes));
+ResolvedTrainConfig resolve_train_config(const TrainConfig& cfg, int world_size, std::vector<std::string> rank_classes,
+                                         const std::vector<std::string>& hosts) {
+  if (cfg.tp_choices.empty() && cfg.pp_choices.empty())
+    return resolve_layout(cfg, world_size, std::move(rank_classes), hosts);
   check_ranges(cfg);
   // Every (tp, pp) in order of preference, tp's list outermost; the first that resolves wins. The
   // explicit configuration keeps the lists (so that it resolves the same way at another world
@@ -1304,7 +1312,7 @@ ResolvedTrainConfig resolve_train_config(const TrainConfig& cfg, int world_size,
       c.tp = tp, c.pp = pp;
       c.tp_choices.clear(), c.pp_choices.clear();
       try {
-        ResolvedTrainConfig r = resolve_layout(c, world_size, rank_classes);
+        ResolvedTrainConfig r = resolve_layout(c, world_size, rank_classes, hosts);
         r.explicit_cfg.tp_choices = cfg.tp_choices;
         r.explicit_cfg.pp_choices = cfg.pp_choices;
         return r;

@@ -98,6 +98,8 @@ std::optional<ElasticLaunch> elastic_launch_from_env(int rank, int world_size) {
                 l.max_restarts);
   l.local_world_size = static_cast<int>(env_int("LOCAL_WORLD_SIZE", 1, world_size, 1));
   l.group_rank = static_cast<int>(env_int("GROUP_RANK", 0, world_size - 1, 0));
+  env_int_opt("LOCAL_RANK", 0, l.local_world_size - 1,
+              fmt::format("0 <= LOCAL_RANK < LOCAL_WORLD_SIZE={}", l.local_world_size));
   l.error_file = env_string("TORCHELASTIC_ERROR_FILE", "");
   l.max_world_size = max_world_size_from_env(world_size, l.local_world_size);
   std::lock_guard lock(exit_record().mu);

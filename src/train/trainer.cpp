@@ -211,12 +211,17 @@ namespace {
 // resolve_train_config of cfg with --init-from's shape and block; from an HF Llama directory also
 // what no flag spells: the llama3 scaling's low/high frequency factors and original context
 // (the flags fix them at Megatron's 1, 4, 8192) and the vocabulary padding (128).
-ResolvedTrainConfig resolve_with_init_from(const TrainConfig& cfg, int world_size,
-                                           const std::vector<std::string>& rank_classes) {
+ResolvedTrainConfig resolve_with_init_from(const TrainConfig& cfg, Communicator& world) {
   const TrainConfig c = with_init_from_shape(cfg);
+  const int world_size = world.size();
+  const std::vector<std::string> rank_classes = gather_device_classes(world);
+  // Choosing among --tp/--pp sizes needs the hosts (a tp group must stay inside one); every rank
+  // has the same configuration, so all gather or none.
+  const bool choices = !c.tp_choices.empty() || !c.pp_choices.empty();
+  const std::vector<std::string> hosts = choices ? gather_host_names(world) : std::vector<std::string>{};
   ResolvedTrainConfig r;
   try {
-    r = resolve_train_config(c, world_size, rank_classes);
+    r = resolve_train_config(c, world_size, rank_classes, hosts);
   } catch (const ConfigError& e) {
     if (c.init_from.empty()) throw;
     // The flags a message names include those the file filled in: say where they came from.
@@ -243,7 +248,7 @@ ResolvedTrainConfig resolve_with_init_from(const TrainConfig& cfg, int world_siz
 }  // namespace
 
 Trainer::Trainer(std::shared_ptr<Communicator> world, const TrainConfig& cfg, const TrainerOptions& opts)
-    : Trainer(world, resolve_with_init_from(cfg, world->size(), gather_device_classes(*world)), opts) {}
+    : Trainer(world, resolve_with_init_from(cfg, *world), opts) {}
 
 // Everything below builds from `r` alone: the configuration is resolved once, above, and the
 // out-of-memory handlers describe the same resolution (the members are gone by then).

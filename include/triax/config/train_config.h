@@ -262,8 +262,11 @@ struct ResolvedTrainConfig {
 };
 // rank_classes: every world rank's device class (gather_device_classes); empty: all "default". Needed
 // by --dp-microbatches per class and --stage-classes (config/hetero.h).
+// hosts: every world rank's host name, or empty; given, a tp group spanning hosts is refused (unless
+// --allow-tp-across-hosts) while resolving, so that a list of --tp sizes moves on to the next.
 ResolvedTrainConfig resolve_train_config(const TrainConfig& cfg, int world_size,
-                                         std::vector<std::string> rank_classes = {});
+                                         std::vector<std::string> rank_classes = {},
+                                         const std::vector<std::string>& hosts = {});
 // --profile-steps "A:B" as (A, B), nullopt for ""; ConfigError naming the text otherwise.
 std::optional<std::pair<int64_t, int64_t>> parse_profile_steps(const std::string& text);
 

@@ -565,6 +565,15 @@ TEST_CASE("train config: --tp/--pp lists take the first layout that fits the wor
                     Contains("no layout of --tp 2,1 and --pp 2,1 fits a world of 5 ranks") &&
                         Contains("tp 2 x pp 2: the world of 5 ranks is not divisible by tp 2 x pp 2 = 4") &&
                         Contains("tp 1 x pp 1:") && Contains("12"));
+  // With the hosts known, a tp group across hosts moves on to the next size: two hosts of 2 ranks,
+  // --tp 4,2 --pp 1 takes tp 2 (tp 4 would span both).
+  TrainConfig h = cl.cfg;
+  h.tp_choices = {4, 2}, h.tp = 4, h.pp_choices.clear(), h.pp = 1, h.global_batch = 8;
+  const ResolvedTrainConfig rh = resolve_train_config(h, 4, {}, {"a", "a", "b", "b"});
+  CHECK(rh.explicit_cfg.tp == 2);
+  CHECK(resolve_train_config(h, 4).explicit_cfg.tp == 4);  // hosts unknown: the grid checks later
+  h.allow_tp_across_hosts = true;
+  CHECK(resolve_train_config(h, 4, {}, {"a", "a", "b", "b"}).explicit_cfg.tp == 4);
   // A size listed twice, or 0, is refused where it is given.
   TrainConfig c;
   CHECK_THROWS_WITH(apply_config_text(c, "[parallel]\ntp = [2, 2]\n", "r.toml"), Contains("r.toml:2") && Contains("listed twice"));

@@ -254,8 +254,11 @@ def simulate_elastic(job, train):
             if i == 0:  # the store's host binds the endpoint before the others look for it
                 expect(wait_for(lambda: listening(port), 30), f"{jname}: pod 0 hosts the rendezvous on port {port}")
         out = lambda i: open(procs[i][3]).read()
-        started = wait_for(lambda: any(re.search(r"iteration\s+6/", out(i)) for i in range(len(procs))), 90)
-        expect(started, f"{jname}: {len(procs)} pods trained to iteration 6")
+        def at_full_world(o):  # iteration 6 or later done by an attempt at world len(pods)
+            starts = [m.end() for m in re.finditer(rf"\(world {len(pods)}\); (?:resumed|no checkpoint)", o)]
+            return bool(starts) and any(int(m.group(1)) >= 6 for m in re.finditer(r"iteration\s+(\d+)/", o[starts[-1]:]))
+        started = wait_for(lambda: any(at_full_world(out(i)) for i in range(len(procs))), 90)
+        expect(started, f"{jname}: {len(procs)} pods trained to iteration 6 together")
         victim = procs[-1]
         os.killpg(victim[2].pid, signal.SIGKILL)
         victim[2].wait(timeout=30)
@@ -269,8 +272,11 @@ def simulate_elastic(job, train):
             expect(rc == 0, f"{jname}: pod {pod} finished after the loss (rc {rc})")
         outs = [out(i) for i in range(len(procs) - 1)]
         run_id = pods[0][1]["PET_RDZV_ID"]
-        first = [o for o in outs if f"elastic: attempt 1 of run '{run_id}'" in o and f"(world {len(pods)})" in o]
-        expect(len(first) == 1, f"{jname}: rank 0 started attempt 1 of run '{run_id}' at world {len(pods)}")
+        # Attempt 1 is at world 4, or 3 when a pod came after the first rendezvous's last call
+        # (then it joined in attempt 2, a restart that torchrun does not count).
+        first = [m.group(0) for o in outs + [out(len(procs) - 1)]
+                 for m in re.finditer(r"elastic: attempt 1 of run '" + re.escape(run_id) + r"' [^\n\"]*", o)]
+        expect(len(first) == 1, f"{jname}: rank 0 started attempt 1 of run '{run_id}': {first}")
         line = re.compile(r"elastic: attempt \d+ of run '" + re.escape(run_id) + r"' \(restart \d+ of \d+\): [^(]*\(world "
                           f"{len(pods)}" r"\) -> ([^(]*)\(world " f"{len(pods) - 1}" r"\); resumed from iteration (\d+)")
         hits = [m for o in outs for m in line.finditer(o)]

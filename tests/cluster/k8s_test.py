@@ -110,13 +110,14 @@ def hosts_file(tmp, fqdns):
             f.write(f"127.0.0.1 {h} {h.split('.')[0]}\n")
     return hosts
 
-def start_pod(pod, env, hosts, argv, stdout=subprocess.PIPE):
+def start_pod(pod, env, hosts, argv, stdout=subprocess.PIPE, cwd=None):
     """argv as pod `pod`: its own UTS and mount namespaces (host name, /etc/hosts) and its own
     process group (the whole pod can be killed at once)."""
     full = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "OMP_NUM_THREADS": "1", **env}
     cmd = ["unshare", "--mount", "--uts", "sh", "-c",
            f'mount --bind "{hosts}" /etc/hosts && hostname "{pod}" && exec "$0" "$@"'] + argv
-    return subprocess.Popen(cmd, env=full, stdout=stdout, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    return subprocess.Popen(cmd, env=full, stdout=stdout, stderr=subprocess.STDOUT, text=True, start_new_session=True,
+                            cwd=cwd)
 
 def simulate(job, cmd=None):
     """Runs cmd (default: bootstrap_check) in every pod; returns rank 0's output."""
@@ -250,7 +251,9 @@ def simulate_elastic(job, train):
             env.update(PET_NPROC_PER_NODE="1", PET_RDZV_ENDPOINT=f"{host}:{port}", PET_RDZV_CONF="last_call_timeout=1",
                        TRIAX_FAULT="0:1:slow:150", OPENBLAS_NUM_THREADS="1")
             log = open(os.path.join(tmp, f"{pod}.log"), "w")
-            procs.append((pod, env, start_pod(pod, env, hosts, argv, stdout=log), log.name))
+            # Its own working directory: the flight recorder files of the ranks that saw the loss.
+            wd = os.path.join(tmp, "wd", pod); os.makedirs(wd)
+            procs.append((pod, env, start_pod(pod, env, hosts, argv, stdout=log, cwd=wd), log.name))
             if i == 0:  # the store's host binds the endpoint before the others look for it
                 expect(wait_for(lambda: listening(port), 30), f"{jname}: pod 0 hosts the rendezvous on port {port}")
         out = lambda i: open(procs[i][3]).read()

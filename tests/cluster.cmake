@@ -45,11 +45,12 @@ endif()
 
 # Kubernetes/Volcano manifests: fields, and the pods simulated as local processes with the
 # environment Volcano's plugins give them (own UTS and mount namespaces for host name and DNS).
-# With Gloo and train_gpt, the pods of the Volcano job also train (losses == mpirun's).
+# With Gloo and train_gpt, the pods of the Volcano job also train (losses == mpirun's), and the
+# elastic job's pods run torchrun and lose one pod mid-training (skipped without torchrun).
 set(_k8s_train)
 if(TRIAX_HAVE_GLOO AND TRIAX_WITH_MPI AND TRIAX_BUILD_EXAMPLES)
   set(_k8s_train $<TARGET_FILE:train_gpt> ${MPIEXEC_EXECUTABLE})
 endif()
-triax_add_cluster_test(k8s_volcano 300
+triax_add_cluster_test(k8s_volcano 480
   COMMAND python3 ${_src}/k8s_test.py $<TARGET_FILE:bootstrap_check> ${PROJECT_SOURCE_DIR} ${_k8s_train}
   PROPERTIES SKIP_RETURN_CODE 77)

@@ -12,7 +12,7 @@ if(TRIAX_HAVE_GLOO AND TRIAX_BUILD_EXAMPLES)
     set(_el_python ${TRIAX_ELASTIC_PYTHON})
   endif()
   if(_el_python)
-    # scenario:timeout (s); measured on 2 cores: node_loss ~60 s, faults ~75 s, join ~40 s, errors ~5 s
+    # scenario:timeout (s); measured on 2 shared cores: node_loss 30-35 s, faults 45-60 s, join 25-30 s, errors 5 s
     foreach(entry node_loss:300 faults:300 join:300 errors:120)
       string(REPLACE ":" ";" pair ${entry})
       list(GET pair 0 scenario)

@@ -147,11 +147,13 @@ int main(int argc, char** argv) {
     boot = triax::Bootstrap::create();
     // Without mpirun (TCP rendezvous) a dead rank is named by the peer watch (docs/FAULTS.md).
     boot->watch_peers([](const std::string& msg) {
+      // First wins: a rank whose own call already failed may exit here before its main thread
+      // reaches the handler that would note it, and the next attempt's line would lack the cause.
+      triax::elastic_note_interruption("peer failure: " + msg);
       // A rank whose own call already failed or timed out is reporting that (its main thread may
       // still be unwinding through the communicators' destructors).
       if (!g_ending.exchange(true) && !triax::flight_recorder_saw_failure()) {
         triax::dump_flight_recorder("peer failure: " + msg);  // every rank dumps, not only the failing one
-        triax::elastic_note_interruption("peer failure: " + msg);
         std::fprintf(stderr, "%s: communication error: %s\n", kProgram, msg.c_str());
         std::fflush(stderr);
       }

@@ -15,6 +15,7 @@
 #include <cmath>
 #include <csignal>
 #include <cstdio>
+#include <exception>
 #include <ctime>
 #include <filesystem>
 #include <fstream>
@@ -279,6 +280,9 @@ ElasticRun::ElasticRun(ElasticLaunch launch, std::string save_dir, Communicator&
 }
 
 ElasticRun::~ElasticRun() {
+  // Unwinding for an error: the worker's handler notes the interruption after this object is gone
+  // (train_gpt's catch), so the record keeps pointing at --save/elastic.
+  if (std::uncaught_exceptions() > 0) return;
   std::lock_guard lock(exit_record().mu);
   exit_record().dir.clear();
 }

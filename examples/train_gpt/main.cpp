@@ -271,10 +271,11 @@ int main(int argc, char** argv) {
         summary->set_checkpoint((std::filesystem::path(c.save) / triax::checkpoint_dir_name(it)).string());
       if (stop) {
         stopped = true;
-        const std::string why = fmt::format("{}: the state of iteration {} was saved, the run stopped early",
-                                            triax::stop_signal_received() == SIGTERM ? "SIGTERM"
-                                            : triax::stop_signal_received() == SIGUSR1 ? "SIGUSR1"
-                                                                                       : "another rank's stop signal",
+        // The signal any rank received (the all-reduced one), and whether this rank got it itself.
+        const int sig = checkpoints.stop_signal();
+        const std::string why = fmt::format("{}{}: the state of iteration {} was saved, the run stopped early",
+                                            sig == SIGUSR1 ? "SIGUSR1" : "SIGTERM",
+                                            triax::stop_signal_received() ? "" : " (received by another rank)",
                                             trainer.iteration());
         summary->set_exit_reason(why);
         if (elastic) triax::elastic_note_interruption(why);

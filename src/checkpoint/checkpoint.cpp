@@ -430,6 +430,7 @@ bool Checkpointer::after_iteration() {
   const double sig = flags[0];
   const int64_t it = t_.iteration();
   const bool stop = sig > 0 && it < cfg.train_iters;
+  if (stop) stop_signal_ = static_cast<int>(sig);
   if (stop || it >= cfg.train_iters || (cfg.save_interval > 0 && it % cfg.save_interval == 0) || flags[1] > 0) save();
   if (stop) {
     finish();

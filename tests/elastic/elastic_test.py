@@ -22,6 +22,7 @@ import os
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -56,7 +57,6 @@ def skip_unless_torchrun():
 
 
 def free_port():
-    import socket
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
@@ -123,16 +123,17 @@ def wait_exit(p, seconds, what):
         raise Failed(f"{what} did not end within {seconds:.0f} s (killed)")
 
 
-def wait_for(p, pattern, seconds, what):
-    """Polls p's log until pattern matches; returns (match, monotonic time first seen)."""
+def wait_for(p, pattern, seconds, what, since=0):
+    """Polls p's log (from character `since` on) until pattern matches; returns (match, monotonic
+    time first seen)."""
     deadline = time.monotonic() + seconds
     rx = re.compile(pattern, re.M)
     while time.monotonic() < deadline:
-        m = rx.search(read(p.log_path))
+        m = rx.search(read(p.log_path)[since:])
         if m:
             return m, time.monotonic()
         if p.poll() is not None:
-            m = rx.search(read(p.log_path))
+            m = rx.search(read(p.log_path)[since:])
             if m:
                 return m, time.monotonic()
             show(p.log_path)
@@ -204,6 +205,21 @@ def compare_losses(got, want, first, what):
                 f"(largest relative difference {worst:.2e} <= {LOSS_RTOL})")
 
 
+def wait_listening(agent, port, timeout_s=60):
+    """Every agent of a loopback c10d rendezvous tries to host its store; the first to bind the port
+    does. Waits until `agent` (started first) holds it, so that the others connect to it and the
+    agent the test kills is never the store's host."""
+    end = time.monotonic() + timeout_s
+    while time.monotonic() < end:
+        if agent.poll() is not None:
+            check(False, f"the first agent ended (rc {agent.poll()}) before its c10d store listened")
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.05)
+    check(False, f"the first agent's c10d store did not listen on port {port} within {timeout_s} s")
+
+
 # ---------------------------------------------------------------------------------------------
 def node_loss(tmp, train_gpt, launch_local):
     ck = os.path.join(tmp, "ck")
@@ -211,17 +227,24 @@ def node_loss(tmp, train_gpt, launch_local):
     args = ["--tp", "2,1", "--train-iters", "24", "--global-batch-size", "8", "--micro-batch-size", "2",
             "--seed", "3", "--save", ck, "--load", ck, "--save-interval", str(save_interval), "--keep-last", "0"] + TINY
     env = base_env({"PET_NNODES": "1:2", "TRIAX_FAULT": "0:1:slow:250"})
-    cmd = torchrun_cmd(free_port(), "nodeloss", 2, 3, [train_gpt] + args)
+    port = free_port()
+    cmd = torchrun_cmd(port, "nodeloss", 2, 3, [train_gpt] + args)
     t0 = time.monotonic()
     a = start(cmd, os.path.join(tmp, "a.log"), env)  # hosts the c10d store: never killed
-    time.sleep(0.5)
+    wait_listening(a, port)
     b = start(cmd, os.path.join(tmp, "b.log"), env)
-    wait_for(a, r"^\s*iteration\s+6/", 120, "agent A (world 4)")
+    # A may first train alone (--nnodes 1:2) until B joins: wait for an attempt at world 4, then for
+    # three of its iterations.
+    m4, _ = wait_for(a, r"^elastic: attempt \d+ .*\(world 4\); ", 120, "an attempt at world 4")
+    since = read(a.log_path).find(m4.group(0))
+    wait_for(a, r"^\s*iteration\s+\d+/(?:.*\n)+?\s*iteration\s+\d+/(?:.*\n)+?\s*iteration\s+\d+/", 120,
+             "three iterations at world 4", since)
     kill_group(b)
     killed = time.monotonic()
+    at_kill = len(read(a.log_path))
     b.wait(timeout=10)
     print(f"SIGKILL to agent B's process group at {killed - t0:.1f} s", flush=True)
-    m, seen = wait_for(a, RECOVERY_RE.pattern, 120, "agent A's recovery line")
+    m, seen = wait_for(a, RECOVERY_RE.pattern, 120, "agent A's recovery line after the kill", at_kill)
     rc = wait_exit(a, 120, "agent A")
     text = read(a.log_path)
     if rc != 0:
@@ -328,9 +351,10 @@ def join(tmp, train_gpt, launch_local):
     args = ["--train-iters", "40", "--global-batch-size", "12", "--micro-batch-size", "2", "--seed", "3",
             "--save", ck, "--load", ck, "--save-interval", "5", "--keep-last", "0"] + TINY
     env = base_env({"PET_NNODES": "2:3", "TRIAX_FAULT": "0:1:slow:250"})
-    cmd = torchrun_cmd(free_port(), "join", 1, 0, [train_gpt] + args)
+    port = free_port()
+    cmd = torchrun_cmd(port, "join", 1, 0, [train_gpt] + args)
     a = start(cmd, os.path.join(tmp, "a.log"), env)
-    time.sleep(0.5)
+    wait_listening(a, port)
     b = start(cmd, os.path.join(tmp, "b.log"), env)
     wait_for(a, r"^\s*iteration\s+6/", 120, "agents A and B (world 2)")
     c = start(cmd, os.path.join(tmp, "c.log"), env)
@@ -352,7 +376,7 @@ def join(tmp, train_gpt, launch_local):
     check(lm is not None, "the elastic line says restart 0 of 0 (a join), dp 2 (world 2) -> dp 3 (world 3), lost 0")
     # the first rank to note the stop wins: its own agent's SIGTERM, or the stop that another rank's
     # signal started (the agents restart their groups at their own monitor ticks, up to 1 s apart)
-    check(re.search(r"ended at .*: (SIGTERM|another rank's stop signal): the state of iteration \d+ was saved",
+    check(re.search(r"ended at .*: SIGTERM( \(received by another rank\))?: the state of iteration \d+ was saved",
                     line) is not None, "attempt 1 ended with the agents' SIGTERM and a save")
     resumed = int(lm.group(1))
     rec = RECOVERY_RE.search(text)

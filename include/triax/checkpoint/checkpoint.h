@@ -57,6 +57,9 @@ class Checkpointer {
   bool after_iteration();
 
   const SaveStats& last_save() const { return last_; }
+  // The stop signal after_iteration acted on: the largest any rank received (0: none yet). A rank
+  // that got none itself still knows which one stopped the run.
+  int stop_signal() const { return stop_signal_; }
 
   // Rank 0: called with the unix time of every checkpoint it commits (on the writer thread, so it
   // must be thread-safe), and at once with the commit time of the checkpoint resume() loaded:
@@ -78,6 +81,7 @@ class Checkpointer {
   SaveStats last_;
   std::function<void(double)> on_commit_;
   std::function<void(int64_t)> on_save_start_;
+  int stop_signal_ = 0;
   std::chrono::steady_clock::time_point last_save_time_;  // construction or the last save() (--save-interval-minutes)
   double loaded_commit_unix_s_ = 0;  // the resumed checkpoint's manifest time (rank 0)
   // For pruning (rank 0): the checkpoint this run resumed from (never pruned by it), and those

@@ -51,7 +51,7 @@ groups=()
 cleanup() {
   local g
   for g in "${groups[@]}"; do kill -KILL -- "-$g" 2>/dev/null || true; done
-  if [[ -n $keep ]]; then mkdir -p "$keep" && cp -r "$tmp"/*.log "$tmp"/rows.tsv "$keep"/ 2>/dev/null || true; fi
+  if [[ -n $keep ]]; then mkdir -p "$keep"; cp "$tmp"/*.log "$tmp"/rows.tsv "$keep"/ 2>/dev/null || true; fi
   rm -rf "$tmp"
 }
 trap cleanup EXIT
@@ -132,7 +132,7 @@ run_case() {  # MODEL[:SEQ] SCENARIO
   port=$("$py" "$here/../tests/cluster/free_ports.py" 1)
   local args=(--model "$model" --tp "$tp" ${seq:+--seq-length "$seq"} --global-batch-size 4 --micro-batch-size 1
               --train-iters 1000 --save "$dir/ck" --load "$dir/ck" --save-interval "$save_every" --seed 3)
-  export MTTR_EXE=$exe MTTR_FAULT= MTTR_FAULT_RANK=$fault_rank MTTR_FAULT_TIME=$dir/fault_time
+  export MTTR_EXE=$exe MTTR_FAULT="" MTTR_FAULT_RANK=$fault_rank MTTR_FAULT_TIME=$dir/fault_time
   if [[ $scen == fault ]]; then
     fault_it=$((save_every + kill_after + 1))
     MTTR_FAULT=$fault_rank:$fault_it:kill

@@ -479,6 +479,18 @@ class CheckpointReader {
       if (static_cast<int>(k % static_cast<size_t>(nranks)) == rank) bytes(man_.files[k].name);
   }
 
+  // This rank's shard (tp rank tr of tp) of tensor `name` when the checkpoint holds it at the same
+  // tp and full shape: only the slices of old tp rank tr are read, not every rank's (a resume at
+  // the same tp reads 1/tp of the tensors). nullopt when the layouts differ: full() and cut it.
+  std::optional<std::vector<float>> same_tp_shard(const std::string& name, StateKind kind,
+                                                  const std::vector<int64_t>& want, TpSplit split, int tr, int tp) {
+    auto it = index_.find({name, static_cast<int>(kind)});
+    if (it == index_.end()) return std::nullopt;  // full() says what is missing
+    const CheckpointSlice& s0 = *it->second.front();
+    if (s0.split != split || s0.full_shape != want || (split != TpSplit::none && s0.tp_size != tp)) return std::nullopt;
+    return old_shard(it->second, split == TpSplit::none ? 0 : tr, name);
+  }
+
   // The tensor `name` of `kind` at its full shape `want` (assembled from the slices of every old
   // tp rank, which the manifest's structure check proved to cover each element once; the padded
   // vocabulary rows may differ in number).
@@ -493,16 +505,10 @@ class CheckpointReader {
                            "incompatible layout or another model", dir_, name);
     const auto& old = s0.full_shape;
     const int old_tp = s0.tp_size;
-    const size_t local_n = static_cast<size_t>(numel_of(shard_shape(old, split, old_tp, name)));
     std::vector<float> full(static_cast<size_t>(numel_of(old)));
     const int ranks = split == TpSplit::none ? 1 : old_tp;
     for (int r = 0; r < ranks; ++r) {
-      std::vector<float> local(local_n);
-      for (const auto* s : it->second) {
-        if (s->tp_rank != r) continue;
-        const auto vals = checkpoint_slice_values(bytes(s->file), *s);
-        std::copy(vals.begin(), vals.end(), local.begin() + s->begin);
-      }
+      std::vector<float> local = old_shard(it->second, r, name);
       if (split == TpSplit::none) full = std::move(local);
       else place_shard(local, full, old, split, r, old_tp);
     }
@@ -521,6 +527,18 @@ class CheckpointReader {
   }
 
  private:
+  // Old tp rank r's shard of a tensor, from its slices (which the manifest's structure check proved
+  // to cover each element once).
+  std::vector<float> old_shard(const std::vector<const CheckpointSlice*>& slices, int r, const std::string& name) {
+    const CheckpointSlice& s0 = *slices.front();
+    std::vector<float> local(static_cast<size_t>(numel_of(shard_shape(s0.full_shape, s0.split, s0.tp_size, name))));
+    for (const auto* s : slices) {
+      if (s->tp_rank != r) continue;
+      const auto vals = checkpoint_slice_values(bytes(s->file), *s);
+      std::copy(vals.begin(), vals.end(), local.begin() + s->begin);
+    }
+    return local;
+  }
   const std::vector<std::byte>& bytes(const std::string& file) {
     auto c = cache_.find(file);
     if (c != cache_.end()) return c->second;
@@ -554,6 +572,8 @@ Restored read_state(CheckpointReader& rd, Trainer& t, const std::string& dir) {
   for (size_t i = 0; i < store.size(); ++i) {
     const ParamInfo& info = store.info(i);
     auto local = [&](StateKind k) {
+      if (auto mine = rd.same_tp_shard(info.spec.name, k, info.spec.full_shape, info.spec.split, tr, tp))
+        return std::move(*mine);
       const auto full = rd.full(info.spec.name, k, info.spec.full_shape, info.spec.split);
       return shard_of(full, info.spec.full_shape, info.spec.split, tr, tp);
     };

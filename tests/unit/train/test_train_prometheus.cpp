@@ -115,6 +115,15 @@ TEST_CASE("metrics snapshot carries every exported value", "[prometheus]") {
   CHECK(value_of(t, "triax_rank_dp_exposed_seconds{rank=\"1\"}") == 0.001);
   CHECK(value_of(t, "triax_parallel_info{tp=\"1\",pp=\"1\",dp=\"2\",world=\"2\"}") == 1);
   CHECK(t.find("triax_validation_loss") == std::string::npos);  // no validation pass yet
+  // The elastic facts (docs/FAULTS.md): the world now, the most it may grow to, one node's worth;
+  // the attempt only for an elastic run.
+  s.world_max = 6, s.local_world = 2;
+  CHECK(value_of(s.render(), "triax_world_size") == 2);
+  CHECK(value_of(s.render(), "triax_world_size_max") == 6);
+  CHECK(value_of(s.render(), "triax_local_world_size") == 2);
+  CHECK(s.render().find("triax_elastic_attempt") == std::string::npos);
+  s.attempt = 3;
+  CHECK(value_of(s.render(), "triax_elastic_attempt") == 3);
   s.eval.iteration = 20;
   s.eval.loss = 2.5;
   s.eval.ppl = std::exp(2.5);

@@ -234,11 +234,11 @@ def node_loss(tmp, train_gpt, launch_local):
     wait_listening(a, port)
     b = start(cmd, os.path.join(tmp, "b.log"), env)
     # A may first train alone (--nnodes 1:2) until B joins: wait for an attempt at world 4, then for
-    # three of its iterations.
+    # an iteration of it at or past 6 (the save of iteration 4 is committed by then, so the restart
+    # resumes from a save of this run rather than from nothing).
     m4, _ = wait_for(a, r"^elastic: attempt \d+ .*\(world 4\); ", 120, "an attempt at world 4")
     since = read(a.log_path).find(m4.group(0))
-    wait_for(a, r"^\s*iteration\s+\d+/(?:.*\n)+?\s*iteration\s+\d+/(?:.*\n)+?\s*iteration\s+\d+/", 120,
-             "three iterations at world 4", since)
+    wait_for(a, r"^\s*iteration\s+(?:[6-9]|[1-9]\d)/", 120, "iteration 6 or later at world 4", since)
     kill_group(b)
     killed = time.monotonic()
     at_kill = len(read(a.log_path))
@@ -256,7 +256,8 @@ def node_loss(tmp, train_gpt, launch_local):
                    r"lost (\d+) iterations?", line)
     check(lm is not None, "the elastic line says world 4 -> tp 2 x pp 1 x dp 1 (world 2) and the work lost")
     resumed, lost = int(lm.group(1)), int(lm.group(2))
-    check(resumed > 0 and resumed % save_interval == 0, f"resumed from a periodic save (iteration {resumed})")
+    # a periodic save, or the save of the SIGTERM with which the agents admitted B (A may train alone first)
+    check(resumed > 0, f"resumed from a save of this run (iteration {resumed})")
     check(lost <= save_interval, f"lost {lost} iterations <= --save-interval {save_interval}")
     reported, measured = float(m.group(1)), seen - killed
     print(m.group(0))

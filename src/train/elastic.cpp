@@ -26,16 +26,13 @@
 #include "triax/core/error.h"
 #include "triax/core/log.h"
 #include "triax/io/atomic_file.h"
+#include "triax/train/metrics_exporter.h"  // unix_now_s
 
 namespace triax {
 
 namespace fs = std::filesystem;
 
 namespace {
-
-double unix_now() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
 
 // What elastic_note_interruption needs on the way out, set at start-up (no environment reads and
 // no allocation-heavy work on a failure path).
@@ -262,7 +259,7 @@ ElasticRun::ElasticRun(ElasticLaunch launch, std::string save_dir, Communicator&
   state_.attempt = start_.attempt;
   state_.world = world.size();
   state_.layout = std::move(layout);
-  state_.attempt_start_unix_s = unix_now();
+  state_.attempt_start_unix_s = unix_now_s();
   if (prev_ && prev_->run_id == launch_.run_id) state_.saves = prev_->saves;
   first_iteration_start_unix_s_ = state_.attempt_start_unix_s;
   {
@@ -301,7 +298,7 @@ void ElasticRun::write_state() {
 
 std::string ElasticRun::iteration_done(int64_t iteration) {
   if (!root_) return {};
-  const double now = unix_now();
+  const double now = unix_now_s();
   ++iterations_;
   state_.iteration = iteration;
   state_.iteration_unix_s = now;
@@ -325,7 +322,7 @@ std::string ElasticRun::iteration_done(int64_t iteration) {
 
 void ElasticRun::save_started(int64_t iteration) {
   if (!root_) return;
-  state_.saves.emplace_back(iteration, unix_now());
+  state_.saves.emplace_back(iteration, unix_now_s());
   if (state_.saves.size() > 16) state_.saves.erase(state_.saves.begin());
 }
 
@@ -335,7 +332,7 @@ void elastic_note_interruption(std::string_view what) noexcept {
     std::lock_guard lock(r.mu);
     if (r.written) return;
     r.written = true;
-    const double now = unix_now();
+    const double now = unix_now_s();
     if (!r.dir.empty())
       write_first(interruption_path(r.dir, r.attempt),
                   nlohmann::json{{"attempt", r.attempt}, {"rank", r.rank}, {"unix_s", now}, {"what", what}}.dump() + "\n");

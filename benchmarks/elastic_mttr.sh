@@ -185,6 +185,14 @@ ends = [json.load(open(p))["unix_s"] for p in glob.glob(f"{d}/ck/elastic/interru
 notice = min((e for e in ends if e > t0 - 5), default=float("nan")) - t0
 lost_it = int(num(r"lost (\d+) iteration", att))
 lost_s = num(r"iterations? \((?:about )?([\d.]+) s of", att)
+# Correctness beside the timing: the first iteration after the restart must log the loss that
+# iteration had in attempt 1 (the same samples and state, at any layout; 1e-5 relative).
+loss_re = re.compile(r" iteration +(\d+)/.*lm loss: ([0-9.E+-]+)")
+m_new = loss_re.search(first_it or "")
+old_loss = next((float(m.group(2)) for t, x in lines if t < t0 and (m := loss_re.search(x))
+                 and m_new and m.group(1) == m_new.group(1)), None)
+same = (m_new is not None and old_loss is not None
+        and abs(float(m_new.group(2)) - old_loss) <= 1e-5 * max(abs(old_loss), 1e-30))
 f1 = lambda v: f"{v:.1f}"
 f2 = lambda v: f"{v:.2f}"
 row = dict(
@@ -199,7 +207,8 @@ row = dict(
     blocked=f2(num(r"training blocked ([\d.]+) ms", saved) / 1e3),
     commit=f2(num(r"committed ([\d.]+) ms", saved) / 1e3),
     load=f2(num(r"in ([\d.]+) ms [(]", loaded) / 1e3),
-    wall=wall)
+    wall=wall,
+    same_loss=("yes" if same else "NO") + f" ({m_new.group(2) if m_new else '?'} vs {old_loss})")
 print("\t".join(str(v) for v in row.values()))
 for name, x in (("attempt", att), ("resumed", resumed)):
     print(f"#{model}/{scen} {name}: {x}", file=sys.stderr)
@@ -222,7 +231,7 @@ done
 import sys
 head = ["model", "fault", "world", "killed after it", "resumed from", "lost (worker's line)", "MTTR (script clock) s",
         "end noticed s", "worker: total s", "agents+rdzv s", "start-up+resume s", "first iteration s",
-        "steady iteration s", "checkpoint MiB", "save blocked s", "save committed s", "load s", "case wall s"]
+        "steady iteration s", "checkpoint MiB", "save blocked s", "save committed s", "load s", "case wall s", "loss after = attempt 1's"]
 print("| " + " | ".join(head) + " |")
 print("|" + "---|" * len(head))
 for l in open(sys.argv[1]):
@@ -235,3 +244,6 @@ echo "iteration line of the new attempt on this script's clock. end noticed: the
 echo "attempt's end (ck/elastic/interrupted.N.json) after the kill. worker: rank 0's 'elastic: training"
 echo "resumed' line, measured from that record: agents noticing + stopping + rendezvous, start-up (process"
 echo "start to the first iteration's start: model init, Gloo, checkpoint load), the first iteration."
+echo "loss after = attempt 1's: the first iteration after the restart logs the loss that iteration had before"
+echo "the fault (1e-5 relative); a NO (or a failed case) makes this script exit 1."
+if grep -qP '\tNO \(|\tFAILED: ' "$tmp/rows.tsv"; then exit 1; fi

@@ -17,7 +17,7 @@ LAYERS = [
     ["distributed"],                   # bootstrap, communicators, grid, failure reports
     ["backend"],                       # the Backend seam and the CPU backends
     ["cuda"],                          # the CUDA pieces behind the seam (and kernels/)
-    ["params"],                        # the parameter store (on a Backend)
+    ["params", "forecast"],            # the parameter store (on a Backend); the load forecaster's LSTM
     ["parallel", "data"],              # TP mappings; datasets and sample order
     ["model"],                         # GPT layers, MoE, weight files, the Stage interface
     ["pipeline"],                      # schedules and the executor (runs any Stage)

@@ -23,6 +23,7 @@
 #include "triax/ops/rmsnorm.h"
 #include "triax/ops/rope.h"
 #include "triax/ops/softmax_xent.h"
+#include "triax/ops/lstm.h"
 #include "triax/ops/swiglu.h"
 #include "triax/ops/adamw.h"
 #include "triax/tensor/allocator.h"
@@ -483,6 +484,42 @@ void CpuBackend::swiglu_backward(const Tensor& dh, const Tensor& dout, const Ten
     using R = decltype(r);
     ops::swiglu_backward(ptr<R>(dh, op, "dh"), static_cast<const R*>(ptr<R>(dout, op, "dout")),
                          static_cast<const R*>(ptr<R>(h, op, "h")), N, F);
+  });
+}
+
+void CpuBackend::lstm_cell_forward(const Tensor& h, const Tensor& c, const Tensor& gates, const Tensor& c_prev, int B,
+                                   int H) {
+  const char* op = "lstm_cell_forward";
+  if (B <= 0 || H <= 0) TRIAX_THROW(ConfigError, "backend {}: B={} and H={} must be positive", op, B, H);
+  need(h, op, "h", int64_t{B} * H);
+  need(c, op, "c", int64_t{B} * H);
+  need(gates, op, "gates", int64_t{B} * 4 * H);
+  need(c_prev, op, "c_prev", int64_t{B} * H);
+  auto a = open({&h, &c, &gates, &c_prev});
+  by_real(gates.dtype(), op, [&](auto r) {
+    using R = decltype(r);
+    ops::lstm_cell_forward(ptr<R>(h, op, "h"), ptr<R>(c, op, "c"), ptr<R>(gates, op, "gates"),
+                           static_cast<const R*>(ptr<R>(c_prev, op, "c_prev")), B, H);
+  });
+}
+
+void CpuBackend::lstm_cell_backward(const Tensor& dgates, const Tensor& dc, const Tensor& dh, const Tensor& gates,
+                                    const Tensor& c, const Tensor& c_prev, int B, int H) {
+  const char* op = "lstm_cell_backward";
+  if (B <= 0 || H <= 0) TRIAX_THROW(ConfigError, "backend {}: B={} and H={} must be positive", op, B, H);
+  need(dgates, op, "dgates", int64_t{B} * 4 * H);
+  need(dc, op, "dc", int64_t{B} * H);
+  need(dh, op, "dh", int64_t{B} * H);
+  need(gates, op, "gates", int64_t{B} * 4 * H);
+  need(c, op, "c", int64_t{B} * H);
+  need(c_prev, op, "c_prev", int64_t{B} * H);
+  auto a = open({&dgates, &dc, &dh, &gates, &c, &c_prev});
+  by_real(gates.dtype(), op, [&](auto r) {
+    using R = decltype(r);
+    ops::lstm_cell_backward(ptr<R>(dgates, op, "dgates"), ptr<R>(dc, op, "dc"),
+                            static_cast<const R*>(ptr<R>(dh, op, "dh")), static_cast<const R*>(ptr<R>(gates, op, "gates")),
+                            static_cast<const R*>(ptr<R>(c, op, "c")), static_cast<const R*>(ptr<R>(c_prev, op, "c_prev")),
+                            B, H);
   });
 }
 

@@ -170,6 +170,20 @@ class EmulatedBackend final : public Backend {
     run("swiglu_forward", {{out, Cls::act, "out", true}, {h, Cls::act, "h", false}},
         [&](auto& v) { cpu_->swiglu_forward(v[0], v[1], N, F); });
   }
+  void lstm_cell_forward(const Tensor& h, const Tensor& c, const Tensor& gates, const Tensor& c_prev, int B,
+                         int H) override {
+    run("lstm_cell_forward",
+        {{h, Cls::act, "h", true}, {c, Cls::act, "c", true}, {gates, Cls::act, "gates", true},
+         {c_prev, Cls::act, "c_prev", false}},
+        [&](auto& v) { cpu_->lstm_cell_forward(v[0], v[1], v[2], v[3], B, H); });
+  }
+  void lstm_cell_backward(const Tensor& dgates, const Tensor& dc, const Tensor& dh, const Tensor& gates,
+                          const Tensor& c, const Tensor& c_prev, int B, int H) override {
+    run("lstm_cell_backward",
+        {{dgates, Cls::act, "dgates", true}, {dc, Cls::act, "dc", true}, {dh, Cls::act, "dh", false},
+         {gates, Cls::act, "gates", false}, {c, Cls::act, "c", false}, {c_prev, Cls::act, "c_prev", false}},
+        [&](auto& v) { cpu_->lstm_cell_backward(v[0], v[1], v[2], v[3], v[4], v[5], B, H); });
+  }
   void swiglu_backward(const Tensor& dh, const Tensor& dout, const Tensor& h, int N, int F) override {
     run("swiglu_backward", {{dh, Cls::act, "dh", true}, {dout, Cls::act, "dout", false}, {h, Cls::act, "h", false}},
         [&](auto& v) { cpu_->swiglu_backward(v[0], v[1], v[2], N, F); });

@@ -20,6 +20,7 @@
 #include "triax/cuda/rmsnorm.h"
 #include "triax/cuda/rope.h"
 #include "triax/cuda/softmax_xent.h"
+#include "triax/cuda/lstm.h"
 #include "triax/cuda/swiglu.h"
 #include "triax/ops/layernorm.h"
 
@@ -549,6 +550,43 @@ void CudaBackend::swiglu_backward(const Tensor& dh, const Tensor& dout, const Te
     using R = decltype(r);
     cuda::swiglu_backward(ptr<R>(dh, op, "dh"), static_cast<const R*>(ptr<R>(dout, op, "dout")),
                           static_cast<const R*>(ptr<R>(h, op, "h")), N, F, stream_);
+  });
+}
+
+void CudaBackend::lstm_cell_forward(const Tensor& h, const Tensor& c, const Tensor& gates, const Tensor& c_prev,
+                                    int B, int H) {
+  const char* op = "lstm_cell_forward";
+  if (B <= 0 || H <= 0) TRIAX_THROW(ConfigError, "backend {}: B={} and H={} must be positive", op, B, H);
+  need(h, op, "h", int64_t{B} * H);
+  need(c, op, "c", int64_t{B} * H);
+  need(gates, op, "gates", int64_t{B} * 4 * H);
+  need(c_prev, op, "c_prev", int64_t{B} * H);
+  use_device();
+  by_act(gates.dtype(), op, [&](auto r) {
+    using R = decltype(r);
+    cuda::lstm_cell_forward(ptr<R>(h, op, "h"), ptr<R>(c, op, "c"), ptr<R>(gates, op, "gates"),
+                            static_cast<const R*>(ptr<R>(c_prev, op, "c_prev")), B, H, stream_);
+  });
+}
+
+void CudaBackend::lstm_cell_backward(const Tensor& dgates, const Tensor& dc, const Tensor& dh, const Tensor& gates,
+                                     const Tensor& c, const Tensor& c_prev, int B, int H) {
+  const char* op = "lstm_cell_backward";
+  if (B <= 0 || H <= 0) TRIAX_THROW(ConfigError, "backend {}: B={} and H={} must be positive", op, B, H);
+  need(dgates, op, "dgates", int64_t{B} * 4 * H);
+  need(dc, op, "dc", int64_t{B} * H);
+  need(dh, op, "dh", int64_t{B} * H);
+  need(gates, op, "gates", int64_t{B} * 4 * H);
+  need(c, op, "c", int64_t{B} * H);
+  need(c_prev, op, "c_prev", int64_t{B} * H);
+  use_device();
+  by_act(gates.dtype(), op, [&](auto r) {
+    using R = decltype(r);
+    cuda::lstm_cell_backward(ptr<R>(dgates, op, "dgates"), ptr<R>(dc, op, "dc"),
+                             static_cast<const R*>(ptr<R>(dh, op, "dh")),
+                             static_cast<const R*>(ptr<R>(gates, op, "gates")),
+                             static_cast<const R*>(ptr<R>(c, op, "c")),
+                             static_cast<const R*>(ptr<R>(c_prev, op, "c_prev")), B, H, stream_);
   });
 }
 

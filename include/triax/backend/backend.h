@@ -167,6 +167,20 @@ class Backend {
   virtual void xent_shard_backward(const Tensor& dlogits, const Tensor& logits, const Tensor& lse,
                                    const Tensor& targets, double dloss, int N, int Vs, int v0, int valid) = 0;
 
+  // ---- recurrent cell (forecast/lstm.h): PyTorch's nn.LSTM cell, gates in the order i, f, g, o.
+  // gates (B, 4H), row b = [i (H) | f (H) | g (H) | o (H)], holds the pre-activations
+  // x W_ih^T + b_ih + h_prev W_hh^T + b_hh on entry and the activations [sigmoid(i) | sigmoid(f) |
+  // tanh(g) | sigmoid(o)] on return (saved for the backward); c (B, H) = f * c_prev + i * g and
+  // h (B, H) = o * tanh(c) are written. c_prev (B, H) may alias c; h may not alias gates.
+  virtual void lstm_cell_forward(const Tensor& h, const Tensor& c, const Tensor& gates, const Tensor& c_prev, int B,
+                                 int H) = 0;
+  // Its backward through one step: dh (B, H) is the gradient of h; dc (B, H) holds on entry the
+  // gradient carried into c from the step after and on return the gradient of c_prev; dgates
+  // (B, 4H) is written with the gradient of the pre-activations. gates, c and c_prev are the
+  // forward's (gates activated).
+  virtual void lstm_cell_backward(const Tensor& dgates, const Tensor& dc, const Tensor& dh, const Tensor& gates,
+                                  const Tensor& c, const Tensor& c_prev, int B, int H) = 0;
+
   // ---- reductions that end on the host (one small read-back each).
   virtual double sum(const Tensor& x) = 0;  // in double, fixed order
   // acc (f64, n) [index] += sum of squares of x, in double: the pieces of a gradient norm gathered

@@ -55,6 +55,10 @@ class CpuBackend : public Backend {
                         const Tensor& rstd, int N, int C, ops::GradMode dinp_mode) override;
   void swiglu_forward(const Tensor& out, const Tensor& h, int N, int F) override;
   void swiglu_backward(const Tensor& dh, const Tensor& dout, const Tensor& h, int N, int F) override;
+  void lstm_cell_forward(const Tensor& h, const Tensor& c, const Tensor& gates, const Tensor& c_prev, int B,
+                         int H) override;
+  void lstm_cell_backward(const Tensor& dgates, const Tensor& dc, const Tensor& dh, const Tensor& gates,
+                          const Tensor& c, const Tensor& c_prev, int B, int H) override;
   void rope_forward(const Tensor& qkv, const Tensor& cos, const Tensor& sin, int B, int T, int NH, int NKV,
                     int HD) override;
   void rope_backward(const Tensor& dqkv, const Tensor& cos, const Tensor& sin, int B, int T, int NH, int NKV,

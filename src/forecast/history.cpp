@@ -110,7 +110,10 @@ void check_header(std::ifstream& in, const std::string& path) {
     TRIAX_THROW(ConfigError, "{}:1: the file is empty; expected the header '{}'", path, kHeader);
   const auto fields = split_trimmed(line);
   std::string joined;
-  for (size_t i = 0; i < fields.size(); ++i) joined += (i ? "," : "") + std::string(fields[i]);
+  for (size_t i = 0; i < fields.size(); ++i) {
+    if (i) joined += ',';
+    joined += fields[i];
+  }
   if (joined != kHeader)
     TRIAX_THROW(ConfigError, "{}:1: header '{}' is not the expected '{}'", path, trim(line), kHeader);
 }

@@ -284,7 +284,8 @@ void check_complete(const FeatureSeries& fs, const FeatureQuery& q) {
   }
 }
 
-FeatureSeries parse_query_range(const std::string& body, const FeatureQuery& q) {
+// (Unused where triax is built without cpp-httplib.)
+[[maybe_unused]] FeatureSeries parse_query_range(const std::string& body, const FeatureQuery& q) {
   const auto j = nlohmann::json::parse(body, nullptr, false);
   if (j.is_discarded() || !j.is_object() || !j.contains("data") || !j["data"].is_object())
     TRIAX_THROW(ConfigError, "Prometheus at {}: {}: the answer is not a query_range JSON object: {:.200}", q.src.url,

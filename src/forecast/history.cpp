@@ -291,11 +291,16 @@ void check_complete(const FeatureSeries& fs, const FeatureQuery& q) {
     TRIAX_THROW(ConfigError, "Prometheus at {}: {}: the answer is not a query_range JSON object: {:.200}", q.src.url,
                 q.what(), body);
   const auto& data = j["data"];
-  const std::string type = data.value("resultType", std::string("(none)"));
-  if (type != "matrix")
-    TRIAX_THROW(ConfigError, "Prometheus at {}: {}: resultType '{}', expected 'matrix'", q.src.url, q.what(), type);
+  const std::string type = data.contains("resultType") ? data["resultType"].dump() : "(none)";
+  if (type != "\"matrix\"")
+    TRIAX_THROW(ConfigError, "Prometheus at {}: {}: resultType {}, expected \"matrix\"", q.src.url, q.what(), type);
   FeatureSeries fs;
-  for (const auto& series : data.value("result", nlohmann::json::array())) add_series(fs, series, q);
+  try {  // a field of the wrong JSON type (a result that is no array, a series no object) throws here
+    for (const auto& series : data.value("result", nlohmann::json::array())) add_series(fs, series, q);
+  } catch (const nlohmann::json::exception& e) {
+    TRIAX_THROW(ConfigError, "Prometheus at {}: {}: malformed query_range answer ({}): {:.200}", q.src.url, q.what(),
+                e.what(), body);
+  }
   check_complete(fs, q);
   return fs;
 }

@@ -364,10 +364,26 @@ TEST_CASE("query_prometheus: one message per bad answer", "[forecast][prometheus
                if (f == 2) s.pop_back();
              })),
              Contains("the nodes differ between the features: 'n01' has compute but not latency"));
+  CHECK_THAT(prom_config_error(good_answer([](int f, std::vector<Series>& s) {
+               if (f == 0) s[0].metric = R"({"host":"n01","gpu":"1"})";  // not aggregated by host
+             })),
+             Contains("returned more than one series for node 'n01' (aggregate it by host)"));
+  CHECK_THAT(prom_config_error(good_answer([](int f, std::vector<Series>& s) {
+               if (f == 3) s[0].values[1].first += 60;
+             })),
+             Contains("node 'n02': sample at 1795615260 is not an hour of 2026-11-25T13:00:00Z .. 2026-11-25T15:00:00Z"));
   CHECK_THAT(prom_config_error([](const httplib::Request&, httplib::Response& res) {
                res.set_content(matrix({}, "vector"), "application/json");
              }),
-             Contains("resultType 'vector', expected 'matrix'"));
+             Contains("resultType \"vector\", expected \"matrix\""));
+  CHECK_THAT(prom_config_error([](const httplib::Request&, httplib::Response& res) {
+               res.set_content(R"({"status":"success","data":{"resultType":"matrix","result":["x"]}})", "application/json");
+             }),
+             Contains("feature 'compute' (query 'q0'): malformed query_range answer"));
+  CHECK_THAT(prom_config_error([](const httplib::Request&, httplib::Response& res) {
+               res.set_content("<html>proxy login</html>", "text/html");
+             }),
+             Contains("the answer is not a query_range JSON object: <html>proxy login</html>"));
 }
 
 TEST_CASE("query_prometheus: HTTP errors and an unreachable server are IoErrors", "[forecast][prometheus]") {

@@ -14,6 +14,7 @@
 #include <cmath>
 #include <cstring>
 #include <ctime>
+#include <filesystem>
 #include <fstream>
 #include <limits>
 #include <map>
@@ -151,6 +152,8 @@ NodeSeries csv_series(const std::string& name, const std::map<int64_t, CsvCell>&
 }  // namespace
 
 History read_csv(const std::string& path) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) TRIAX_THROW(IoError, "cannot read {}: it is a directory", path);
   std::ifstream in(path);
   if (!in) TRIAX_THROW(IoError, "cannot read {}: {}", path, std::strerror(errno));
   check_header(in, path);

@@ -106,6 +106,7 @@ TEST_CASE("read_csv names the line and the problem of each bad input", "[forecas
   CHECK_THAT(csv_error(dir, kHeaderLine + "\n"), Contains("h.csv: no data rows"));
   const std::string missing = dir.file("absent.csv");
   CHECK_THAT(message_of<IoError>([&] { read_csv(missing); }), Contains("cannot read " + missing));
+  CHECK_THAT(message_of<IoError>([&] { read_csv(dir.path().string()); }), Contains("it is a directory"));
 }
 
 namespace {

@@ -83,12 +83,7 @@ bool iso_utc(std::string_view s, int64_t& t) {
          tm.tm_sec == sec;
 }
 
-int64_t csv_time(std::string_view s, const std::string& where) {
-  int64_t t = 0;
-  if (whole_int(s, t) || iso_utc(s, t)) return t;
-  TRIAX_THROW(ConfigError, "{}: timestamp '{}' is neither unix seconds nor ISO 8601 UTC (2026-11-25T13:00:00Z)",
-              where, s);
-}
+int64_t csv_time(std::string_view s, const std::string& where) { return parse_utc_time(s, where + ": timestamp"); }
 
 double csv_value(std::string_view s, int feature, const std::string& where) {
   double v = 0;
@@ -150,6 +145,12 @@ NodeSeries csv_series(const std::string& name, const std::map<int64_t, CsvCell>&
 }
 
 }  // namespace
+
+int64_t parse_utc_time(std::string_view text, std::string_view what) {
+  int64_t t = 0;
+  if (whole_int(text, t) || iso_utc(text, t)) return t;
+  TRIAX_THROW(ConfigError, "{} '{}' is neither unix seconds nor ISO 8601 UTC (2026-11-25T13:00:00Z)", what, text);
+}
 
 History read_csv(const std::string& path) {
   std::error_code ec;
@@ -323,6 +324,11 @@ std::string fetch_query_range(httplib::Client& cli, const PromUrl& u, const Feat
                                {"step", std::to_string(kHour)}};
   auto res = cli.Get(u.prefix + "/api/v1/query_range", params, httplib::Headers{});
   if (!res) TRIAX_THROW(IoError, "cannot reach Prometheus at {}: {}", q.src.url, httplib::to_string(res.error()));
+  // 400 and 422 are Prometheus refusing the query (bad PromQL, a range it will not evaluate): the
+  // user's input, exit 2 like other bad input; anything else is the server's trouble.
+  if (res->status == 400 || res->status == 422)
+    TRIAX_THROW(ConfigError, "Prometheus at {} refused {} (HTTP {}): {}", q.src.url, q.what(), res->status,
+                prometheus_error_text(res->body));
   if (res->status != 200)
     TRIAX_THROW(IoError, "Prometheus at {} answered HTTP {} for {}: {}", q.src.url, res->status, q.what(),
                 prometheus_error_text(res->body));

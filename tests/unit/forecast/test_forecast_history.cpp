@@ -387,15 +387,23 @@ TEST_CASE("query_prometheus: one message per bad answer", "[forecast][prometheus
              Contains("the answer is not a query_range JSON object: <html>proxy login</html>"));
 }
 
-TEST_CASE("query_prometheus: HTTP errors and an unreachable server are IoErrors", "[forecast][prometheus]") {
+TEST_CASE("query_prometheus: a refused query is a ConfigError, server errors and an unreachable server IoErrors", "[forecast][prometheus]") {
   {
     FakePrometheus p([](const httplib::Request&, httplib::Response& res) {
       res.status = 400;
       res.set_content(R"({"status":"error","errorType":"bad_data","error":"parse error at char 3"})",
                       "application/json");
     });
+    CHECK_THAT(message_of<ConfigError>([&] { query_prometheus(p.source(), kT0, kT0 + kHour); }),
+               Contains("refused feature 'compute' (query 'q0') (HTTP 400): parse error at char 3"));
+  }
+  {
+    FakePrometheus p([](const httplib::Request&, httplib::Response& res) {
+      res.status = 503;
+      res.set_content(R"({"status":"error","errorType":"unavailable","error":"TSDB not ready"})", "application/json");
+    });
     CHECK_THAT(message_of<IoError>([&] { query_prometheus(p.source(), kT0, kT0 + kHour); }),
-               Contains("answered HTTP 400 for feature 'compute' (query 'q0'): parse error at char 3"));
+               Contains("answered HTTP 503 for feature 'compute' (query 'q0'): TSDB not ready"));
   }
   // A port nobody listens on: bound, read back, closed.
   const int fd = ::socket(AF_INET, SOCK_STREAM, 0);

@@ -27,10 +27,21 @@ if(TRIAX_WITH_MPI AND TRIAX_BUILD_EXAMPLES)
     COMMAND bash ${_src}/checkpoint_metrics_test.sh $<TARGET_FILE:train_gpt> ${MPIEXEC_EXECUTABLE})
 endif()
 
+# triax-probe --forecast on the fixtures: placement order and refused forecasts (no MPI).
+if(TRIAX_BUILD_EXAMPLES)
+  add_test(NAME cluster.probe_forecast
+    COMMAND bash ${_src}/probe_forecast_test.sh $<TARGET_FILE:triax-probe> ${PROJECT_SOURCE_DIR})
+  set_tests_properties(cluster.probe_forecast PROPERTIES TIMEOUT 60 LABELS cluster)
+endif()
+
 add_test(NAME cluster.promtool_alerts
   COMMAND bash ${_src}/promtool_test.sh ${_src}/triax_alerts_test.yml
     ${PROJECT_SOURCE_DIR}/clusters/prometheus/triax_alerts.yml ${PROJECT_SOURCE_DIR}/clusters/prometheus/triax_probe_rules.yml)
 set_tests_properties(cluster.promtool_alerts PROPERTIES TIMEOUT 120 LABELS cluster SKIP_RETURN_CODE 77)
+add_test(NAME cluster.promtool_forecast
+  COMMAND bash ${_src}/promtool_test.sh ${_src}/triax_forecast_rules_test.yml
+    ${PROJECT_SOURCE_DIR}/clusters/prometheus/triax_forecast_rules.yml)
+set_tests_properties(cluster.promtool_forecast PROPERTIES TIMEOUT 120 LABELS cluster SKIP_RETURN_CODE 77)
 
 add_executable(bootstrap_check cluster/bootstrap_check.cpp)
 target_link_libraries(bootstrap_check PRIVATE triax::triax)

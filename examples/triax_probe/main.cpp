@@ -4,6 +4,7 @@
 // cluster median) and writes a table, --json, --prometheus and an ordered --hostfile.
 //   mpirun -np 16 --map-by ppr:1:node triax-probe --io-dir /checkpoints --hostfile hosts.txt
 // --score-from FILE re-scores the nodes of an earlier --json file (other weights, threshold);
+// --forecast FILE (triax-forecast predict --json) orders the hostfile by score x (1 - predicted);
 // --rdma prints the HCAs, ports, GIDs and the NCCL_IB_HCA / NCCL_IB_GID_INDEX / NCCL_SOCKET_IFNAME to use.
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
@@ -59,13 +60,24 @@ std::vector<triax::probe::NodeMeasure> read_measurements(const std::string& path
   return out;
 }
 
+// Reads the forecast and applies it; its errors name the file.
+void apply_forecast_file(std::vector<triax::probe::NodeScore>& scores, const std::string& path) {
+  if (path.empty()) return;
+  const auto forecast = triax::probe::read_forecast(path);
+  try {
+    triax::probe::apply_forecast(scores, forecast);
+  } catch (const triax::ConfigError& e) {
+    throw triax::ConfigError(fmt::format("{}: {}", path, e.what()));
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"triax-probe: per-node GEMM, memory bandwidth, latency and IOPS, and the resource score"};
   int gemm_n = 1024, reps = 3, latency_iters = 200, slots = 1;
   double triad_mib = 256, io_mib = 64, io_seconds = 1.0, threshold = 0.8;
-  std::string io_dir = ".", json_path, prom_path, hostfile, score_from;
+  std::string io_dir = ".", json_path, prom_path, hostfile, score_from, forecast_path;
   std::vector<double> weights{0.4, 0.3, 0.2, 0.1};
   bool exclude = false, rdma = false;
   std::string sysfs_root;
@@ -84,6 +96,8 @@ int main(int argc, char** argv) {
   app.add_option("--hostfile", hostfile, "write an mpirun hostfile, best node first");
   app.add_flag("--exclude-stragglers", exclude, "comment stragglers out of the hostfile");
   app.add_option("--score-from", score_from, "re-score an earlier --json file instead of measuring");
+  app.add_option("--forecast", forecast_path,
+                 "triax-forecast predict --json output: order by score x (1 - predicted utilisation)");
   app.add_flag("--rdma", rdma, "only discover RDMA devices and print the NCCL settings to use");
   app.add_option("--sysfs-root", sysfs_root, "with --rdma: read this tree instead of /sys (a fixture)");
   try {
@@ -134,7 +148,8 @@ int main(int argc, char** argv) {
       }
     }
     if (root) {
-      const auto scores = triax::probe::score_nodes(nodes, w, threshold);
+      auto scores = triax::probe::score_nodes(nodes, w, threshold);
+      apply_forecast_file(scores, forecast_path);
       std::fputs(triax::probe::render_table(scores).c_str(), stdout);
       write_file(json_path, triax::probe::render_json(scores, w, threshold));
       write_file(prom_path, triax::probe::render_prometheus(scores));

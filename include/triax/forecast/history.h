@@ -24,7 +24,10 @@ inline constexpr int kTargetFeature = 0;
 
 using Row = std::array<double, kFeatures>;
 
-// One node's history: rows[k] is the hour starting at start + k * kHour.
+// One node's history: rows[k] belongs to the time start + k * kHour. In a CSV that is the row's
+// timestamp (the hour it starts, by the usual convention); from Prometheus it is the evaluation
+// time of the hourly query_range step, so with the default avg_over_time(...[1h]) queries the
+// hour that *ends* there. Either way the forecast is for the next step's time, end().
 struct NodeSeries {
   std::string node;
   int64_t start = 0;      // unix seconds, a multiple of kHour
@@ -62,8 +65,9 @@ void set_query(PrometheusSource& src, std::string_view name_eq_promql);
 
 // GET /api/v1/query_range per feature with step 3600 over the hours [start, end] (both multiples
 // of kHour, start <= end). Errors, each one message naming what is wrong: IoError when Prometheus
-// cannot be reached (the URL and the reason) or answers with an HTTP error (the status and
-// Prometheus' own error text); ConfigError for a result that is not a matrix, a series without
+// cannot be reached (the URL and the reason) or answers with a server error (the status and
+// Prometheus' own error text); ConfigError when it refuses the query (HTTP 400/422: bad PromQL,
+// with its error text), for a result that is not a matrix, a series without
 // node_label, no series at all (the feature, its query and the range), a node missing some hours
 // of the range (the node, the feature, how many of how many hours, the first missing one), a NaN
 // or infinite sample (the node, the feature, the hour), nodes that differ between the features.
@@ -118,5 +122,8 @@ ErrorStats error_stats(std::span<const double> predicted, std::span<const double
 
 // "2026-11-25T13:00:00Z"
 std::string utc_hour_string(int64_t unix_seconds);
+// Unix seconds from "1764072000" or "2026-11-25T13:00:00Z" (a date that does not exist refused);
+// ConfigError "WHAT 'TEXT' is neither unix seconds nor ISO 8601 UTC ..." otherwise.
+int64_t parse_utc_time(std::string_view text, std::string_view what);
 
 }  // namespace triax::forecast

@@ -6,6 +6,7 @@
 
 #include "triax/core/error.h"
 #include "triax/probe/score.h"
+#include "unit/io_test_util.h"
 
 using namespace triax;
 using namespace triax::probe;
@@ -102,4 +103,111 @@ TEST_CASE("JSON and Prometheus renderings carry the scores", "[probe]") {
   CHECK(p.find("triax_probe_straggler{host=\"c\",rank=\"2\"} 1\n") != std::string::npos);
   CHECK(p.find("triax_probe_gemm_flops{host=\"b\",rank=\"1\"} 120000000000\n") != std::string::npos);
   CHECK(p.find("# TYPE triax_probe_score gauge") != std::string::npos);
+}
+
+namespace {
+// The position of "\n<host> slots=" in a hostfile (npos when absent).
+size_t line_of(const std::string& hostfile, const std::string& host) { return hostfile.find("\n" + host + " slots="); }
+
+std::string message_of_read(const std::string& path) {
+  try {
+    read_forecast(path);
+  } catch (const ConfigError& e) {
+    return e.what();
+  }
+  FAIL("read_forecast accepted " << path);
+  return {};
+}
+}  // namespace
+
+TEST_CASE("a forecast discounts the score: placement = score x (1 - predicted)", "[probe][forecast]") {
+  auto s = score_nodes(fixture());
+  // Without a forecast the placement is the score and b leads.
+  for (const auto& x : s) CHECK(x.placement == x.score);
+  CHECK(std::isnan(s[1].predicted));
+  const std::string before = render_hostfile(s, false);
+  REQUIRE(line_of(before, "b") < line_of(before, "d"));
+  // b scores best but is predicted 90% busy; d scores below it (0.92x) with 10% predicted.
+  REQUIRE(s[3].score < s[1].score);
+  REQUIRE(s[3].score > 0.9 * s[1].score);
+  apply_forecast(s, {{"a", 0.1}, {"b", 0.9}, {"c", 0.0}, {"d", 0.1}});
+  CHECK(s[1].predicted == 0.9);
+  CHECK(s[1].placement == Approx(s[1].score * 0.1).epsilon(1e-14));
+  CHECK(s[3].placement == Approx(s[3].score * 0.9).epsilon(1e-14));
+  CHECK(s[2].placement == s[2].score);
+  const std::string after = render_hostfile(s, false);
+  const size_t pd = line_of(after, "d"), pa = line_of(after, "a"), pb = line_of(after, "b"), pc = line_of(after, "c");
+  REQUIRE(pc != std::string::npos);
+  CHECK(pd < pa);
+  CHECK(pa < pb);  // a: 0.96 x 0.9 beats b: 1.13 x 0.1
+  CHECK(pb < pc);  // c is a straggler (by score): still last, though idle
+  CHECK(after.find("predicted 0.900") != std::string::npos);
+  CHECK(render_hostfile(s, true).find("\n# c slots=2") != std::string::npos);
+}
+
+TEST_CASE("renderings show predicted and placement only with a forecast", "[probe][forecast]") {
+  auto s = score_nodes(fixture());
+  CHECK(render_table(s).find("place") == std::string::npos);
+  CHECK(nlohmann::json::parse(render_json(s, {}, 0.8))["nodes"][0].count("placement") == 0);
+  CHECK(render_prometheus(s).find("triax_probe_placement") == std::string::npos);
+  apply_forecast(s, {{"a", 0.5}, {"b", 0.25}, {"c", 0}, {"d", 1}});
+  const std::string t = render_table(s);
+  CHECK(t.find("pred") != std::string::npos);
+  CHECK(t.find("place") != std::string::npos);
+  const auto j = nlohmann::json::parse(render_json(s, {}, 0.8));
+  CHECK(j["nodes"][0]["predicted_utilisation"] == 0.5);
+  CHECK(j["nodes"][0]["placement"].get<double>() == s[0].placement);
+  CHECK(j["nodes"][3]["placement"] == 0.0);
+  CHECK(render_prometheus(s).find("triax_probe_placement{host=\"d\",rank=\"3\"} 0\n") != std::string::npos);
+}
+
+TEST_CASE("apply_forecast names every probed host the forecast lacks, ignores extra hosts", "[probe][forecast]") {
+  auto s = score_nodes(fixture());
+  try {
+    apply_forecast(s, {{"a", 0.1}, {"c", 0.2}, {"zz", 0.3}});
+    FAIL("a forecast without b and d was accepted");
+  } catch (const ConfigError& e) {
+    const std::string m = e.what();
+    CHECK(m.find("b, d") != std::string::npos);
+    CHECK(m.find("re-run triax-forecast predict") != std::string::npos);
+    CHECK(m.find("zz") == std::string::npos);
+  }
+  apply_forecast(s, {{"a", 0.1}, {"b", 0.2}, {"c", 0.3}, {"d", 0.4}, {"zz", 0.5}});
+  CHECK(s[3].predicted == 0.4);
+}
+
+TEST_CASE("read_forecast parses triax-forecast predict --json and names bad files", "[probe][forecast]") {
+  triax::test::TempDir dir;
+  const std::string ok = dir.file("ok.json");
+  triax::test::write_bytes(ok, R"({"model": "m.safetensors", "for_timestamp": 1, "nodes": [
+      {"node": "n01", "predicted_utilisation": 0.73, "model_output": 0.4, "last_utilisation": 0.7},
+      {"node": "n02", "predicted_utilisation": 0, "model_output": -2, "last_utilisation": 0.1},
+      {"node": "n03", "predicted_utilisation": 1}]})");
+  const Forecast f = read_forecast(ok);
+  REQUIRE(f.size() == 3);
+  CHECK(f.at("n01") == 0.73);
+  CHECK(f.at("n02") == 0);
+  CHECK(f.at("n03") == 1);
+  const std::pair<const char*, const char*> bad[] = {
+      {"{\"nodes\": [", "not JSON"},
+      {"{\"nodes\": {}}", "no \"nodes\" array"},
+      {"[1, 2]", "no \"nodes\" array"},
+      {R"({"nodes": [{"predicted_utilisation": 0.5}]})", "nodes[0] has no \"node\""},
+      {R"({"nodes": [{"node": "n01"}]})", "n01 has no number"},
+      {R"({"nodes": [{"node": "n01", "predicted_utilisation": null}]})", "n01 has no number"},
+      {R"({"nodes": [{"node": "n01", "predicted_utilisation": "0.5"}]})", "n01 has no number"},
+      {R"({"nodes": [{"node": "n01", "predicted_utilisation": 1.5}]})", "1.5 is not in [0, 1]"},
+      {R"({"nodes": [{"node": "n01", "predicted_utilisation": -0.1}]})", "-0.1 is not in [0, 1]"},
+      {R"({"nodes": [{"node": "n01", "predicted_utilisation": 0.1}, {"node": "n01", "predicted_utilisation": 0.2}]})",
+       "node n01 twice"},
+  };
+  for (const auto& [text, want] : bad) {
+    const std::string path = dir.file("bad.json");
+    triax::test::write_bytes(path, text);
+    const std::string m = message_of_read(path);
+    INFO(text << " -> " << m);
+    CHECK(m.find(path) != std::string::npos);
+    CHECK(m.find(want) != std::string::npos);
+  }
+  CHECK_THROWS_AS(read_forecast(dir.file("none.json")), IoError);
 }

@@ -126,7 +126,13 @@ int train(const Options& o) {
   auto h = load_history(o, o.days * 24);
   fc::require_hours(h, 2 * fc::kWindowHours + 1, "train (a 24-hour window, an hour to learn from, and the held-out final day)");
   const int64_t split = fc::holdout_start(h);
-  const auto scaler = fc::Scaler::fit(h, split);
+  auto scaler = fc::Scaler::fit(h, split);
+  // The model file keeps the scaler in f32: train and score with those values, so that evaluate
+  // on the saved model repeats the holdout numbers exactly.
+  for (int f = 0; f < fc::kFeatures; ++f) {
+    scaler.mean[f] = static_cast<float>(scaler.mean[f]);
+    scaler.std[f] = static_cast<float>(scaler.std[f]);
+  }
   const auto w = fc::make_windows(h, scaler, split);
   auto be = triax::make_cpu_backend(triax::DType::f32);
   fc::LstmRegressor m(*be);

@@ -90,7 +90,13 @@ def main():
         run([sys.executable, os.path.join(HERE, "gen_history.py"), "--days", args.days, "--end", str(end), "--seed", "5",
              "--csv", csv])
         run([args.exe, "train", "--csv", csv, "--model", model, "--epochs", args.epochs, "--quiet"])
-        pred = json.loads(run([args.exe, "predict", "--csv", csv, "--model", model, "--json", "-"]))
+        out = run([args.exe, "predict", "--csv", csv, "--model", model, "--json", "-"])
+        # stdout holds the table, then the JSON object (dump(2): "{" alone on a line).
+        start = out.find("{\n")
+        if start < 0:
+            print(f"FAIL: no JSON object in predict's stdout:\n{out}")
+            return 1
+        pred = json.JSONDecoder().raw_decode(out[start:])[0]
         ours = {n["node"]: n for n in pred["nodes"]}
         theirs, meta = torch_outputs(model, last_windows(csv))
         print(f"model metadata: {json.dumps(meta, sort_keys=True)}")

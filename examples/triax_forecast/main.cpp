@@ -18,6 +18,7 @@
 #include <set>
 
 #include <triax/core/error.h>
+#include <triax/distributed/failure/job_failure.h>
 #include <triax/forecast/history.h>
 #include <triax/forecast/lstm.h>
 #include <triax/io/atomic_file.h>
@@ -245,11 +246,11 @@ int main(int argc, char** argv) {
     if (tr->parsed()) return train(o);
     if (pr->parsed()) return predict(o);
     return evaluate(o);
-  } catch (const triax::ConfigError& e) {
-    std::fprintf(stderr, "triax-forecast: error: %s\n", e.what());
-    return 2;
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "triax-forecast: error: %s\n", e.what());
-    return 1;
+    // docs/ERRORS.md: 2 bad flags, data or model (ConfigError), 3 a file or Prometheus that cannot
+    // be read or reached (IoError), 1 anything else.
+    const int code = triax::exit_code_for(e);
+    std::fprintf(stderr, "triax-forecast: %s: %s\n", std::string(triax::exit_code_name(code)).c_str(), e.what());
+    return code;
   }
 }

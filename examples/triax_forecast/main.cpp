@@ -20,7 +20,9 @@
 #include <triax/core/error.h>
 #include <triax/distributed/failure/job_failure.h>
 #include <triax/forecast/history.h>
+#include <triax/core/env.h>
 #include <triax/forecast/lstm.h>
+#include <omp.h>
 #include <triax/io/atomic_file.h>
 #include <triax/io/prometheus_text.h>
 
@@ -241,6 +243,9 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }
+  // The LSTM's ops are small (batch x 256 per step): threads cost more than they save, and
+  // spinning pools starve on a shared machine. One thread unless OMP_NUM_THREADS says otherwise.
+  if (!triax::omp_threads_chosen_by_user()) omp_set_num_threads(1);
   try {
     if (o.days <= 1) throw triax::ConfigError(fmt::format("--days {} must be at least 2", o.days));
     if (tr->parsed()) return train(o);

@@ -18,8 +18,11 @@
 #include <set>
 
 #include <triax/core/error.h>
+#include <triax/distributed/failure/job_failure.h>
 #include <triax/forecast/history.h>
+#include <triax/core/env.h>
 #include <triax/forecast/lstm.h>
+#include <omp.h>
 #include <triax/io/atomic_file.h>
 #include <triax/io/prometheus_text.h>
 
@@ -246,16 +249,19 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }
+  // The LSTM's ops are small (batch x 256 per step): threads cost more than they save, and
+  // spinning pools starve on a shared machine. One thread unless OMP_NUM_THREADS says otherwise.
+  if (!triax::omp_threads_chosen_by_user()) omp_set_num_threads(1);
   try {
     if (o.days <= 1) throw triax::ConfigError(fmt::format("--days {} must be at least 2", o.days));
     if (tr->parsed()) return train(o);
     if (pr->parsed()) return predict(o);
     return evaluate(o);
-  } catch (const triax::ConfigError& e) {
-    std::fprintf(stderr, "triax-forecast: error: %s\n", e.what());
-    return 2;
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "triax-forecast: error: %s\n", e.what());
-    return 1;
+    // docs/ERRORS.md: 2 bad flags, data or model (ConfigError), 3 a file or Prometheus that cannot
+    // be read or reached (IoError), 1 anything else.
+    const int code = triax::exit_code_for(e);
+    std::fprintf(stderr, "triax-forecast: %s: %s\n", std::string(triax::exit_code_name(code)).c_str(), e.what());
+    return code;
   }
 }

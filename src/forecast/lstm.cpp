@@ -1,9 +1,9 @@
 // The forecaster's LSTM on the Backend ops (forecast/lstm.h). Forward: the input projection of
 // every step in one GEMM (X W_ih^T + b_ih over T*B rows), then per step the recurrent GEMM
 // (h W_hh^T + b_hh) added to its rows and the fused cell; the dense head reads the last h.
-// Backward walks the steps in reverse: the cell's backward gives the pre-activation gradients,
-// the recurrent GEMM's backward gives dh of the step before and accumulates dW_hh, db_hh; one GEMM
-// over all steps accumulates dW_ih, db_ih at the end. Every buffer lives on the backend; the host
+// Backward walks the steps in reverse: the cell's backward gives the pre-activation gradients and
+// the recurrent GEMM's backward dh of the step before; at the end one GEMM over all steps each
+// accumulates dW_hh, db_hh and dW_ih, db_ih. Every buffer lives on the backend; the host
 // sees only the inputs, targets and the B outputs.
 #include "triax/forecast/lstm.h"
 
@@ -168,9 +168,14 @@ double LstmRegressor::backward_mse(std::span<const float> y) {
                            s.c.slice(int64_t{t + 1} * B, int64_t{t + 2} * B),
                            s.c.slice(int64_t{t} * B, int64_t{t + 1} * B), B, H);
     // dh of step t-1 (overwritten); h_0 is the constant zero state, its gradient unused.
-    be_.linear_backward(t > 0 ? dh : Tensor(), whh.grad, param("lstm.bias_hh_l0").grad, dg,
-                        s.h.slice(int64_t{t} * B, int64_t{t + 1} * B), whh.value, B, H, 4 * H);
+    if (t > 0)
+      be_.linear_backward(dh, Tensor(), Tensor(), dg, s.h.slice(int64_t{t} * B, int64_t{t + 1} * B), whh.value, B, H,
+                          4 * H);
   }
+  // The weight gradients of all steps at once (cuDNN does the same): dW_hh += dG^T [h_0 .. h_{T-1}],
+  // dW_ih += dG^T X, the biases the column sums of dG.
+  be_.linear_backward(Tensor(), whh.grad, param("lstm.bias_hh_l0").grad, dgates, s.h.slice(0, int64_t{T} * B),
+                      whh.value, T * B, H, 4 * H);
   auto& wih = param("lstm.weight_ih_l0");
   be_.linear_backward(Tensor(), wih.grad, param("lstm.bias_ih_l0").grad, dgates, s.x, wih.value, T * B, I, 4 * H);
   return sq / B;

@@ -11,7 +11,7 @@ a free loopback port, and the CLI reads it over HTTP:
     textfile that `promtool check metrics` accepts, equal to its JSON;
   - train/evaluate on pure noise (a second set of series, --query): reported, and the LSTM must not
     beat the best constant forecast (the training mean) by more than a small margin;
-  - bad input, each one exit code and one message: an unreachable Prometheus, an empty range, a
+  - bad input, each one exit code (2 bad data or model, 3 unreachable or unreadable) and one message: an unreachable Prometheus, an empty range, a
     partial range, a NaN sample, a node with fewer than 24 hours, malformed CSVs, a model file of
     the wrong shape, and a failed train that leaves the previous model file untouched.
 Exit 77 (skipped) without prometheus/promtool. Every step runs under a timeout; Prometheus is
@@ -390,7 +390,7 @@ def bad_inputs(exe, prom, end, tmp, model, seasonal_csv):
     url = f"http://127.0.0.1:{closed}"
     expect_failure("unreachable prometheus", [exe, "train", "--prometheus", url, "--end", str(end), "--model",
                                               f"{tmp}/x.safetensors", "--http-timeout", "2"],
-                   1, [re.escape(f"127.0.0.1:{closed}")])
+                   3, [re.escape(f"127.0.0.1:{closed}")])
     year_ago = end - 365 * 24 * HOUR
     expect_failure("empty range", [exe, "train", "--prometheus", prom.url, "--end", str(year_ago), "--model",
                                    f"{tmp}/x.safetensors"], 2, ["no series|no data|empty", "compute"])
@@ -405,7 +405,7 @@ def bad_inputs(exe, prom, end, tmp, model, seasonal_csv):
         expect_failure(f"malformed CSV ({name})", [exe, "train", "--csv", path, "--model", f"{tmp}/x.safetensors"],
                        2, patterns)
     expect_failure("missing CSV", [exe, "train", "--csv", f"{tmp}/absent.csv", "--model", f"{tmp}/x.safetensors"],
-                   1, ["absent.csv"])
+                   3, ["absent.csv"])
     bad_model = f"{tmp}/wrong_shape.safetensors"
     wrong_shape_model(model, bad_model)
     expect_failure("model of the wrong shape", [exe, "predict", "--csv", seasonal_csv, "--model", bad_model], 2,

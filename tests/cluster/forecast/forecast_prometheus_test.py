@@ -24,6 +24,7 @@ import os
 import re
 import shutil
 import signal
+import socket
 import struct
 import subprocess
 import sys
@@ -391,6 +392,16 @@ def bad_inputs(exe, prom, end, tmp, model, seasonal_csv):
     expect_failure("unreachable prometheus", [exe, "train", "--prometheus", url, "--end", str(end), "--model",
                                               f"{tmp}/x.safetensors", "--http-timeout", "2"],
                    3, [re.escape(f"127.0.0.1:{closed}")])
+    # A port that accepts connections and never answers: --http-timeout bounds the wait.
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(8)
+    sport = silent.getsockname()[1]
+    p = expect_failure("silent prometheus", [exe, "train", "--prometheus", f"http://127.0.0.1:{sport}", "--end", str(end),
+                                             "--model", f"{tmp}/x.safetensors", "--http-timeout", "1"],
+                       3, [re.escape(f"127.0.0.1:{sport}")])
+    check(p.elapsed < 30, f"--http-timeout 1 gives up on a silent server in {p.elapsed:.1f} s")
+    silent.close()
     year_ago = end - 365 * 24 * HOUR
     expect_failure("empty range", [exe, "train", "--prometheus", prom.url, "--end", str(year_ago), "--model",
                                    f"{tmp}/x.safetensors"], 2, ["no series|no data|empty", "compute"])

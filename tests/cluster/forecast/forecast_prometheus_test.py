@@ -11,9 +11,10 @@ a free loopback port, and the CLI reads it over HTTP:
     textfile that `promtool check metrics` accepts, equal to its JSON;
   - train/evaluate on pure noise (a second set of series, --query): reported, and the LSTM must not
     beat the best constant forecast (the training mean) by more than a small margin;
-  - bad input, each one exit code (2 bad data or model, 3 unreachable or unreadable) and one message: an unreachable Prometheus, an empty range, a
-    partial range, a NaN sample, a node with fewer than 24 hours, malformed CSVs, a model file of
-    the wrong shape, and a failed train that leaves the previous model file untouched.
+  - bad input, each one exit code (2 bad data or model, 3 unreachable or unreadable) and one
+    message: an unreachable or a silent Prometheus, an empty range, a partial range, a NaN
+    sample, a node with fewer than 24 hours, malformed CSVs, a model file of the wrong shape,
+    and a failed train that leaves the previous model file untouched.
 Exit 77 (skipped) without prometheus/promtool. Every step runs under a timeout; Prometheus is
 stopped by the test.
 """
@@ -194,7 +195,8 @@ def backfill(tmp, end):
     p = run(["timeout", "170", "promtool", "tsdb", "create-blocks-from", "openmetrics", "-q", allom, data], timeout=180)
     if p.returncode != 0:
         raise SystemExit(f"promtool tsdb create-blocks-from openmetrics failed: {p.stdout}{p.stderr}")
-    log(f"backfill: {os.path.getsize(allom) >> 20} MiB of OpenMetrics -> {len(os.listdir(data))} blocks in {p.elapsed:.1f} s")
+    log(f"backfill: {os.path.getsize(allom) >> 20} MiB of OpenMetrics -> {len(os.listdir(data))} blocks "
+        f"in {p.elapsed:.1f} s")
     return data
 
 
@@ -397,8 +399,8 @@ def bad_inputs(exe, prom, end, tmp, model, seasonal_csv):
     silent.bind(("127.0.0.1", 0))
     silent.listen(8)
     sport = silent.getsockname()[1]
-    p = expect_failure("silent prometheus", [exe, "train", "--prometheus", f"http://127.0.0.1:{sport}", "--end", str(end),
-                                             "--model", f"{tmp}/x.safetensors", "--http-timeout", "1"],
+    p = expect_failure("silent prometheus", [exe, "train", "--prometheus", f"http://127.0.0.1:{sport}", "--end",
+                                             str(end), "--model", f"{tmp}/x.safetensors", "--http-timeout", "1"],
                        3, [re.escape(f"127.0.0.1:{sport}")])
     check(p.elapsed < 30, f"--http-timeout 1 gives up on a silent server in {p.elapsed:.1f} s")
     silent.close()

@@ -77,8 +77,9 @@ def main():
     ap.add_argument("--keep")
     args = ap.parse_args()
     try:
-        import numpy  # noqa: F401
+        import numpy
         import torch
+        del numpy  # torch_outputs imports it again; here only whether it can be
     except ImportError as e:
         print(f"SKIP: torch/numpy not importable by {sys.executable} ({e}); run with Debian's /usr/bin/python3")
         return 77
@@ -87,8 +88,8 @@ def main():
     try:
         csv, model = os.path.join(tmp, "h.csv"), os.path.join(tmp, "m.safetensors")
         end = int(time.time()) // 3600 * 3600
-        run([sys.executable, os.path.join(HERE, "gen_history.py"), "--days", args.days, "--end", str(end), "--seed", "5",
-             "--csv", csv])
+        run([sys.executable, os.path.join(HERE, "gen_history.py"), "--days", args.days, "--end", str(end),
+             "--seed", "5", "--csv", csv])
         run([args.exe, "train", "--csv", csv, "--model", model, "--epochs", args.epochs, "--quiet"])
         out = run([args.exe, "predict", "--csv", csv, "--model", model, "--json", "-"])
         # stdout holds the table, then the JSON object (dump(2): "{" alone on a line).
@@ -114,7 +115,8 @@ def main():
         if bad:
             print(f"FAIL: {bad} node(s) differ beyond rel 1e-4 / abs 1e-5")
             return 1
-        print(f"ok: the model loads into torch.nn.LSTM + nn.Linear (strict) and predicts the same for {len(ours)} nodes")
+        print(f"ok: the model loads into torch.nn.LSTM + nn.Linear (strict) and predicts the same "
+              f"for {len(ours)} nodes")
         return 0
     finally:
         if args.keep:

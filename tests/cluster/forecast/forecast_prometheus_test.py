@@ -165,7 +165,7 @@ def expect_failure(name, cmd, rc, patterns, timeout=120):
     p = run(cmd, timeout=timeout)
     err = p.stderr.strip()
     msgs = [l for l in err.splitlines() if l.startswith("triax-forecast: ")]
-    ok = p.returncode == rc and len(msgs) >= 1 and all(re.search(x, err, re.I) for x in patterns)
+    ok = p.returncode == rc and len(msgs) == 1 and all(re.search(x, msgs[0], re.I) for x in patterns)
     check(ok, f"bad input '{name}': exit {p.returncode} (want {rc}): {err.splitlines()[-1] if err else '(no message)'}")
     if not ok:
         log(f"    wanted {patterns} in one 'triax-forecast: ' message; stderr:\n    " + err.replace("\n", "\n    "))

@@ -317,13 +317,27 @@ std::string prometheus_error_text(const std::string& body) {
   return fmt::format("{:.200}", body);
 }
 
+// httplib's error names ("Connection", "Read") said in words, with the timeout that applied.
+std::string transport_error(httplib::Error e, const PrometheusSource& src) {
+  switch (e) {
+    case httplib::Error::Connection:
+      return "the connection failed (nothing listens there, or the host is unreachable)";
+    case httplib::Error::ConnectionTimeout:
+      return fmt::format("no connection within --http-timeout {} s", src.timeout_s);
+    case httplib::Error::Read:
+      return fmt::format("no answer within --http-timeout {} s (or the connection was closed)", src.timeout_s);
+    case httplib::Error::Write: return "the request could not be sent (the connection was closed)";
+    default: return fmt::format("{} (httplib)", httplib::to_string(e));
+  }
+}
+
 std::string fetch_query_range(httplib::Client& cli, const PromUrl& u, const FeatureQuery& q) {
   const httplib::Params params{{"query", q.src.queries[q.feature]},
                                {"start", std::to_string(q.start)},
                                {"end", std::to_string(q.end)},
                                {"step", std::to_string(kHour)}};
   auto res = cli.Get(u.prefix + "/api/v1/query_range", params, httplib::Headers{});
-  if (!res) TRIAX_THROW(IoError, "cannot reach Prometheus at {}: {}", q.src.url, httplib::to_string(res.error()));
+  if (!res) TRIAX_THROW(IoError, "cannot reach Prometheus at {}: {}", q.src.url, transport_error(res.error(), q.src));
   // 400 and 422 are Prometheus refusing the query (bad PromQL, a range it will not evaluate): the
   // user's input, exit 2 like other bad input; anything else is the server's trouble.
   if (res->status == 400 || res->status == 422)

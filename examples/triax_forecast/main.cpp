@@ -129,13 +129,9 @@ int train(const Options& o) {
   auto h = load_history(o, o.days * 24);
   fc::require_hours(h, 2 * fc::kWindowHours + 1, "train (a 24-hour window, an hour to learn from, and the held-out final day)");
   const int64_t split = fc::holdout_start(h);
-  auto scaler = fc::Scaler::fit(h, split);
-  // The model file keeps the scaler in f32: train and score with those values, so that evaluate
-  // on the saved model repeats the holdout numbers exactly.
-  for (int f = 0; f < fc::kFeatures; ++f) {
-    scaler.mean[f] = static_cast<float>(scaler.mean[f]);
-    scaler.std[f] = static_cast<float>(scaler.std[f]);
-  }
+  // The scaler as the model file will keep it, so that evaluate on the saved model repeats the
+  // held-out numbers exactly.
+  const auto scaler = fc::as_stored(fc::Scaler::fit(h, split));
   const auto w = fc::make_windows(h, scaler, split);
   auto be = triax::make_cpu_backend(triax::DType::f32);
   fc::LstmRegressor m(*be);
@@ -193,21 +189,21 @@ std::string textfile(const Options& o, const fc::Windows& w, const std::vector<d
 int predict(const Options& o) {
   auto be = triax::make_cpu_backend(triax::DType::f32);
   auto loaded = fc::load_model(o.model, *be);
-  auto h = load_history(o, fc::kWindowHours);
-  fc::require_hours(h, fc::kWindowHours, "predict (the last 24 hours)");
-  const auto w = fc::latest_windows(h, loaded.scaler);
-  const auto pred = fc::predict_utilisation(*loaded.model, loaded.scaler, w);
+  const auto h = load_history(o, fc::kWindowHours);
+  const auto w = fc::latest_windows(h, loaded.scaler);  // refuses a node with fewer than 24 hours
+  const auto z = fc::predict_standardised(*loaded.model, w);
+  std::vector<double> pred(z.size());
+  for (size_t i = 0; i < z.size(); ++i) pred[i] = loaded.scaler.target_from_standard(z[i]);
   nlohmann::json nodes = nlohmann::json::array();
   int64_t for_ts = 0;
   std::printf("%-24s %-22s %8s %10s\n", "node", "forecast for", "last", "predicted");
   for (int64_t i = 0; i < w.count; ++i) {
-    const double last = h.nodes[static_cast<size_t>(i)].rows.back()[fc::kTargetFeature];
-    const double z = (pred[i] - loaded.scaler.mean[fc::kTargetFeature]) / loaded.scaler.std[fc::kTargetFeature];
+    const double last = w.persistence[i];  // the window's last hour
     for_ts = std::max(for_ts, w.target_time[i]);
     std::printf("%-24s %-22s %8.3f %10.3f\n", w.node[i].c_str(), fc::utc_hour_string(w.target_time[i]).c_str(), last,
                 std::clamp(pred[i], 0.0, 1.0));
     nodes.push_back({{"node", w.node[i]}, {"predicted_utilisation", std::clamp(pred[i], 0.0, 1.0)},
-                     {"model_output", z}, {"last_utilisation", last}, {"for_timestamp", w.target_time[i]}});
+                     {"model_output", z[i]}, {"last_utilisation", last}, {"for_timestamp", w.target_time[i]}});
   }
   write_out(o.textfile, textfile(o, w, pred));
   write_out(o.json, nlohmann::json{{"model", o.model}, {"source", h.source}, {"for_time", fc::utc_hour_string(for_ts)},

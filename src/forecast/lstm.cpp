@@ -22,6 +22,11 @@ struct LstmRegressor::Saved {
   Tensor c;      // ((T+1)*B, H): block 0 is c_0 = 0
   Tensor tmp;    // (B, 4H) the recurrent GEMM's output
   Tensor pred;   // (B, 1)
+  // The backward's buffers, made with the forward's for the same (B, T).
+  Tensor dpred;   // (B, 1)
+  Tensor dh, dc;  // (B, H)
+  Tensor dgates;  // (T*B, 4H)
+  Tensor acc;     // (1) f64: the sum of squared errors
 };
 
 namespace {
@@ -112,6 +117,11 @@ std::vector<double> LstmRegressor::forward(std::span<const float> x, int B, int 
     s.c = be_.zeros({int64_t{T + 1} * B, H}, dt);
     s.tmp = be_.empty({B, 4 * int64_t{H}}, dt);
     s.pred = be_.empty({B, 1}, dt);
+    s.dpred = be_.empty({B, 1}, dt);
+    s.dh = be_.empty({B, H}, dt);
+    s.dc = be_.empty({B, H}, dt);
+    s.dgates = be_.empty({int64_t{T} * B, 4 * int64_t{H}}, dt);
+    s.acc = be_.empty({1}, DType::f64);
     s.B = B;
     s.T = T;
   }
@@ -145,20 +155,17 @@ double LstmRegressor::backward_mse(std::span<const float> y) {
   if (B == 0) TRIAX_THROW(ConfigError, "LSTM backward before a forward");
   if (y.size() != static_cast<size_t>(B))
     TRIAX_THROW(ConfigError, "LSTM backward: {} targets for a batch of {}", y.size(), B);
-  const DType dt = be_.compute_dtype();
   // dpred = 2 (pred - y) / B; loss = sum (pred - y)^2 / B.
-  Tensor dpred = be_.empty({B, 1}, dt);
+  const Tensor &dpred = s.dpred, &dh = s.dh, &dc = s.dc, &dgates = s.dgates;
   upload(be_, dpred, std::vector<double>(y.begin(), y.end()));
   be_.scale(dpred, -1.0);
   be_.axpy(dpred, 1.0, s.pred);
-  Tensor acc = be_.zeros({1}, DType::f64);
-  be_.sum_squares_into(acc, 0, dpred);
+  be_.fill(s.acc, 0.0);
+  be_.sum_squares_into(s.acc, 0, dpred);
   double sq = 0;
-  be_.copy_to_host(&sq, acc, sizeof sq);
+  be_.copy_to_host(&sq, s.acc, sizeof sq);
   be_.scale(dpred, 2.0 / B);
-
-  Tensor dh = be_.empty({B, H}, dt), dc = be_.zeros({B, H}, dt);
-  Tensor dgates = be_.empty({int64_t{T} * B, 4 * int64_t{H}}, dt);
+  be_.fill(dc, 0.0);  // nothing flows into c_T from after the last step
   be_.linear_backward(dh, param("dense.weight").grad, param("dense.bias").grad, dpred,
                       s.h.slice(int64_t{T} * B, int64_t{T + 1} * B), param("dense.weight").value, B, H, 1);
   auto& whh = param("lstm.weight_hh_l0");

@@ -23,20 +23,25 @@ std::string feature_list() {
   return s;
 }
 
+// The tensor after TensorFile's own shape check (IoError naming file, tensor and both shapes), with
+// every value finite.
 std::vector<float> checked_floats(const io::SafetensorsReader& r, const std::string& name, const io::Shape& shape) {
-  if (!r.contains(name))
-    TRIAX_THROW(ConfigError, "{}: no tensor '{}' (not a triax-forecast model, or an incomplete one)", r.path(), name);
-  const auto& info = r.info(name);
-  if (info.shape != shape)
-    TRIAX_THROW(ConfigError, "{}: tensor '{}' has shape {}, expected {} (an LSTM of 64 units on {} features: {})",
-                r.path(), name, io::shape_string(info.shape), io::shape_string(shape), kFeatures, feature_list());
-  auto v = r.read(name);
+  auto v = r.read(name, shape);
   for (size_t i = 0; i < v.size(); ++i)
-    if (!std::isfinite(v[i])) TRIAX_THROW(ConfigError, "{}: tensor '{}' element {} is {}", r.path(), name, i, v[i]);
+    if (!std::isfinite(v[i])) TRIAX_THROW(IoError, "{}: tensor '{}' element {} is {}", r.path(), name, i, v[i]);
   return v;
 }
 
 }  // namespace
+
+Scaler as_stored(const Scaler& s) {
+  Scaler out;
+  for (int f = 0; f < kFeatures; ++f) {
+    out.mean[f] = static_cast<float>(s.mean[f]);
+    out.std[f] = static_cast<float>(s.std[f]);
+  }
+  return out;
+}
 
 void save_model(const std::string& path, const LstmRegressor& model, const Scaler& scaler,
                 const std::map<std::string, std::string>& metadata) {
@@ -61,7 +66,7 @@ LoadedModel load_model(const std::string& path, Backend& be) {
   LoadedModel out;
   out.metadata = r.metadata();
   if (auto it = out.metadata.find("features"); it != out.metadata.end() && it->second != feature_list())
-    TRIAX_THROW(ConfigError, "{}: the model reads features '{}', this triax-forecast reads '{}'", path, it->second,
+    TRIAX_THROW(IoError, "{}: the model reads features '{}', this triax-forecast reads '{}'", path, it->second,
                 feature_list());
   out.model = std::make_unique<LstmRegressor>(be, LstmShape{});
   std::set<std::string> expected{"scaler.mean", "scaler.std"};
@@ -74,13 +79,13 @@ LoadedModel load_model(const std::string& path, Backend& be) {
   const auto sd = checked_floats(r, "scaler.std", {kFeatures});
   for (int f = 0; f < kFeatures; ++f) {
     if (!(sd[f] > 0))
-      TRIAX_THROW(ConfigError, "{}: scaler.std of {} is {}, must be > 0", path, kFeatureNames[f], sd[f]);
+      TRIAX_THROW(IoError, "{}: scaler.std of {} is {}, must be > 0", path, kFeatureNames[f], sd[f]);
     out.scaler.mean[f] = mean[f];
     out.scaler.std[f] = sd[f];
   }
   for (const auto& t : r.tensors())
     if (!expected.count(t.name))
-      TRIAX_THROW(ConfigError, "{}: unexpected tensor '{}' (a triax-forecast model holds only {} tensors)", path, t.name,
+      TRIAX_THROW(IoError, "{}: unexpected tensor '{}' (a triax-forecast model holds only {} tensors)", path, t.name,
                   expected.size());
   return out;
 }

@@ -38,17 +38,9 @@ void gather(const Windows& w, std::span<const int64_t> idx, std::vector<float>& 
 
 // Mean squared error (standardised units) over every window, in batches.
 double mse(LstmRegressor& model, const Windows& w, int batch) {
-  std::vector<float> x, y;
-  std::vector<int64_t> idx;
+  const auto p = predict_standardised(model, w, batch);
   double sum = 0;
-  for (int64_t b0 = 0; b0 < w.count; b0 += batch) {
-    const int64_t n = std::min<int64_t>(batch, w.count - b0);
-    idx.resize(static_cast<size_t>(n));
-    std::iota(idx.begin(), idx.end(), b0);
-    gather(w, idx, x, y);
-    const auto p = model.forward(x, static_cast<int>(n), kWindowHours);
-    for (int64_t k = 0; k < n; ++k) sum += (p[k] - y[k]) * (p[k] - y[k]);
-  }
+  for (size_t k = 0; k < p.size(); ++k) sum += (p[k] - w.y[k]) * (p[k] - w.y[k]);
   return sum / static_cast<double>(w.count);
 }
 
@@ -105,7 +97,7 @@ TrainResult train_lstm(LstmRegressor& model, const Windows& train, const Windows
   return r;
 }
 
-std::vector<double> predict_utilisation(LstmRegressor& model, const Scaler& scaler, const Windows& w, int batch) {
+std::vector<double> predict_standardised(LstmRegressor& model, const Windows& w, int batch) {
   if (batch <= 0) TRIAX_THROW(ConfigError, "prediction batch {} must be positive", batch);
   std::vector<double> out;
   out.reserve(static_cast<size_t>(w.count));
@@ -114,8 +106,14 @@ std::vector<double> predict_utilisation(LstmRegressor& model, const Scaler& scal
     const int64_t n = std::min<int64_t>(batch, w.count - b0);
     const auto p = model.forward(std::span<const float>(w.x).subspan(static_cast<size_t>(b0) * per, static_cast<size_t>(n) * per),
                                  static_cast<int>(n), kWindowHours);
-    for (double z : p) out.push_back(scaler.target_from_standard(z));
+    out.insert(out.end(), p.begin(), p.end());
   }
+  return out;
+}
+
+std::vector<double> predict_utilisation(LstmRegressor& model, const Scaler& scaler, const Windows& w, int batch) {
+  auto out = predict_standardised(model, w, batch);
+  for (double& z : out) z = scaler.target_from_standard(z);
   return out;
 }
 

@@ -96,9 +96,14 @@ struct TrainResult {
 TrainResult train_lstm(LstmRegressor& model, const Windows& train, const Windows& holdout, const TrainOptions& opt,
                        const std::function<void(const EpochStats&)>& on_epoch = {});
 
-// The model's predictions for every window, as compute utilisation (scaler applied back), in
-// batches of `batch`.
+// The model's outputs for every window (standardised units), in batches of `batch`.
+std::vector<double> predict_standardised(LstmRegressor& model, const Windows& w, int batch = 256);
+// The same as compute utilisation (scaler.target_from_standard of each output).
 std::vector<double> predict_utilisation(LstmRegressor& model, const Scaler& scaler, const Windows& w, int batch = 256);
+
+// The scaler as the model file keeps it (float32): train with this one, and the saved model
+// scores exactly as it did in training.
+Scaler as_stored(const Scaler& s);
 
 // The model file: safetensors with the parameters under PyTorch's names (f32), scaler.mean and
 // scaler.std (4), and metadata (format, features, target, window, whatever `metadata` adds).
@@ -111,8 +116,9 @@ struct LoadedModel {
   Scaler scaler;
   std::map<std::string, std::string> metadata;
 };
-// ConfigError naming the file and the tensor for a missing or extra tensor, a wrong shape (with
-// the expected one), a non-finite value or a scaler std <= 0; IoError for an unreadable file.
+// IoError (a malformed weight file, docs/ERRORS.md) naming the file and the tensor for a missing
+// or extra tensor, a wrong shape (TensorFile::check_shape: with the expected one), a non-finite
+// value or a scaler std <= 0, or features other than this build's; and for an unreadable file.
 LoadedModel load_model(const std::string& path, Backend& be);
 
 }  // namespace triax::forecast

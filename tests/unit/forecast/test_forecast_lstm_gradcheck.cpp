@@ -293,10 +293,11 @@ TEST_CASE("the model file round-trips and refuses a wrong one naming the tensor"
     return true;
   });
   REQUIRE_THROWS_WITH(load_model(wrong, *be), Contains("lstm.weight_ih_l0") && Contains("[128, 4]") && Contains("[256, 4]"));
+  REQUIRE_THROWS_AS(load_model(wrong, *be), IoError);  // a malformed weight file: exit 3 (docs/ERRORS.md)
   const auto missing = write_variant("missing.safetensors", [](const std::string& n, auto&, auto&) {
     return n != "dense.bias";
   });
-  REQUIRE_THROWS_WITH(load_model(missing, *be), Contains("no tensor 'dense.bias'"));
+  REQUIRE_THROWS_WITH(load_model(missing, *be), Contains("missing tensor 'dense.bias'"));
   const auto nan = write_variant("nan.safetensors", [](const std::string& n, auto&, std::vector<float>& f) {
     if (n == "lstm.bias_hh_l0") f[3] = std::nanf("");
     return true;

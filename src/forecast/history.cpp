@@ -23,29 +23,17 @@
 #include <fmt/ranges.h>
 
 #include "triax/core/error.h"
+#include "triax/plan/csv_table.h"
 
 namespace triax::forecast {
 
 namespace {
-
-constexpr std::string_view kHeader = "timestamp,node,compute,memory_bw,latency,iops";
 
 std::string_view trim(std::string_view s) {
   const auto blank = [](char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\n'; };
   while (!s.empty() && blank(s.front())) s.remove_prefix(1);
   while (!s.empty() && blank(s.back())) s.remove_suffix(1);
   return s;
-}
-
-std::vector<std::string_view> split_trimmed(std::string_view line) {
-  std::vector<std::string_view> out;
-  size_t from = 0;
-  while (true) {
-    const size_t comma = line.find(',', from);
-    out.push_back(trim(line.substr(from, comma == std::string_view::npos ? std::string_view::npos : comma - from)));
-    if (comma == std::string_view::npos) return out;
-    from = comma + 1;
-  }
 }
 
 // The whole text as one integer, or false.
@@ -83,14 +71,19 @@ bool iso_utc(std::string_view s, int64_t& t) {
          tm.tm_sec == sec;
 }
 
-int64_t csv_time(std::string_view s, const std::string& where) { return parse_utc_time(s, where + ": timestamp"); }
+// A CSV cell's time: the same two forms as parse_utc_time, refused as malformed data (IoError).
+int64_t csv_time(std::string_view s, const std::string& where) {
+  int64_t t = 0;
+  if (whole_int(s, t) || iso_utc(s, t)) return t;
+  TRIAX_THROW(IoError, "{}: timestamp '{}' is neither unix seconds nor ISO 8601 UTC (2026-11-25T13:00:00Z)", where, s);
+}
 
 double csv_value(std::string_view s, int feature, const std::string& where) {
   double v = 0;
   if (!whole_double(s, v))
-    TRIAX_THROW(ConfigError, "{}: {} '{}' is not a number", where, kFeatureNames[feature], s);
-  if (std::isnan(v)) TRIAX_THROW(ConfigError, "{}: {} is NaN", where, kFeatureNames[feature]);
-  if (!std::isfinite(v)) TRIAX_THROW(ConfigError, "{}: {} '{}' is infinite", where, kFeatureNames[feature], s);
+    TRIAX_THROW(IoError, "{}: {} '{}' is not a number", where, kFeatureNames[feature], s);
+  if (std::isnan(v)) TRIAX_THROW(IoError, "{}: {} is NaN", where, kFeatureNames[feature]);
+  if (!std::isfinite(v)) TRIAX_THROW(IoError, "{}: {} '{}' is infinite", where, kFeatureNames[feature], s);
   return v;
 }
 
@@ -100,34 +93,17 @@ struct CsvCell {
 };
 using CsvNodes = std::map<std::string, std::map<int64_t, CsvCell>>;
 
-void check_header(std::ifstream& in, const std::string& path) {
-  std::string line;
-  if (!std::getline(in, line))
-    TRIAX_THROW(ConfigError, "{}:1: the file is empty; expected the header '{}'", path, kHeader);
-  const auto fields = split_trimmed(line);
-  std::string joined;
-  for (size_t i = 0; i < fields.size(); ++i) {
-    if (i) joined += ',';
-    joined += fields[i];
-  }
-  if (joined != kHeader)
-    TRIAX_THROW(ConfigError, "{}:1: header '{}' is not the expected '{}'", path, trim(line), kHeader);
-}
-
-void add_csv_row(CsvNodes& nodes, std::string_view line, const std::string& path, int lineno) {
+void add_csv_row(CsvNodes& nodes, const std::vector<std::string>& f, const std::string& path, int lineno) {
   const std::string where = fmt::format("{}:{}", path, lineno);
-  const auto f = split_trimmed(line);
-  if (f.size() != 2 + kFeatures)
-    TRIAX_THROW(ConfigError, "{}: {} fields, expected {} ({})", where, f.size(), 2 + kFeatures, kHeader);
   const int64_t t = csv_time(f[0], where);
   if (t % kHour != 0)
-    TRIAX_THROW(ConfigError, "{}: timestamp '{}' ({}) is not on the hour", where, f[0], utc_hour_string(t));
-  if (f[1].empty()) TRIAX_THROW(ConfigError, "{}: empty node name", where);
+    TRIAX_THROW(IoError, "{}: timestamp '{}' ({}) is not on the hour", where, f[0], utc_hour_string(t));
+  if (f[1].empty()) TRIAX_THROW(IoError, "{}: empty node name", where);
   Row row{};
   for (int i = 0; i < kFeatures; ++i) row[i] = csv_value(f[2 + i], i, where);
   auto [it, fresh] = nodes[std::string(f[1])].try_emplace(t, CsvCell{row, lineno});
   if (!fresh)
-    TRIAX_THROW(ConfigError, "{}: node '{}' hour {} repeats line {}", where, f[1], utc_hour_string(t),
+    TRIAX_THROW(IoError, "{}: node '{}' hour {} repeats line {}", where, f[1], utc_hour_string(t),
                 it->second.line);
 }
 
@@ -136,7 +112,7 @@ NodeSeries csv_series(const std::string& name, const std::map<int64_t, CsvCell>&
   int64_t expect = s.start;
   for (const auto& [t, cell] : hours) {
     if (t != expect)
-      TRIAX_THROW(ConfigError, "{}:{}: node '{}' has a gap: {} hour(s) missing from {} to {}", path, cell.line,
+      TRIAX_THROW(IoError, "{}:{}: node '{}' has a gap: {} hour(s) missing from {} to {}", path, cell.line,
                   name, (t - expect) / kHour, utc_hour_string(expect), utc_hour_string(t - kHour));
     s.rows.push_back(cell.row);
     expect = t + kHour;
@@ -155,15 +131,12 @@ int64_t parse_utc_time(std::string_view text, std::string_view what) {
 History read_csv(const std::string& path) {
   std::error_code ec;
   if (std::filesystem::is_directory(path, ec)) TRIAX_THROW(IoError, "cannot read {}: it is a directory", path);
-  std::ifstream in(path);
-  if (!in) TRIAX_THROW(IoError, "cannot read {}: {}", path, std::strerror(errno));
-  check_header(in, path);
+  // The project's one CSV reader: the header, trimmed cells, the number of fields, '#' comments and
+  // blank lines, file:line in every message.
+  static const std::vector<std::string> kColumns{"timestamp", "node", "compute", "memory_bw", "latency", "iops"};
   CsvNodes nodes;
-  std::string line;
-  for (int lineno = 2; std::getline(in, line); ++lineno)
-    if (!trim(line).empty()) add_csv_row(nodes, line, path, lineno);
-  if (in.bad()) TRIAX_THROW(IoError, "cannot read {}: {}", path, std::strerror(errno));
-  if (nodes.empty()) TRIAX_THROW(ConfigError, "{}: no data rows after the header '{}'", path, kHeader);
+  plan::read_csv_table(path, kColumns, "the history CSV",
+                       [&](const std::vector<std::string>& cells, int line) { add_csv_row(nodes, cells, path, line); });
   History h{{}, path};
   for (const auto& [name, hours] : nodes) h.nodes.push_back(csv_series(name, hours, path));
   return h;
@@ -239,10 +212,10 @@ struct FeatureQuery {
 double sample_value(const nlohmann::json& v, const FeatureQuery& q, const std::string& node, int64_t t) {
   double x = 0;
   if (!v.is_string() || !whole_double(v.get<std::string>(), x))
-    TRIAX_THROW(ConfigError, "Prometheus at {}: {} node '{}' at {}: sample {} is not a number", q.src.url, q.what(),
+    TRIAX_THROW(IoError, "Prometheus at {}: {} node '{}' at {}: sample {} is not a number", q.src.url, q.what(),
                 node, utc_hour_string(t), v.dump());
   if (!std::isfinite(x))
-    TRIAX_THROW(ConfigError, "Prometheus at {}: {} node '{}' at {}: the sample is {}", q.src.url, q.what(), node,
+    TRIAX_THROW(IoError, "Prometheus at {}: {} node '{}' at {}: the sample is {}", q.src.url, q.what(), node,
                 utc_hour_string(t), std::isnan(x) ? "NaN" : "infinite");
   return x;
 }
@@ -250,11 +223,11 @@ double sample_value(const nlohmann::json& v, const FeatureQuery& q, const std::s
 void add_series(FeatureSeries& fs, const nlohmann::json& series, const FeatureQuery& q) {
   const auto& metric = series.value("metric", nlohmann::json::object());
   if (!metric.contains(q.src.node_label) || !metric[q.src.node_label].is_string())
-    TRIAX_THROW(ConfigError, "Prometheus at {}: {} returned a series without the node label '{}': {} (aggregate it "
+    TRIAX_THROW(IoError, "Prometheus at {}: {} returned a series without the node label '{}': {} (aggregate it "
                 "by {})", q.src.url, q.what(), q.src.node_label, metric.dump(), q.src.node_label);
   const std::string node = metric[q.src.node_label].get<std::string>();
   if (fs.by_node.count(node))
-    TRIAX_THROW(ConfigError, "Prometheus at {}: {} returned more than one series for node '{}' (aggregate it by {})",
+    TRIAX_THROW(IoError, "Prometheus at {}: {} returned more than one series for node '{}' (aggregate it by {})",
                 q.src.url, q.what(), node, q.src.node_label);
   auto& vals = fs.by_node[node];
   auto& seen = fs.seen[node];
@@ -262,11 +235,11 @@ void add_series(FeatureSeries& fs, const nlohmann::json& series, const FeatureQu
   seen.assign(static_cast<size_t>(q.hours()), false);
   for (const auto& pair : series.value("values", nlohmann::json::array())) {
     if (!pair.is_array() || pair.size() != 2 || !pair[0].is_number())
-      TRIAX_THROW(ConfigError, "Prometheus at {}: {} node '{}': malformed sample {}", q.src.url, q.what(), node,
+      TRIAX_THROW(IoError, "Prometheus at {}: {} node '{}': malformed sample {}", q.src.url, q.what(), node,
                   pair.dump());
     const auto t = static_cast<int64_t>(std::llround(pair[0].get<double>()));
     if (t < q.start || t > q.end || (t - q.start) % kHour != 0)
-      TRIAX_THROW(ConfigError, "Prometheus at {}: {} node '{}': sample at {} is not an hour of {} .. {}", q.src.url,
+      TRIAX_THROW(IoError, "Prometheus at {}: {} node '{}': sample at {} is not an hour of {} .. {}", q.src.url,
                   q.what(), node, t, utc_hour_string(q.start), utc_hour_string(q.end));
     const auto k = static_cast<size_t>((t - q.start) / kHour);
     vals[k] = sample_value(pair[1], q, node, t);
@@ -276,13 +249,13 @@ void add_series(FeatureSeries& fs, const nlohmann::json& series, const FeatureQu
 
 void check_complete(const FeatureSeries& fs, const FeatureQuery& q) {
   if (fs.by_node.empty())
-    TRIAX_THROW(ConfigError, "Prometheus at {}: {} returned no series for {} .. {}", q.src.url, q.what(),
+    TRIAX_THROW(IoError, "Prometheus at {}: {} returned no series for {} .. {}", q.src.url, q.what(),
                 utc_hour_string(q.start), utc_hour_string(q.end));
   for (const auto& [node, seen] : fs.seen) {
     const auto have = std::count(seen.begin(), seen.end(), true);
     if (have == q.hours()) continue;
     const auto first = std::find(seen.begin(), seen.end(), false) - seen.begin();
-    TRIAX_THROW(ConfigError, "Prometheus at {}: node '{}' has {} of {} hours of {} in {} .. {}; the first missing is {}",
+    TRIAX_THROW(IoError, "Prometheus at {}: node '{}' has {} of {} hours of {} in {} .. {}; the first missing is {}",
                 q.src.url, node, have, q.hours(), q.what(), utc_hour_string(q.start), utc_hour_string(q.end),
                 utc_hour_string(q.start + first * kHour));
   }
@@ -292,17 +265,17 @@ void check_complete(const FeatureSeries& fs, const FeatureQuery& q) {
 [[maybe_unused]] FeatureSeries parse_query_range(const std::string& body, const FeatureQuery& q) {
   const auto j = nlohmann::json::parse(body, nullptr, false);
   if (j.is_discarded() || !j.is_object() || !j.contains("data") || !j["data"].is_object())
-    TRIAX_THROW(ConfigError, "Prometheus at {}: {}: the answer is not a query_range JSON object: {:.200}", q.src.url,
+    TRIAX_THROW(IoError, "Prometheus at {}: {}: the answer is not a query_range JSON object: {:.200}", q.src.url,
                 q.what(), body);
   const auto& data = j["data"];
   const std::string type = data.contains("resultType") ? data["resultType"].dump() : "(none)";
   if (type != "\"matrix\"")
-    TRIAX_THROW(ConfigError, "Prometheus at {}: {}: resultType {}, expected \"matrix\"", q.src.url, q.what(), type);
+    TRIAX_THROW(IoError, "Prometheus at {}: {}: resultType {}, expected \"matrix\"", q.src.url, q.what(), type);
   FeatureSeries fs;
   try {  // a field of the wrong JSON type (a result that is no array, a series no object) throws here
     for (const auto& series : data.value("result", nlohmann::json::array())) add_series(fs, series, q);
   } catch (const nlohmann::json::exception& e) {
-    TRIAX_THROW(ConfigError, "Prometheus at {}: {}: malformed query_range answer ({}): {:.200}", q.src.url, q.what(),
+    TRIAX_THROW(IoError, "Prometheus at {}: {}: malformed query_range answer ({}): {:.200}", q.src.url, q.what(),
                 e.what(), body);
   }
   check_complete(fs, q);
@@ -376,7 +349,7 @@ void check_same_nodes(const std::vector<FeatureSeries>& fs, const std::string& u
     for (int g : {0, f})
       for (const auto& [node, v] : fs[g].by_node)
         if (!fs[g == 0 ? f : 0].by_node.count(node))
-          TRIAX_THROW(ConfigError, "Prometheus at {}: the nodes differ between the features: '{}' has {} but not {}",
+          TRIAX_THROW(IoError, "Prometheus at {}: the nodes differ between the features: '{}' has {} but not {}",
                       url, node, kFeatureNames[g], kFeatureNames[g == 0 ? f : 0]);
 }
 
@@ -407,9 +380,9 @@ void require_hours(const History& h, int hours, std::string_view purpose) {
   for (const auto& n : h.nodes)
     if (static_cast<int64_t>(n.rows.size()) < hours)
       few += fmt::format("{}'{}' ({} hours)", few.empty() ? "" : ", ", n.node, n.rows.size());
-  if (h.nodes.empty()) TRIAX_THROW(ConfigError, "{}: {} has no nodes", purpose, h.source);
+  if (h.nodes.empty()) TRIAX_THROW(IoError, "{}: {} has no nodes", purpose, h.source);
   if (!few.empty())
-    TRIAX_THROW(ConfigError, "{} needs at least {} hours of history per node; {} has too few for {}", purpose, hours,
+    TRIAX_THROW(IoError, "{} needs at least {} hours of history per node; {} has too few for {}", purpose, hours,
                 h.source, few);
 }
 
@@ -420,7 +393,7 @@ Scaler Scaler::fit(const History& h, int64_t before) {
     for (size_t k = 0; k < node.rows.size() && node.start + static_cast<int64_t>(k) * kHour < before; ++k, ++n)
       for (int f = 0; f < kFeatures; ++f) s.mean[f] += node.rows[k][f];
   if (n == 0)
-    TRIAX_THROW(ConfigError, "no hour of {} is before {}: nothing to fit the feature scaler on", h.source,
+    TRIAX_THROW(IoError, "no hour of {} is before {}: nothing to fit the feature scaler on", h.source,
                 utc_hour_string(before));
   for (auto& m : s.mean) m /= static_cast<double>(n);
   for (const auto& node : h.nodes)
@@ -461,7 +434,7 @@ WindowSplit make_windows(const History& h, const Scaler& s, int64_t split) {
 }
 
 int64_t holdout_start(const History& h) {
-  if (h.nodes.empty()) TRIAX_THROW(ConfigError, "{} has no nodes: no held-out day", h.source);
+  if (h.nodes.empty()) TRIAX_THROW(IoError, "{} has no nodes: no held-out day", h.source);
   int64_t last = std::numeric_limits<int64_t>::min();
   for (const auto& n : h.nodes) last = std::max(last, n.end());
   return last - kWindowHours * kHour;

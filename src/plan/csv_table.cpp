@@ -5,6 +5,8 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <fstream>
 #include <sstream>
 
@@ -32,7 +34,7 @@ void read_csv_table(const std::filesystem::path& csv, const std::vector<std::str
                     size_t optional_tail) {
   const std::string file = csv.string();
   std::ifstream in(csv);
-  if (!in) TRIAX_THROW(IoError, "{}: cannot open {}", file, what);
+  if (!in) TRIAX_THROW(IoError, "{}: cannot open {}: {}", file, what, std::strerror(errno));
   std::string line;
   int lineno = 0, rows = 0;
   bool header = false;

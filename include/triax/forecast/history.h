@@ -40,12 +40,13 @@ struct History {
   std::string source;             // "PATH" of the CSV or the Prometheus URL (for messages and model metadata)
 };
 
-// CSV, header exactly `timestamp,node,compute,memory_bw,latency,iops` (surrounding spaces allowed);
-// timestamp as unix seconds or ISO 8601 UTC (2026-11-25T13:00:00Z); rows in any order. ConfigError
-// naming PATH:LINE and the problem: a missing or other header, a wrong number of fields, an empty
-// node name, a value that is not a number, NaN or infinite, a timestamp not on the hour, a
-// repeated (node, hour), a gap in a node's hours (the node, the first missing hour, how many),
-// no data rows. IoError when the file cannot be read.
+// CSV, header exactly `timestamp,node,compute,memory_bw,latency,iops`, read by the project's CSV
+// reader (plan/csv_table.h: cells trimmed, '#' comments and blank lines skipped); timestamp as unix
+// seconds or ISO 8601 UTC (2026-11-25T13:00:00Z); rows in any order. Malformed data is an IoError
+// (exit 3, docs/ERRORS.md) naming PATH:LINE and the problem: a missing or other header, a wrong
+// number of fields, an empty node name, a value that is not a number, NaN or infinite, a
+// timestamp not on the hour, a repeated (node, hour), a gap in a node's hours (the node, the first
+// missing hour, how many), no data rows; and a file that cannot be read.
 History read_csv(const std::string& path);
 
 // Where Prometheus is and what to ask it: one PromQL query per feature, each returning one series
@@ -66,14 +67,15 @@ void set_query(PrometheusSource& src, std::string_view name_eq_promql);
 // GET /api/v1/query_range per feature with step 3600 over the hours [start, end] (both multiples
 // of kHour, start <= end). Errors, each one message naming what is wrong: IoError when Prometheus
 // cannot be reached (the URL and the reason) or answers with a server error (the status and
-// Prometheus' own error text); ConfigError when it refuses the query (HTTP 400/422: bad PromQL,
-// with its error text), for a result that is not a matrix, a series without
-// node_label, no series at all (the feature, its query and the range), a node missing some hours
+// Prometheus' own error text), and for an answer that is malformed data: a result that is not a
+// matrix, a series without node_label, no series at all (the feature, its query and the range), a node missing some hours
 // of the range (the node, the feature, how many of how many hours, the first missing one), a NaN
 // or infinite sample (the node, the feature, the hour), nodes that differ between the features.
+// ConfigError (the user's flags) when it refuses the query (HTTP 400/422: bad PromQL, with its
+// error text), for a bad URL or range.
 History query_prometheus(const PrometheusSource& src, int64_t start, int64_t end);
 
-// ConfigError naming every node with fewer than `hours` rows (and how many it has), for `purpose`
+// IoError (too little data) naming every node with fewer than `hours` rows (and how many it has), for `purpose`
 // ("train", "predict", ...).
 void require_hours(const History& h, int hours, std::string_view purpose);
 
@@ -82,7 +84,7 @@ struct Scaler {
   Row mean{};
   Row std{};
   // Mean and population standard deviation over every row of every node whose hour is < before;
-  // a feature whose std is below 1e-12 (constant) gets std 1. ConfigError when no row qualifies.
+  // a feature whose std is below 1e-12 (constant) gets std 1. IoError when no row qualifies.
   static Scaler fit(const History& h, int64_t before);
   double standardise(double v, int feature) const { return (v - mean[feature]) / std[feature]; }
   // A standardised target back to utilisation: z * std[kTargetFeature] + mean[kTargetFeature].

@@ -11,7 +11,8 @@ a free loopback port, and the CLI reads it over HTTP:
     textfile that `promtool check metrics` accepts, equal to its JSON;
   - train/evaluate on pure noise (a second set of series, --query): reported, and the LSTM must not
     beat the best constant forecast (the training mean) by more than a small margin;
-  - bad input, each one exit code (2 bad data or model, 3 unreachable or unreadable) and one
+  - bad input, each one exit code (docs/ERRORS.md: 3 for data, a model file or a Prometheus that is
+    malformed, unreachable or unreadable; 2 for bad flags) and one
     message: an unreachable or a silent Prometheus, an empty range, a partial range, a NaN
     sample, a node with fewer than 24 hours, malformed CSVs, a model file of the wrong shape,
     and a failed train that leaves the previous model file untouched.
@@ -338,7 +339,7 @@ def malformed_csvs(tmp, good_csv):
         cases.append((name, path, [re.escape(os.path.basename(path))] + list(patterns)))
 
     case("header", "time,node,compute,memory_bw,latency,iops\n" + "\n".join(rows) + "\n", "header")
-    case("fields", "\n".join([head] + rows[:5] + [rows[5] + ",7"] + rows[6:]) + "\n", r":7\b", "field")
+    case("fields", "\n".join([head] + rows[:5] + [rows[5] + ",7"] + rows[6:]) + "\n", r":7\b", "columns")
     bad = rows[3].split(",")
     bad[2] = "abc"
     case("number", "\n".join([head] + rows[:3] + [",".join(bad)] + rows[4:]) + "\n", r":5\b", "abc|number")
@@ -406,29 +407,29 @@ def bad_inputs(exe, prom, end, tmp, model, seasonal_csv):
     silent.close()
     year_ago = end - 365 * 24 * HOUR
     expect_failure("empty range", [exe, "train", "--prometheus", prom.url, "--end", str(year_ago), "--model",
-                                   f"{tmp}/x.safetensors"], 2, ["no series|no data|empty", "compute"])
+                                   f"{tmp}/x.safetensors"], 3, ["no series|no data|empty", "compute"])
     expect_failure("partial range", [exe, "train", "--prometheus", prom.url, "--end", str(end), "--model",
-                                     f"{tmp}/x.safetensors"] + queries("partial_"), 2, ["n03", "missing|hours"])
+                                     f"{tmp}/x.safetensors"] + queries("partial_"), 3, ["n03", "missing|hours"])
     nan_q = "--query=compute=avg by (host) (avg_over_time(nan_triax_node_compute_utilisation[1h]))"
     expect_failure("NaN sample", [exe, "train", "--prometheus", prom.url, "--end", str(end), "--model",
-                                  f"{tmp}/x.safetensors", nan_q], 2, ["n02", "nan|finite", "compute"])
+                                  f"{tmp}/x.safetensors", nan_q], 3, ["n02", "nan|finite", "compute"])
     expect_failure("node with 20 hours", [exe, "predict", "--csv", short_node_csv(tmp, seasonal_csv), "--model", model],
-                   2, ["n02", r"\b20\b", r"\b24\b"])
+                   3, ["n02", r"\b20\b", r"\b24\b"])
     for name, path, patterns in malformed_csvs(tmp, seasonal_csv):
         expect_failure(f"malformed CSV ({name})", [exe, "train", "--csv", path, "--model", f"{tmp}/x.safetensors"],
-                       2, patterns)
+                       3, patterns)
     expect_failure("missing CSV", [exe, "train", "--csv", f"{tmp}/absent.csv", "--model", f"{tmp}/x.safetensors"],
                    3, ["absent.csv"])
     bad_model = f"{tmp}/wrong_shape.safetensors"
     wrong_shape_model(model, bad_model)
-    expect_failure("model of the wrong shape", [exe, "predict", "--csv", seasonal_csv, "--model", bad_model], 2,
+    expect_failure("model of the wrong shape", [exe, "predict", "--csv", seasonal_csv, "--model", bad_model], 3,
                    [r"lstm\.weight_ih_l0", "128", "256"])
     check(not os.path.exists(f"{tmp}/x.safetensors"), "no model written by the failed runs")
 
     # A failed train keeps the previous model byte for byte and leaves no temporary file.
     before = open(model, "rb").read()
     expect_failure("train onto an existing model, NaN input", [exe, "train", "--prometheus", prom.url, "--end",
-                                                               str(end), "--model", model, nan_q], 2, ["n02"])
+                                                               str(end), "--model", model, nan_q], 3, ["n02"])
     expect_failure("train onto an existing model, bad option", [exe, "train", "--prometheus", prom.url, "--end",
                                                                 str(end), "--model", model, "--epochs", "0"],
                    2, ["epochs"])
